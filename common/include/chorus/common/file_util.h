@@ -1,0 +1,57 @@
+// Small POSIX file helpers shared by chorus components.
+#ifndef CHORUS_COMMON_FILE_UTIL_H_
+#define CHORUS_COMMON_FILE_UTIL_H_
+
+#include <string>
+#include <string_view>
+
+#include "chorus/common/status.h"
+
+namespace chorus {
+
+// Owns a file descriptor; closes it on destruction. Move-only.
+class UniqueFd {
+ public:
+  UniqueFd() = default;
+  explicit UniqueFd(int fd) : fd_(fd) {}
+  UniqueFd(UniqueFd&& other) noexcept : fd_(other.release()) {}
+  UniqueFd& operator=(UniqueFd&& other) noexcept;
+  UniqueFd(const UniqueFd&) = delete;
+  UniqueFd& operator=(const UniqueFd&) = delete;
+  ~UniqueFd();
+
+  bool valid() const { return fd_ >= 0; }
+  int get() const { return fd_; }
+  int release() {
+    int fd = fd_;
+    fd_ = -1;
+    return fd;
+  }
+
+ private:
+  int fd_ = -1;
+};
+
+// A path next to `path`, unique to this process and call, for building a file
+// before renaming it into place.
+std::string TemporarySiblingPath(const std::string& path);
+
+// Creates `dir` and its parents (mode 0755); OK if it exists.
+Status MakeDirectories(const std::string& dir);
+
+// Writes `contents` to `path` atomically: readers see the old file or the whole
+// new one, never a part. Safe when several processes write the same path.
+Status WriteFileAtomically(const std::string& path, std::string_view contents);
+
+// Copies `from` to a new file `to` (which must not exist), preserving the mode.
+Status CopyFile(const std::string& from, const std::string& to);
+
+// Renames `from` over `to` atomically.
+Status RenameFile(const std::string& from, const std::string& to);
+
+// Reads a whole file.
+StatusOr<std::string> ReadFile(const std::string& path);
+
+}  // namespace chorus
+
+#endif  // CHORUS_COMMON_FILE_UTIL_H_

@@ -1,0 +1,113 @@
+#include "chorus/common/file_util.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+
+namespace chorus {
+
+UniqueFd& UniqueFd::operator=(UniqueFd&& other) noexcept {
+  if (this != &other) {
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = other.release();
+  }
+  return *this;
+}
+
+UniqueFd::~UniqueFd() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+std::string TemporarySiblingPath(const std::string& path) {
+  static std::atomic<unsigned> counter{0};
+  return path + ".tmp-" + std::to_string(::getpid()) + "-" + std::to_string(counter++);
+}
+
+Status MakeDirectories(const std::string& dir) {
+  if (dir.empty()) return OkStatus();
+  for (size_t at = 1; at <= dir.size(); ++at) {
+    if (at != dir.size() && dir[at] != '/') continue;
+    std::string prefix = dir.substr(0, at);
+    if (::mkdir(prefix.c_str(), 0755) != 0 && errno != EEXIST) {
+      return ErrnoError("mkdir " + prefix, errno);
+    }
+  }
+  return OkStatus();
+}
+
+namespace {
+
+Status WriteAll(int fd, const char* data, size_t size, const std::string& path) {
+  while (size > 0) {
+    ssize_t n = ::write(fd, data, size);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return ErrnoError("write " + path, errno);
+    data += n;
+    size -= static_cast<size_t>(n);
+  }
+  return OkStatus();
+}
+
+}  // namespace
+
+Status WriteFileAtomically(const std::string& path, std::string_view contents) {
+  std::string tmp = TemporarySiblingPath(path);
+  {
+    UniqueFd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644));
+    if (!fd.valid()) return ErrnoError("create " + tmp, errno);
+    Status written = WriteAll(fd.get(), contents.data(), contents.size(), tmp);
+    if (!written.ok()) {
+      ::unlink(tmp.c_str());
+      return written;
+    }
+  }
+  return RenameFile(tmp, path);
+}
+
+Status CopyFile(const std::string& from, const std::string& to) {
+  UniqueFd in(::open(from.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!in.valid()) return ErrnoError("open " + from, errno);
+  struct stat st;
+  if (::fstat(in.get(), &st) != 0) return ErrnoError("stat " + from, errno);
+  UniqueFd out(::open(to.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, st.st_mode & 0777));
+  if (!out.valid()) return ErrnoError("create " + to, errno);
+  char buffer[1 << 16];
+  while (true) {
+    ssize_t n = ::read(in.get(), buffer, sizeof(buffer));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return ErrnoError("read " + from, errno);
+    if (n == 0) break;
+    CHORUS_RETURN_IF_ERROR(WriteAll(out.get(), buffer, static_cast<size_t>(n), to));
+  }
+  return OkStatus();
+}
+
+Status RenameFile(const std::string& from, const std::string& to) {
+  if (::rename(from.c_str(), to.c_str()) != 0) {
+    int error = errno;
+    ::unlink(from.c_str());
+    return ErrnoError("rename " + from + " to " + to, error);
+  }
+  return OkStatus();
+}
+
+StatusOr<std::string> ReadFile(const std::string& path) {
+  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!fd.valid()) return ErrnoError("open " + path, errno);
+  std::string contents;
+  char buffer[1 << 16];
+  while (true) {
+    ssize_t n = ::read(fd.get(), buffer, sizeof(buffer));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return ErrnoError("read " + path, errno);
+    if (n == 0) break;
+    contents.append(buffer, static_cast<size_t>(n));
+  }
+  return contents;
+}
+
+}  // namespace chorus

@@ -1,0 +1,39 @@
+// Conversions between c10::IValue and Python objects of this interpreter.
+//
+// Tensors never cross as the same TensorImpl: a TensorImpl remembers the first
+// interpreter that wrapped it, and another interpreter touching it fails. Every
+// tensor crossing the boundary, either way, becomes a detached alias (a new
+// TensorImpl over the same storage, same version counter, no autograd history).
+// So the host only ever holds untagged TensorImpls, and each interpreter only
+// the ones it made. No tensor data is copied.
+//
+// All functions require the GIL and follow CPython's convention: on failure
+// they return nullptr / false with a Python exception set.
+#ifndef CHORUS_INTERPRETER_PYSIDE_CONVERT_H_
+#define CHORUS_INTERPRETER_PYSIDE_CONVERT_H_
+
+#include <Python.h>
+
+#include <ATen/core/ivalue.h>
+
+namespace chorus::pyside {
+
+// The alias of `tensor` that may cross into another interpreter or the host.
+at::Tensor CrossingAlias(const at::Tensor& tensor);
+
+// A new reference to the Python equivalent of `value`: None, bool, int, float,
+// str, torch.Tensor, list, tuple, dict (and torch.device, dtype-likes via torch).
+PyObject* IValueToPython(const c10::IValue& value);
+
+// Converts None, bool, int, float, str, torch.Tensor, list, tuple and dict
+// (string, int or tensor keys), recursively. Lists of one element kind become
+// typed lists (TensorList, IntList, ...), other lists GenericList.
+bool PythonToIValue(PyObject* obj, c10::IValue* out);
+
+// Makes sure torch's Python bindings are initialized in this interpreter, so
+// tensors can be wrapped. Returns false with an exception set if torch fails.
+bool EnsureTorchImported();
+
+}  // namespace chorus::pyside
+
+#endif  // CHORUS_INTERPRETER_PYSIDE_CONVERT_H_

@@ -1,0 +1,23 @@
+// `_chorus`: the built-in module every interpreter gets before it starts. It is
+// what chorus' own Python code (the import hook, the torch shims) calls into.
+#ifndef CHORUS_INTERPRETER_PYSIDE_NATIVE_MODULE_H_
+#define CHORUS_INTERPRETER_PYSIDE_NATIVE_MODULE_H_
+
+#include <Python.h>
+
+#include "interpreter/src/pyside_api.h"
+
+namespace chorus::pyside {
+
+// Must be called before Py_Initialize: registers `_chorus` as a built-in
+// module of this interpreter, bound to `host` and `slot`.
+void RegisterNativeModule(HostServices* host, int slot);
+
+// The exception class raised in a call stopped at its deadline
+// (chorus.DeadlineExceeded, a BaseException so `except Exception` lets it
+// through). Borrowed; valid after the module was imported.
+PyObject* DeadlineExceededType();
+
+}  // namespace chorus::pyside
+
+#endif  // CHORUS_INTERPRETER_PYSIDE_NATIVE_MODULE_H_

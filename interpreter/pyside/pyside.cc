@@ -1,0 +1,234 @@
+// The Python side of one interpreter: implements pyside::PySide on CPython's C
+// API. This library is loaded once per interpreter (a private copy), so its
+// statics and thread_locals are per-interpreter.
+#include <Python.h>
+
+#include <ATen/core/ivalue.h>
+
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "interpreter/pyside/convert.h"
+#include "interpreter/pyside/native_module.h"
+#include "interpreter/pyside/python_error.h"
+#include "interpreter/pyside/python_kernel.h"
+#include "interpreter/src/pyside_api.h"
+
+namespace chorus::pyside {
+namespace {
+
+PyObject* Raw(PyRef* ref) { return reinterpret_cast<PyObject*>(ref); }
+PyRef* Ref(PyObject* obj) { return reinterpret_cast<PyRef*>(obj); }
+
+// A new reference on success, the pending Python exception as a Status otherwise.
+StatusOr<PyRef*> Result(PyObject* obj) {
+  if (obj == nullptr) return FetchPythonError();
+  return Ref(obj);
+}
+
+// Nested AcquireGil() calls on this thread, innermost last.
+thread_local std::vector<PyGILState_STATE> tls_gil_states;
+
+class PySideImpl final : public PySide {
+ public:
+  Status Start(const StartOptions& options) override;
+  void Shutdown() override;
+
+  void AcquireGil() override { tls_gil_states.push_back(PyGILState_Ensure()); }
+  void ReleaseGil() override {
+    PyGILState_STATE state = tls_gil_states.back();
+    tls_gil_states.pop_back();
+    PyGILState_Release(state);
+  }
+
+  StatusOr<PyRef*> Import(const std::string& module) override {
+    return Result(PyImport_ImportModule(module.c_str()));
+  }
+  StatusOr<PyRef*> GetAttr(PyRef* obj, const std::string& name) override {
+    return Result(PyObject_GetAttrString(Raw(obj), name.c_str()));
+  }
+  StatusOr<PyRef*> Call(PyRef* callable, const std::vector<c10::IValue>& args,
+                        const Kwargs& kwargs, uint64_t call_token) override;
+  StatusOr<PyRef*> CallObjects(PyRef* callable, const std::vector<PyRef*>& args) override;
+  Status Exec(const std::string& code) override;
+  StatusOr<PyRef*> Eval(const std::string& expression) override;
+  StatusOr<c10::IValue> ToIValue(PyRef* obj) override {
+    c10::IValue value;
+    if (!PythonToIValue(Raw(obj), &value)) return FetchPythonError();
+    return value;
+  }
+  StatusOr<PyRef*> FromIValue(const c10::IValue& value) override {
+    return Result(IValueToPython(value));
+  }
+  StatusOr<std::string> Repr(PyRef* obj) override;
+  void IncRef(PyRef* obj) override { Py_INCREF(Raw(obj)); }
+  void DecRef(PyRef* obj) override { Py_DECREF(Raw(obj)); }
+  bool Interrupt(uint64_t call_token) override;
+
+ private:
+  struct ActiveCall {
+    unsigned long thread_id;
+    bool interrupted;
+  };
+  StatusOr<PyRef*> RunCode(const std::string& code, int mode);
+
+  PyThreadState* start_thread_ = nullptr;  // the thread state Start() created
+  // Calls that Interrupt() may stop, by token. Guarded by the GIL.
+  std::unordered_map<uint64_t, ActiveCall> active_calls_;
+};
+
+// Python code run once at start-up, with the GIL held. Installs chorus' import
+// hook before anything can import a C extension, then runs site (disabled in
+// the config for exactly that reason) and the preloads.
+constexpr char kBootstrap[] = R"(
+import sys
+sys.path.insert(0, _chorus_python_dir)
+import chorus._bootstrap
+chorus._bootstrap.install()
+del _chorus_python_dir
+)";
+
+Status PySideImpl::Start(const StartOptions& options) {
+  RegisterNativeModule(options.host, options.slot);
+  PyConfig config;
+  PyConfig_InitPythonConfig(&config);
+  config.install_signal_handlers = 0;  // signals belong to the host process
+  config.site_import = 0;              // site runs after the import hook is in place
+  config.parse_argv = 0;
+  PyStatus status = PyConfig_SetBytesString(&config, &config.program_name,
+                                            options.program_name.c_str());
+  if (!PyStatus_Exception(status)) status = Py_InitializeFromConfig(&config);
+  PyConfig_Clear(&config);
+  if (PyStatus_Exception(status)) {
+    return InternalError(std::string("cannot initialize Python: ") +
+                         (status.err_msg ? status.err_msg : "unknown error"));
+  }
+
+  PyObject* main_module = PyImport_AddModule("__main__");  // borrowed
+  PyObject* globals = PyModule_GetDict(main_module);       // borrowed
+  PyObject* dir = PyUnicode_FromString(options.chorus_python_dir.c_str());
+  PyDict_SetItemString(globals, "_chorus_python_dir", dir);
+  Py_XDECREF(dir);
+  Status started = Exec(kBootstrap);
+  for (size_t i = 0; started.ok() && i < options.preload_modules.size(); ++i) {
+    StatusOr<PyRef*> module = Import(options.preload_modules[i]);
+    if (module.ok()) {
+      DecRef(*module);
+    } else {
+      started = module.status().Annotate("preloading " + options.preload_modules[i]);
+    }
+  }
+  start_thread_ = PyEval_SaveThread();
+  return started;
+}
+
+void PySideImpl::Shutdown() {
+  if (start_thread_ == nullptr) return;
+  PyGILState_Ensure();
+  // Unless this is the start-up thread, drop the start-up thread's state as a
+  // finished Python thread would: finalization waits for the owner of every
+  // non-daemon thread state, and would wait for it forever. (It is kept until
+  // now because CPython 3.11 reuses the first thread state's storage, and
+  // aborts, if the interpreter ever runs out of thread states.)
+  if (PyThreadState_Get() != start_thread_) {
+    PyThreadState_Clear(start_thread_);
+    PyThreadState_Delete(start_thread_);
+  }
+  start_thread_ = nullptr;
+  // Kernels this interpreter registered must not outlive it: the dispatcher
+  // would call into a finalized interpreter.
+  UnregisterAllPythonKernels();
+  Py_FinalizeEx();
+}
+
+StatusOr<PyRef*> PySideImpl::Call(PyRef* callable, const std::vector<c10::IValue>& args,
+                                  const Kwargs& kwargs, uint64_t call_token) {
+  PyObject* py_args = PyTuple_New(static_cast<Py_ssize_t>(args.size()));
+  PyObject* py_kwargs = kwargs.empty() ? nullptr : PyDict_New();
+  bool ok = py_args != nullptr && (kwargs.empty() || py_kwargs != nullptr);
+  for (size_t i = 0; ok && i < args.size(); ++i) {
+    PyObject* arg = IValueToPython(args[i]);
+    ok = arg != nullptr;
+    if (ok) PyTuple_SET_ITEM(py_args, static_cast<Py_ssize_t>(i), arg);
+  }
+  for (size_t i = 0; ok && i < kwargs.size(); ++i) {
+    PyObject* value = IValueToPython(kwargs[i].second);
+    ok = value != nullptr && PyDict_SetItemString(py_kwargs, kwargs[i].first.c_str(), value) == 0;
+    Py_XDECREF(value);
+  }
+  PyObject* result = nullptr;
+  if (ok) {
+    if (call_token != 0) active_calls_[call_token] = {PyThread_get_thread_ident(), false};
+    result = PyObject_Call(Raw(callable), py_args, py_kwargs);
+    if (call_token != 0) {
+      ActiveCall call = active_calls_[call_token];
+      active_calls_.erase(call_token);
+      // An interrupt that arrived after the last bytecode ran is still pending
+      // on this thread; it must not fire in the next call.
+      if (call.interrupted) PyThreadState_SetAsyncExc(call.thread_id, nullptr);
+    }
+  }
+  Py_XDECREF(py_args);
+  Py_XDECREF(py_kwargs);
+  return Result(result);
+}
+
+StatusOr<PyRef*> PySideImpl::CallObjects(PyRef* callable, const std::vector<PyRef*>& args) {
+  PyObject* py_args = PyTuple_New(static_cast<Py_ssize_t>(args.size()));
+  if (py_args == nullptr) return FetchPythonError();
+  for (size_t i = 0; i < args.size(); ++i) {
+    Py_INCREF(Raw(args[i]));
+    PyTuple_SET_ITEM(py_args, static_cast<Py_ssize_t>(i), Raw(args[i]));
+  }
+  PyObject* result = PyObject_Call(Raw(callable), py_args, nullptr);
+  Py_DECREF(py_args);
+  return Result(result);
+}
+
+StatusOr<PyRef*> PySideImpl::RunCode(const std::string& code, int mode) {
+  PyObject* globals = PyModule_GetDict(PyImport_AddModule("__main__"));  // borrowed
+  return Result(PyRun_String(code.c_str(), mode, globals, globals));
+}
+
+Status PySideImpl::Exec(const std::string& code) {
+  StatusOr<PyRef*> result = RunCode(code, Py_file_input);
+  if (!result.ok()) return result.status();
+  DecRef(*result);
+  return OkStatus();
+}
+
+StatusOr<PyRef*> PySideImpl::Eval(const std::string& expression) {
+  return RunCode(expression, Py_eval_input);
+}
+
+StatusOr<std::string> PySideImpl::Repr(PyRef* obj) {
+  PyObject* repr = PyObject_Repr(Raw(obj));
+  if (repr == nullptr) return FetchPythonError();
+  const char* text = PyUnicode_AsUTF8(repr);
+  std::string result = text ? text : "";
+  Py_DECREF(repr);
+  if (text == nullptr) return FetchPythonError();
+  return result;
+}
+
+bool PySideImpl::Interrupt(uint64_t call_token) {
+  PyGILState_STATE gil = PyGILState_Ensure();
+  bool hit = false;
+  auto it = active_calls_.find(call_token);
+  if (it != active_calls_.end() && !it->second.interrupted) {
+    hit = PyThreadState_SetAsyncExc(it->second.thread_id, DeadlineExceededType()) == 1;
+    it->second.interrupted = hit;
+  }
+  PyGILState_Release(gil);
+  return hit;
+}
+
+}  // namespace
+}  // namespace chorus::pyside
+
+extern "C" __attribute__((visibility("default"))) chorus::pyside::PySide* chorus_pyside_create(
+    uint32_t abi_version) {
+  if (abi_version != chorus::pyside::kAbiVersion) return nullptr;
+  return new chorus::pyside::PySideImpl();
+}

@@ -1,0 +1,216 @@
+#include "interpreter/pyside/python_kernel.h"
+
+#include <torch/csrc/DynamicTypes.h>
+#include <torch/csrc/jit/python/pybind_utils.h>
+#include <torch/csrc/utils/tensor_memoryformats.h>
+#include <torch/library.h>
+
+#include <memory>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "interpreter/pyside/convert.h"
+#include "interpreter/pyside/python_error.h"
+
+namespace chorus::pyside {
+namespace {
+
+// Holds a kernel's Python function; runs it under this interpreter's GIL.
+class PythonKernel final : public c10::OperatorKernel {
+ public:
+  explicit PythonKernel(PyObject* fn) : fn_(fn) { Py_INCREF(fn_); }
+  ~PythonKernel() override {
+    PyGILState_STATE gil = PyGILState_Ensure();
+    Py_DECREF(fn_);
+    PyGILState_Release(gil);
+  }
+
+  void operator()(const c10::OperatorHandle& op, c10::DispatchKeySet /*keys*/,
+                  torch::jit::Stack* stack) {
+    const c10::FunctionSchema& schema = op.schema();
+    std::vector<c10::IValue> inputs = torch::jit::pop(*stack, schema.arguments().size());
+    PyGILState_STATE gil = PyGILState_Ensure();
+    std::string error;
+    PyObject* result = Invoke(schema, inputs);
+    if (result == nullptr) {
+      error = FetchPythonError().message();
+    } else {
+      error = PushOutputs(schema, inputs, result, stack);
+      Py_DECREF(result);
+    }
+    PyGILState_Release(gil);
+    TORCH_CHECK(error.empty(), "Python kernel for ", schema.name(), " failed: ", error);
+  }
+
+ private:
+  // fn(*positional, **keyword) with arguments split and converted as torch's
+  // own Python kernels receive them: positional up to the first kwarg-only
+  // argument, trailing defaults omitted, dtypes/layouts/memory formats as
+  // torch objects.
+  PyObject* Invoke(const c10::FunctionSchema& schema, const std::vector<c10::IValue>& inputs) {
+    const auto& arguments = schema.arguments();
+    size_t kwarg_start = arguments.size();
+    while (kwarg_start > 0 && arguments[kwarg_start - 1].kwarg_only()) --kwarg_start;
+    auto is_default = [&](size_t i) {
+      const auto& fallback = arguments[i].default_value();
+      return fallback.has_value() && *fallback == inputs[i];
+    };
+    size_t positional = kwarg_start;
+    while (positional > 0 && is_default(positional - 1)) --positional;
+
+    PyObject* args = PyTuple_New(static_cast<Py_ssize_t>(positional));
+    PyObject* kwargs = PyDict_New();
+    bool ok = args != nullptr && kwargs != nullptr;
+    for (size_t i = 0; ok && i < positional; ++i) {
+      PyObject* value = ArgumentToPython(arguments[i], inputs[i]);
+      ok = value != nullptr;
+      if (ok) PyTuple_SET_ITEM(args, static_cast<Py_ssize_t>(i), value);
+    }
+    for (size_t i = kwarg_start; ok && i < arguments.size(); ++i) {
+      if (is_default(i)) continue;
+      PyObject* value = ArgumentToPython(arguments[i], inputs[i]);
+      ok = value != nullptr && PyDict_SetItemString(kwargs, arguments[i].name().c_str(), value) == 0;
+      Py_XDECREF(value);
+    }
+    PyObject* result = ok ? PyObject_Call(fn_, args, kwargs) : nullptr;
+    Py_XDECREF(args);
+    Py_XDECREF(kwargs);
+    return result;
+  }
+
+  static PyObject* ArgumentToPython(const c10::Argument& argument, const c10::IValue& value) {
+    if (value.isNone()) Py_RETURN_NONE;
+    c10::TypePtr type = argument.real_type();
+    if (auto optional = type->cast<c10::OptionalType>()) type = optional->getElementType();
+    try {
+      switch (type->kind()) {
+        case c10::TypeKind::ScalarTypeType: {
+          PyObject* dtype =
+              reinterpret_cast<PyObject*>(torch::getTHPDtype(value.toScalarType()));
+          Py_INCREF(dtype);
+          return dtype;
+        }
+        case c10::TypeKind::LayoutType: {
+          PyObject* layout = reinterpret_cast<PyObject*>(torch::getTHPLayout(value.toLayout()));
+          Py_INCREF(layout);
+          return layout;
+        }
+        case c10::TypeKind::MemoryFormatType: {
+          PyObject* format = torch::utils::getTHPMemoryFormat(value.toMemoryFormat());
+          Py_INCREF(format);
+          return format;
+        }
+        default:
+          return IValueToPython(value);
+      }
+    } catch (const std::exception& e) {
+      PyErr_SetString(PyExc_RuntimeError, e.what());
+      return nullptr;
+    }
+  }
+
+  // Pushes the kernel's result. An output that the schema declares as writing
+  // into an input (in-place and out= ops) is pushed as that very input, as
+  // callers expect; other tensors cross as aliases. Returns "" or an error.
+  static std::string PushOutputs(const c10::FunctionSchema& schema,
+                                 const std::vector<c10::IValue>& inputs, PyObject* result,
+                                 torch::jit::Stack* stack) {
+    const auto& returns = schema.returns();
+    try {
+      if (returns.empty()) {
+        if (result != Py_None) return "expected None, as the schema returns nothing";
+        return "";
+      }
+      pybind11::handle out(result);
+      std::vector<pybind11::handle> items;
+      if (returns.size() == 1) {
+        items.push_back(out);
+      } else {
+        for (auto item : pybind11::reinterpret_borrow<pybind11::sequence>(out)) items.push_back(item);
+        if (items.size() != returns.size()) return "returned the wrong number of outputs";
+      }
+      for (size_t i = 0; i < returns.size(); ++i) {
+        const c10::IValue* written = WrittenInput(schema, inputs, i);
+        if (written != nullptr) {
+          stack->push_back(*written);
+          continue;
+        }
+        c10::IValue value = torch::jit::toIValue(items[i], returns[i].type());
+        stack->push_back(AliasTensors(std::move(value)));
+      }
+      return "";
+    } catch (const pybind11::error_already_set& e) {
+      return e.what();
+    } catch (const std::exception& e) {
+      return e.what();
+    }
+  }
+
+  static const c10::IValue* WrittenInput(const c10::FunctionSchema& schema,
+                                         const std::vector<c10::IValue>& inputs, size_t output) {
+    const c10::AliasInfo* info = schema.returns()[output].alias_info();
+    if (info == nullptr || !info->isWrite()) return nullptr;
+    for (size_t i = 0; i < schema.arguments().size(); ++i) {
+      const c10::AliasInfo* in = schema.arguments()[i].alias_info();
+      if (in != nullptr && in->isWrite() && in->beforeSets() == info->beforeSets()) return &inputs[i];
+    }
+    return nullptr;
+  }
+
+  static c10::IValue AliasTensors(c10::IValue value) {
+    if (value.isTensor()) return CrossingAlias(value.toTensor());
+    if (value.isTensorList()) {
+      c10::List<at::Tensor> aliased;
+      for (const at::Tensor& t : value.toTensorList()) aliased.push_back(CrossingAlias(t));
+      return aliased;
+    }
+    return value;
+  }
+
+  PyObject* fn_;
+};
+
+// The registrations this interpreter made and still holds (GIL-guarded).
+std::set<torch::Library*>& LiveRegistrations() {
+  static auto* live = new std::set<torch::Library*>();
+  return *live;
+}
+
+constexpr char kCapsuleName[] = "chorus.PythonKernelRegistration";
+
+void DestroyRegistration(PyObject* capsule) {
+  auto* library = static_cast<torch::Library*>(PyCapsule_GetPointer(capsule, kCapsuleName));
+  if (library != nullptr && LiveRegistrations().erase(library) > 0) delete library;
+}
+
+}  // namespace
+
+PyObject* RegisterPythonKernel(const char* ns, const char* name, const char* dispatch_key,
+                               PyObject* fn) {
+  try {
+    auto library = std::make_unique<torch::Library>(torch::Library::IMPL, ns, c10::nullopt,
+                                                    __FILE__, static_cast<uint32_t>(__LINE__));
+    auto kernel = torch::CppFunction::makeFromBoxedFunctor(std::make_unique<PythonKernel>(fn));
+    if (dispatch_key[0] == '\0') {
+      library->impl(name, std::move(kernel));
+    } else {
+      library->impl(name, torch::dispatch(c10::parseDispatchKey(dispatch_key), std::move(kernel)));
+    }
+    PyObject* capsule = PyCapsule_New(library.get(), kCapsuleName, &DestroyRegistration);
+    if (capsule == nullptr) return nullptr;
+    LiveRegistrations().insert(library.release());
+    return capsule;
+  } catch (const std::exception& e) {
+    PyErr_SetString(PyExc_RuntimeError, e.what());
+    return nullptr;
+  }
+}
+
+void UnregisterAllPythonKernels() {
+  for (torch::Library* library : LiveRegistrations()) delete library;
+  LiveRegistrations().clear();
+}
+
+}  // namespace chorus::pyside

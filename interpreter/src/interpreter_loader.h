@@ -1,0 +1,89 @@
+// Loads interpreters: prepares each slot's private library copies, loads them
+// with the system dynamic loader inside a scope object, and serves the Python
+// side's requests (extension copies, registration ownership).
+//
+// How the pieces fit (docs/interpreter.md has the full story):
+//  - slot k gets copies of libpython and libtorch_python renamed to unique
+//    SONAMEs, and a copy of chorus' Python side (libchorus_pyside.so);
+//  - a scope object needing [libpython-k, libtorch_python-k, pyside-k] is
+//    dlopen()ed RTLD_LOCAL: the loader relocates all three with that list as
+//    their lookup scope, so their Py* references bind to libpython-k;
+//  - each C extension slot k imports is copied likewise (its DT_NEEDED on
+//    libtorch_python renamed to slot k's copy) and loaded through its own scope
+//    object [libpython-k, python-bound needs..., extension-k].
+#ifndef CHORUS_INTERPRETER_INTERPRETER_LOADER_H_
+#define CHORUS_INTERPRETER_INTERPRETER_LOADER_H_
+
+#include <map>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "chorus/common/status.h"
+#include "chorus/common/thread_annotations.h"
+#include "interpreter/libcache/library_cache.h"
+#include "interpreter/src/pyside_api.h"
+
+namespace chorus {
+
+// Where the embedded Python and chorus' own files are.
+struct PythonInstallation {
+  std::string program;            // the pinned Python executable
+  std::string libpython;          // its shared libpython
+  std::string torch_python;       // torch's libtorch_python
+  std::string pyside_library;     // libchorus_pyside.so
+  std::string chorus_python_dir;  // directory holding the `chorus` package
+
+  // The installation chorus was built for; files are found next to the
+  // library that holds this code (build tree and install tree alike).
+  static StatusOr<PythonInstallation> Default();
+};
+
+// Thread-safe; slots may be loaded concurrently. Loaded libraries are never
+// unloaded (finalized interpreters stay mapped until the process exits).
+class InterpreterLoader final : public pyside::HostServices {
+ public:
+  // Errors: a library of `installation` is missing or has no SONAME.
+  static StatusOr<std::unique_ptr<InterpreterLoader>> Create(PythonInstallation installation,
+                                                             std::string cache_root);
+
+  // Prepares and loads slot `slot`'s Python side (not yet started).
+  StatusOr<std::unique_ptr<pyside::PySide>> Load(int slot) EXCLUDES(mu_);
+
+  StatusOr<std::string> PrepareExtension(int slot, const std::string& path) override
+      EXCLUDES(mu_);
+  bool ClaimRegistration(const std::string& key, int slot) override EXCLUDES(mu_);
+
+  const PythonInstallation& installation() const { return installation_; }
+
+ private:
+  // A slot's copies of the libraries that reference Python symbols.
+  struct SlotLibraries {
+    std::string libpython;                         // copy path
+    std::map<std::string, std::string> paths;      // slot SONAME -> copy path
+  };
+
+  InterpreterLoader(PythonInstallation installation, std::string cache_root,
+                    std::string libpython_soname, std::string torch_python_soname);
+
+  // The DT_NEEDED renames slot `slot` applies to every copy.
+  StatusOr<std::map<std::string, std::string>> Renames(int slot) const;
+  StatusOr<SlotLibraries> PrepareSlot(int slot);
+  // dlopen()s a scope object over `paths`; keeps the handle for the process.
+  Status LoadScope(const std::vector<std::string>& paths, void** handle) EXCLUDES(mu_);
+
+  const PythonInstallation installation_;
+  LibraryCache cache_;
+  const std::string libpython_soname_;
+  const std::string torch_python_soname_;
+
+  Mutex mu_;
+  std::map<int, SlotLibraries> slots_ GUARDED_BY(mu_);
+  std::vector<void*> handles_ GUARDED_BY(mu_);
+  std::unordered_map<std::string, int> registration_owners_ GUARDED_BY(mu_);
+};
+
+}  // namespace chorus
+
+#endif  // CHORUS_INTERPRETER_INTERPRETER_LOADER_H_

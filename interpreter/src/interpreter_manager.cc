@@ -1,0 +1,376 @@
+#include "chorus/interpreter/interpreter_manager.h"
+
+#include <ATen/Parallel.h>
+#include <ATen/core/ivalue.h>
+
+#include <algorithm>
+#include <atomic>
+#include <thread>
+
+#include "chorus/common/logging.h"
+#include "chorus/common/thread_annotations.h"
+#include "interpreter/src/interpreter_loader.h"
+#include "interpreter/src/pyside_api.h"
+#include "interpreter/src/slot.h"
+#include "interpreter/src/watchdog.h"
+
+namespace chorus {
+namespace internal {
+
+// What the manager and its ReplicatedObjects share.
+struct ManagerCore {
+  std::vector<std::unique_ptr<Slot>> slots;
+  std::atomic<size_t> next_claim{0};
+  std::atomic<bool> alive{true};
+
+  // An idle slot, claimed with a compare-and-swap (starting from a rotating
+  // position so claimers spread out); if none is idle, the least busy one.
+  // Either way the slot's user count includes the caller on return.
+  Slot* Claim() {
+    const size_t n = slots.size();
+    const size_t start = next_claim.fetch_add(1, std::memory_order_relaxed);
+    for (size_t i = 0; i < n; ++i) {
+      Slot* slot = slots[(start + i) % n].get();
+      int idle = 0;
+      if (slot->users.load(std::memory_order_relaxed) == 0 &&
+          slot->users.compare_exchange_strong(idle, 1, std::memory_order_acquire)) {
+        return slot;
+      }
+    }
+    Slot* least = slots[start % n].get();
+    for (const auto& slot : slots) {
+      if (slot->users.load(std::memory_order_relaxed) <
+          least->users.load(std::memory_order_relaxed)) {
+        least = slot.get();
+      }
+    }
+    least->users.fetch_add(1, std::memory_order_acquire);
+    return least;
+  }
+};
+
+// One replicated object: a factory and the object it made in each interpreter.
+struct Replicated {
+  std::shared_ptr<ManagerCore> core;
+  std::function<StatusOr<Object>(InterpreterSession&)> factory;
+  // Strong references, one per slot, made lazily; written under that slot's GIL.
+  std::unique_ptr<std::atomic<pyside::PyRef*>[]> objects;
+
+  ~Replicated();
+};
+
+}  // namespace internal
+
+namespace {
+
+std::atomic<uint64_t> g_next_call_token{1};
+
+int HardwareThreads() { return std::max(1u, std::thread::hardware_concurrency()); }
+
+}  // namespace
+
+// ---------------------------------------------------------------------------
+// InterpreterManagerImpl
+
+class InterpreterManagerImpl final : public InterpreterManager {
+ public:
+  InterpreterManagerImpl(std::unique_ptr<InterpreterLoader> loader, int size)
+      : loader_(std::move(loader)), core_(std::make_shared<internal::ManagerCore>()) {
+    for (int i = 0; i < size; ++i) {
+      auto slot = std::make_unique<internal::Slot>();
+      slot->index = i;
+      slot->watchdog = &watchdog_;
+      core_->slots.push_back(std::move(slot));
+    }
+  }
+
+  ~InterpreterManagerImpl() override;
+
+  // Loads and starts every interpreter, several at a time.
+  Status StartAll(const InterpreterManagerOptions& options);
+
+  int size() const override { return static_cast<int>(core_->slots.size()); }
+
+  InterpreterSession AcquireOne() override { return InterpreterSession(core_->Claim()); }
+
+  InterpreterSession Acquire(int index) override {
+    internal::Slot* slot = core_->slots.at(static_cast<size_t>(index)).get();
+    slot->users.fetch_add(1, std::memory_order_acquire);
+    return InterpreterSession(slot);
+  }
+
+  ReplicatedObject Replicate(
+      std::function<StatusOr<Object>(InterpreterSession&)> factory) override {
+    auto rep = std::make_shared<internal::Replicated>();
+    rep->core = core_;
+    rep->factory = std::move(factory);
+    rep->objects.reset(new std::atomic<pyside::PyRef*>[core_->slots.size()]);
+    for (size_t i = 0; i < core_->slots.size(); ++i) rep->objects[i] = nullptr;
+    return ReplicatedObject(std::move(rep));
+  }
+
+ private:
+  Status StartOne(internal::Slot* slot, const InterpreterManagerOptions& options);
+
+  std::unique_ptr<InterpreterLoader> loader_;
+  std::shared_ptr<internal::ManagerCore> core_;
+  Watchdog watchdog_;
+  // Python's start-up touches process-wide state (locale, environment), so
+  // interpreters initialize one at a time; preloading then runs in parallel.
+  Mutex initialize_mu_;
+};
+
+StatusOr<std::unique_ptr<InterpreterManager>> InterpreterManager::Create(
+    const InterpreterManagerOptions& options) {
+  int size = options.num_interpreters > 0 ? options.num_interpreters : HardwareThreads();
+  if (options.intra_op_threads >= 0) {
+    int threads = options.intra_op_threads > 0 ? options.intra_op_threads
+                                               : std::max(1, HardwareThreads() / size);
+    at::set_num_threads(threads);
+  }
+  CHORUS_ASSIGN_OR_RETURN(PythonInstallation installation, PythonInstallation::Default());
+  std::string cache = options.cache_dir.empty() ? LibraryCache::DefaultRoot() : options.cache_dir;
+  CHORUS_ASSIGN_OR_RETURN(auto loader, InterpreterLoader::Create(std::move(installation), cache));
+  auto manager = std::make_unique<InterpreterManagerImpl>(std::move(loader), size);
+  CHORUS_RETURN_IF_ERROR(manager->StartAll(options));
+  return std::unique_ptr<InterpreterManager>(std::move(manager));
+}
+
+Status InterpreterManagerImpl::StartOne(internal::Slot* slot,
+                                        const InterpreterManagerOptions& options) {
+  CHORUS_ASSIGN_OR_RETURN(auto side, loader_->Load(slot->index));
+  pyside::StartOptions start;
+  start.slot = slot->index;
+  start.program_name = loader_->installation().program;
+  start.chorus_python_dir = loader_->installation().chorus_python_dir;
+  start.host = loader_.get();
+  {
+    MutexLock lock(&initialize_mu_);
+    Status started = side->Start(start);
+    if (!started.ok()) return started;
+  }
+  slot->side = std::move(side);
+  InterpreterSession session = Acquire(slot->index);
+  for (const std::string& module : options.preload_modules) {
+    StatusOr<Object> imported = session.Import(module);
+    if (!imported.ok()) return imported.status().Annotate("importing " + module);
+  }
+  return OkStatus();
+}
+
+Status InterpreterManagerImpl::StartAll(const InterpreterManagerOptions& options) {
+  const size_t n = core_->slots.size();
+  std::vector<Status> results(n);
+  std::atomic<size_t> next{0};
+  auto worker = [&] {
+    for (size_t i = next++; i < n; i = next++) {
+      results[i] = StartOne(core_->slots[i].get(), options)
+                       .Annotate("starting interpreter " + std::to_string(i));
+    }
+  };
+  std::vector<std::thread> workers;
+  size_t parallel = std::min(n, static_cast<size_t>(HardwareThreads()));
+  for (size_t i = 1; i < parallel; ++i) workers.emplace_back(worker);
+  worker();
+  for (auto& thread : workers) thread.join();
+  for (const Status& result : results) {
+    if (!result.ok()) return result;
+  }
+  Log().info("started {} interpreters", n);
+  return OkStatus();
+}
+
+InterpreterManagerImpl::~InterpreterManagerImpl() {
+  core_->alive = false;
+  for (const auto& slot : core_->slots) {
+    if (slot->users.load() != 0) {
+      Log().error("interpreter {} destroyed with {} open sessions", slot->index,
+                  slot->users.load());
+    }
+    if (slot->side) slot->side->Shutdown();
+  }
+}
+
+// ---------------------------------------------------------------------------
+// InterpreterSession
+
+InterpreterSession::InterpreterSession(internal::Slot* slot) : slot_(slot) {
+  slot_->side->AcquireGil();
+}
+
+InterpreterSession::InterpreterSession(InterpreterSession&& other) noexcept
+    : slot_(other.slot_) {
+  other.slot_ = nullptr;
+}
+
+InterpreterSession::~InterpreterSession() {
+  if (slot_ == nullptr) return;
+  slot_->side->ReleaseGil();
+  slot_->users.fetch_sub(1, std::memory_order_release);
+}
+
+int InterpreterSession::index() const { return slot_->index; }
+
+Object InterpreterSession::Wrap(pyside::PyRef* ref) { return Object(slot_, ref); }
+
+StatusOr<Object> InterpreterSession::Import(std::string_view module) {
+  CHORUS_ASSIGN_OR_RETURN(pyside::PyRef * ref, slot_->side->Import(std::string(module)));
+  return Wrap(ref);
+}
+
+StatusOr<Object> InterpreterSession::Global(std::string_view module, std::string_view name) {
+  CHORUS_ASSIGN_OR_RETURN(Object imported, Import(module));
+  return imported.Attr(name);
+}
+
+Status InterpreterSession::Exec(std::string_view code) {
+  return slot_->side->Exec(std::string(code));
+}
+
+StatusOr<Object> InterpreterSession::Eval(std::string_view expression) {
+  CHORUS_ASSIGN_OR_RETURN(pyside::PyRef * ref, slot_->side->Eval(std::string(expression)));
+  return Wrap(ref);
+}
+
+StatusOr<Object> InterpreterSession::FromIValue(const c10::IValue& value) {
+  CHORUS_ASSIGN_OR_RETURN(pyside::PyRef * ref, slot_->side->FromIValue(value));
+  return Wrap(ref);
+}
+
+// ---------------------------------------------------------------------------
+// Object
+
+Object::Object(const Object& other) : slot_(other.slot_), ref_(other.ref_) {
+  if (ref_ != nullptr) slot_->side->IncRef(ref_);
+}
+
+Object& Object::operator=(const Object& other) {
+  if (this != &other) {
+    if (other.ref_ != nullptr) other.slot_->side->IncRef(other.ref_);
+    Reset();
+    slot_ = other.slot_;
+    ref_ = other.ref_;
+  }
+  return *this;
+}
+
+Object::Object(Object&& other) noexcept : slot_(other.slot_), ref_(other.ref_) {
+  other.ref_ = nullptr;
+}
+
+Object& Object::operator=(Object&& other) noexcept {
+  if (this != &other) {
+    Reset();
+    slot_ = other.slot_;
+    ref_ = other.ref_;
+    other.ref_ = nullptr;
+  }
+  return *this;
+}
+
+Object::~Object() { Reset(); }
+
+void Object::Reset() {
+  if (ref_ != nullptr) slot_->side->DecRef(ref_);
+  ref_ = nullptr;
+}
+
+StatusOr<Object> Object::Call(const std::vector<c10::IValue>& args, const Kwargs& kwargs,
+                              const CallOptions& options) const {
+  if (!valid()) return FailedPreconditionError("Call on an empty Object");
+  uint64_t token = 0;
+  if (options.deadline != std::chrono::steady_clock::time_point::max()) {
+    if (std::chrono::steady_clock::now() >= options.deadline) {
+      return DeadlineExceededError("deadline passed before the call started");
+    }
+    token = g_next_call_token.fetch_add(1, std::memory_order_relaxed);
+    slot_->watchdog->Arm(options.deadline, slot_->side.get(), token);
+  }
+  StatusOr<pyside::PyRef*> result = slot_->side->Call(ref_, args, kwargs, token);
+  if (token != 0) slot_->watchdog->Disarm(token);
+  if (!result.ok()) return result.status();
+  return Object(slot_, *result);
+}
+
+StatusOr<Object> Object::CallObjects(const std::vector<Object>& args) const {
+  if (!valid()) return FailedPreconditionError("Call on an empty Object");
+  std::vector<pyside::PyRef*> refs;
+  for (const Object& arg : args) {
+    if (arg.slot_ != slot_ || !arg.valid()) {
+      return InvalidArgumentError("CallObjects: arguments must be objects of the same interpreter");
+    }
+    refs.push_back(arg.ref_);
+  }
+  CHORUS_ASSIGN_OR_RETURN(pyside::PyRef * ref, slot_->side->CallObjects(ref_, refs));
+  return Object(slot_, ref);
+}
+
+StatusOr<Object> Object::Attr(std::string_view name) const {
+  if (!valid()) return FailedPreconditionError("Attr on an empty Object");
+  CHORUS_ASSIGN_OR_RETURN(pyside::PyRef * ref, slot_->side->GetAttr(ref_, std::string(name)));
+  return Object(slot_, ref);
+}
+
+StatusOr<c10::IValue> Object::ToIValue() const {
+  if (!valid()) return FailedPreconditionError("ToIValue on an empty Object");
+  return slot_->side->ToIValue(ref_);
+}
+
+StatusOr<std::string> Object::Repr() const {
+  if (!valid()) return FailedPreconditionError("Repr on an empty Object");
+  return slot_->side->Repr(ref_);
+}
+
+// ---------------------------------------------------------------------------
+// ReplicatedObject
+
+internal::Replicated::~Replicated() {
+  if (!core || !core->alive) return;  // the interpreters are gone, and their objects
+  for (size_t i = 0; i < core->slots.size(); ++i) {
+    pyside::PyRef* ref = objects[i].load();
+    if (ref == nullptr) continue;
+    internal::Slot* slot = core->slots[i].get();
+    slot->users.fetch_add(1, std::memory_order_acquire);
+    InterpreterSession session(slot);
+    slot->side->DecRef(ref);
+  }
+}
+
+StatusOr<Object> ReplicatedObject::In(InterpreterSession& session) const {
+  if (!rep_ || !rep_->core->alive) {
+    return FailedPreconditionError("ReplicatedObject used after its InterpreterManager ended");
+  }
+  internal::Slot* slot = session.slot_;
+  std::atomic<pyside::PyRef*>& cell = rep_->objects[static_cast<size_t>(slot->index)];
+  if (pyside::PyRef* ref = cell.load(std::memory_order_acquire)) {
+    slot->side->IncRef(ref);
+    return Object(slot, ref);
+  }
+  CHORUS_ASSIGN_OR_RETURN(Object made, rep_->factory(session));
+  if (made.slot_ != slot) {
+    return InvalidArgumentError("replication factory returned an object of another interpreter");
+  }
+  // The factory may have released the GIL; another thread may have won.
+  pyside::PyRef* expected = nullptr;
+  slot->side->IncRef(made.ref_);
+  if (!cell.compare_exchange_strong(expected, made.ref_, std::memory_order_acq_rel)) {
+    slot->side->DecRef(made.ref_);
+    slot->side->IncRef(expected);
+    return Object(slot, expected);
+  }
+  return made;
+}
+
+StatusOr<c10::IValue> ReplicatedObject::Call(const std::vector<c10::IValue>& args,
+                                             const Kwargs& kwargs,
+                                             const CallOptions& options) const {
+  if (!rep_ || !rep_->core->alive) {
+    return FailedPreconditionError("ReplicatedObject used after its InterpreterManager ended");
+  }
+  InterpreterSession session(rep_->core->Claim());
+  CHORUS_ASSIGN_OR_RETURN(Object object, In(session));
+  CHORUS_ASSIGN_OR_RETURN(Object result, object.Call(args, kwargs, options));
+  return result.ToIValue();
+}
+
+}  // namespace chorus

@@ -1,0 +1,108 @@
+// The boundary between the host (no Python headers) and the Python side of one
+// interpreter (interpreter/pyside, the only code that includes Python.h).
+//
+// Each interpreter loads its own copy of libchorus_pyside.so, whose single
+// exported symbol, chorus_pyside_create(), returns a PySide. Everything the host
+// does with Python goes through this abstract interface; everything the Python
+// side needs from the host (preparing extension copies, the process-wide
+// registration table) goes through HostServices. Both sides are built together,
+// so the ABI check is a plain version number.
+#ifndef CHORUS_INTERPRETER_PYSIDE_API_H_
+#define CHORUS_INTERPRETER_PYSIDE_API_H_
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "chorus/common/status.h"
+
+namespace c10 {
+struct IValue;
+}  // namespace c10
+
+namespace chorus::pyside {
+
+inline constexpr uint32_t kAbiVersion = 1;
+inline constexpr char kEntryPoint[] = "chorus_pyside_create";
+
+// A strong reference to a Python object of one interpreter (really a PyObject*).
+struct PyRef;
+
+using Kwargs = std::vector<std::pair<std::string, c10::IValue>>;
+
+// Services the host provides to every interpreter's Python side. Thread-safe.
+class HostServices {
+ public:
+  virtual ~HostServices() = default;
+  // Prepares interpreter `slot`'s private copy of the C extension at `path`
+  // and loads it in that interpreter's lookup scope; returns the copy's path.
+  virtual StatusOr<std::string> PrepareExtension(int slot, const std::string& path) = 0;
+  // Claims a process-wide registration `key` (an op definition, a kernel) for
+  // `slot`. Returns true when `slot` owns it (first claim or already its own).
+  virtual bool ClaimRegistration(const std::string& key, int slot) = 0;
+};
+
+struct StartOptions {
+  int slot = 0;
+  std::string program_name;  // the pinned Python; Python derives sys.prefix from it
+  std::string chorus_python_dir;  // holds the `chorus` Python package
+  std::vector<std::string> preload_modules;
+  HostServices* host = nullptr;  // outlives the PySide
+};
+
+// One interpreter. Methods marked "GIL" require the calling thread to hold
+// this interpreter's GIL (AcquireGil); the others say what they need.
+class PySide {
+ public:
+  virtual ~PySide() = default;
+
+  // Initializes the interpreter, installs the chorus import hooks and imports
+  // `preload_modules`; returns with the GIL released. Once, from any thread.
+  virtual Status Start(const StartOptions& options) = 0;
+  // Finalizes the interpreter. No thread may hold its GIL; any thread.
+  virtual void Shutdown() = 0;
+
+  // Makes the calling thread hold this interpreter's GIL (re-entrant).
+  virtual void AcquireGil() = 0;
+  // Undoes one AcquireGil on the same thread.
+  virtual void ReleaseGil() = 0;
+
+  // GIL. `import module; return module`.
+  virtual StatusOr<PyRef*> Import(const std::string& module) = 0;
+  // GIL. getattr(obj, name).
+  virtual StatusOr<PyRef*> GetAttr(PyRef* obj, const std::string& name) = 0;
+  // GIL. callable(*args, **kwargs), arguments converted from IValues. A call
+  // carrying `call_token` != 0 can be stopped by Interrupt(call_token).
+  virtual StatusOr<PyRef*> Call(PyRef* callable, const std::vector<c10::IValue>& args,
+                                const Kwargs& kwargs, uint64_t call_token) = 0;
+  // GIL. callable(*args) with Python objects of this interpreter as arguments.
+  virtual StatusOr<PyRef*> CallObjects(PyRef* callable, const std::vector<PyRef*>& args) = 0;
+  // GIL. Runs `code` in the namespace of module __main__.
+  virtual Status Exec(const std::string& code) = 0;
+  // GIL. Evaluates `expression` in the namespace of module __main__.
+  virtual StatusOr<PyRef*> Eval(const std::string& expression) = 0;
+  // GIL. Python -> IValue; tensors come back as aliases (same storage).
+  virtual StatusOr<c10::IValue> ToIValue(PyRef* obj) = 0;
+  // GIL. IValue -> Python; tensors go in as aliases (same storage).
+  virtual StatusOr<PyRef*> FromIValue(const c10::IValue& value) = 0;
+  // GIL. repr(obj).
+  virtual StatusOr<std::string> Repr(PyRef* obj) = 0;
+  // GIL. Reference counting.
+  virtual void IncRef(PyRef* obj) = 0;
+  virtual void DecRef(PyRef* obj) = 0;
+
+  // Any thread, GIL not held. Raises chorus.DeadlineExceeded inside the call
+  // tagged `call_token` if it is still running; returns whether it was.
+  virtual bool Interrupt(uint64_t call_token) = 0;
+};
+
+}  // namespace chorus::pyside
+
+extern "C" {
+// The Python side's one exported symbol. Returns nullptr on ABI mismatch.
+// The caller owns the result.
+chorus::pyside::PySide* chorus_pyside_create(uint32_t abi_version);
+}
+
+#endif  // CHORUS_INTERPRETER_PYSIDE_API_H_

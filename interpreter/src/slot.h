@@ -1,0 +1,27 @@
+// One interpreter as the manager keeps it.
+#ifndef CHORUS_INTERPRETER_SLOT_H_
+#define CHORUS_INTERPRETER_SLOT_H_
+
+#include <atomic>
+#include <memory>
+
+#include "interpreter/src/pyside_api.h"
+
+namespace chorus {
+class Watchdog;
+
+namespace internal {
+
+// Cache-line aligned: `users` is written by every thread that claims a slot.
+struct alignas(64) Slot {
+  int index = 0;
+  std::unique_ptr<pyside::PySide> side;
+  // Sessions currently open on this interpreter (claimed or direct).
+  std::atomic<int> users{0};
+  Watchdog* watchdog = nullptr;  // owned by the manager
+};
+
+}  // namespace internal
+}  // namespace chorus
+
+#endif  // CHORUS_INTERPRETER_SLOT_H_

@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Installs the Debian 12 packages chorus needs. Idempotent: prints nothing and
+# touches nothing when every package is already present.
+set -euo pipefail
+
+packages=(
+  # toolchain
+  build-essential cmake ninja-build ccache pkg-config clang lld libclang-rt-14-dev zip unzip
+  # embedded Python and torch (the pinned interpreter is /usr/bin/python3)
+  python3-dev python3-numpy python3-torch python3-torchvision libtorch-dev pybind11-dev
+  # packages, RPC and their tools
+  libzip-dev libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc
+  # C++ libraries
+  libgtest-dev libgmock-dev libbenchmark-dev libcli11-dev nlohmann-json3-dev
+  libfmt-dev libspdlog-dev libcpp-httplib-dev
+  # Python tools and test clients
+  python3-pytest python3-grpcio python3-protobuf python3-matplotlib
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+[ ${#missing[@]} -eq 0 ] && exit 0
+
+echo "install-deps: installing ${missing[*]}"
+sudo=""
+[ "$(id -u)" -ne 0 ] && sudo="sudo"
+export DEBIAN_FRONTEND=noninteractive
+# A fresh machine may have no package lists yet; refresh them once if the install fails.
+if ! $sudo apt-get install -y -q --no-install-recommends "${missing[@]}" >/tmp/chorus-apt.log 2>&1; then
+  $sudo apt-get update -q >>/tmp/chorus-apt.log 2>&1
+  $sudo apt-get install -y -q --no-install-recommends "${missing[@]}" >>/tmp/chorus-apt.log 2>&1 || {
+    cat /tmp/chorus-apt.log >&2
+    exit 1
+  }
+fi
