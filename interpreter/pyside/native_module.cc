@@ -2,7 +2,7 @@
 
 #include <string>
 
-#include "interpreter/pyside/python_kernel.h"
+#include "interpreter/pyside/dispatch_library.h"
 
 namespace chorus::pyside {
 namespace {
@@ -11,6 +11,7 @@ namespace {
 // are per-interpreter state.
 HostServices* g_host = nullptr;
 int g_slot = -1;
+int g_index = -1;
 PyObject* g_deadline_exceeded = nullptr;
 
 PyObject* PrepareExtension(PyObject* /*self*/, PyObject* arg) {
@@ -28,25 +29,66 @@ PyObject* PrepareExtension(PyObject* /*self*/, PyObject* arg) {
 PyObject* ClaimRegistration(PyObject* /*self*/, PyObject* arg) {
   const char* key = PyUnicode_AsUTF8(arg);
   if (key == nullptr) return nullptr;
-  return PyBool_FromLong(g_host->ClaimRegistration(key, g_slot));
-}
-
-PyObject* RegisterKernel(PyObject* /*self*/, PyObject* args) {
-  const char *ns, *name, *dispatch_key;
-  PyObject* fn;
-  if (!PyArg_ParseTuple(args, "sssO:register_python_kernel", &ns, &name, &dispatch_key, &fn)) {
+  StatusOr<bool> owner = false;
+  // May wait for another interpreter to finish the registration.
+  Py_BEGIN_ALLOW_THREADS
+  owner = g_host->ClaimRegistration(key, g_slot);
+  Py_END_ALLOW_THREADS
+  if (!owner.ok()) {
+    PyErr_SetString(PyExc_RuntimeError, owner.status().message().c_str());
     return nullptr;
   }
-  return RegisterPythonKernel(ns, name, dispatch_key, fn);
+  return PyBool_FromLong(*owner);
+}
+
+PyObject* CompleteRegistration(PyObject* /*self*/, PyObject* args) {
+  const char* key;
+  int made;
+  if (!PyArg_ParseTuple(args, "sp:complete_registration", &key, &made)) return nullptr;
+  g_host->CompleteRegistration(key, g_slot, made != 0);
+  Py_RETURN_NONE;
+}
+
+PyObject* OpenLibraryFn(PyObject* /*self*/, PyObject* args) {
+  const char *kind, *ns, *dispatch_key, *file;
+  int line;
+  if (!PyArg_ParseTuple(args, "ssssi:open_library", &kind, &ns, &dispatch_key, &file, &line)) {
+    return nullptr;
+  }
+  return OpenLibrary(kind, ns, dispatch_key, file, line);
+}
+
+PyObject* LibraryDefineFn(PyObject* /*self*/, PyObject* args) {
+  PyObject* library;
+  const char *schema, *alias_analysis;
+  if (!PyArg_ParseTuple(args, "Oss:library_define", &library, &schema, &alias_analysis)) {
+    return nullptr;
+  }
+  return LibraryDefine(library, schema, alias_analysis);
+}
+
+PyObject* LibraryImplFn(PyObject* /*self*/, PyObject* args) {
+  PyObject *library, *fn;
+  const char *name, *dispatch_key;
+  if (!PyArg_ParseTuple(args, "OssO:library_impl", &library, &name, &dispatch_key, &fn)) {
+    return nullptr;
+  }
+  return LibraryImpl(library, name, dispatch_key, fn);
 }
 
 PyMethodDef kMethods[] = {
     {"prepare_extension", PrepareExtension, METH_O,
      "prepare_extension(path) -> path of this interpreter's loaded copy"},
     {"claim_registration", ClaimRegistration, METH_O,
-     "claim_registration(key) -> True if this interpreter owns the registration"},
-    {"register_python_kernel", RegisterKernel, METH_VARARGS,
-     "register_python_kernel(ns, name, dispatch_key, fn) -> registration handle"},
+     "claim_registration(key) -> True if this interpreter must make the registration"},
+    {"complete_registration", CompleteRegistration, METH_VARARGS,
+     "complete_registration(key, made): the owner made (or failed) the registration"},
+    {"open_library", OpenLibraryFn, METH_VARARGS,
+     "open_library(kind, ns, dispatch_key, file, line) -> dispatcher library handle"},
+    {"library_define", LibraryDefineFn, METH_VARARGS,
+     "library_define(library, schema, alias_analysis) -> operator name"},
+    {"library_impl", LibraryImplFn, METH_VARARGS,
+     "library_impl(library, name, dispatch_key, fn): register a Python kernel"},
     {nullptr, nullptr, 0, nullptr},
 };
 
@@ -62,7 +104,7 @@ PyObject* InitModule() {
       PyExc_BaseException, nullptr);
   if (g_deadline_exceeded == nullptr ||
       PyModule_AddObjectRef(module, "DeadlineExceeded", g_deadline_exceeded) < 0 ||
-      PyModule_AddIntConstant(module, "slot", g_slot) < 0) {
+      PyModule_AddIntConstant(module, "index", g_index) < 0) {
     Py_DECREF(module);
     return nullptr;
   }
@@ -71,9 +113,10 @@ PyObject* InitModule() {
 
 }  // namespace
 
-void RegisterNativeModule(HostServices* host, int slot) {
+void RegisterNativeModule(HostServices* host, int slot, int index) {
   g_host = host;
   g_slot = slot;
+  g_index = index;
   PyImport_AppendInittab("_chorus", &InitModule);
 }
 

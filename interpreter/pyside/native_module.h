@@ -10,8 +10,9 @@
 namespace chorus::pyside {
 
 // Must be called before Py_Initialize: registers `_chorus` as a built-in
-// module of this interpreter, bound to `host` and `slot`.
-void RegisterNativeModule(HostServices* host, int slot);
+// module of this interpreter, bound to `host`, library slot `slot` and
+// interpreter index `index`.
+void RegisterNativeModule(HostServices* host, int slot, int index);
 
 // The exception class raised in a call stopped at its deadline
 // (chorus.DeadlineExceeded, a BaseException so `except Exception` lets it

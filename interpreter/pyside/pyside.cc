@@ -12,7 +12,7 @@
 #include "interpreter/pyside/convert.h"
 #include "interpreter/pyside/native_module.h"
 #include "interpreter/pyside/python_error.h"
-#include "interpreter/pyside/python_kernel.h"
+#include "interpreter/pyside/dispatch_library.h"
 #include "interpreter/src/pyside_api.h"
 
 namespace chorus::pyside {
@@ -90,7 +90,7 @@ del _chorus_python_dir
 )";
 
 Status PySideImpl::Start(const StartOptions& options) {
-  RegisterNativeModule(options.host, options.slot);
+  RegisterNativeModule(options.host, options.slot, options.index);
   PyConfig config;
   PyConfig_InitPythonConfig(&config);
   config.install_signal_handlers = 0;  // signals belong to the host process
@@ -136,9 +136,9 @@ void PySideImpl::Shutdown() {
     PyThreadState_Delete(start_thread_);
   }
   start_thread_ = nullptr;
-  // Kernels this interpreter registered must not outlive it: the dispatcher
+  // Registrations this interpreter made must not outlive it: the dispatcher
   // would call into a finalized interpreter.
-  UnregisterAllPythonKernels();
+  CloseAllLibraries();
   Py_FinalizeEx();
 }
 

@@ -2,6 +2,11 @@
 
 #include <dlfcn.h>
 
+#include <c10/util/Exception.h>
+
+#include <atomic>
+#include <chrono>
+#include <iterator>
 #include <utility>
 
 #include "chorus/common/logging.h"
@@ -17,6 +22,35 @@ StatusOr<std::string> ReadSoname(const std::string& path) {
   std::string soname = editor->Soname();
   if (soname.empty()) return FailedPreconditionError(path + " has no SONAME");
   return soname;
+}
+
+// libtorch_python registers a catch-all kernel for aten::get_gradients from a
+// static initializer (torch/csrc/jit/runtime/register_distributed_ops.cpp).
+// Each interpreter's copy re-runs it, and c10 warns that the new kernel
+// overrides the previous copy's identical one. That warning, and only that
+// one, is expected and dropped while an interpreter's libraries load.
+class GetGradientsOverrideFilter final : public c10::WarningHandler {
+ public:
+  explicit GetGradientsOverrideFilter(c10::WarningHandler* next) : next_(next) {}
+  void process(const c10::SourceLocation& location, const std::string& message,
+               const bool verbatim) override {
+    if (message.find("Overriding a previously registered kernel") != std::string::npos &&
+        message.find("aten::get_gradients") != std::string::npos) {
+      return;
+    }
+    next_->process(location, message, verbatim);
+  }
+
+ private:
+  c10::WarningHandler* next_;
+};
+
+// dlopen() with the filter above. c10's warning handler is per thread, and
+// static initializers run on the thread that loads the library.
+void* LoadWithoutGetGradientsWarning(const std::string& path) {
+  GetGradientsOverrideFilter filter(c10::Warning::get_warning_handler());
+  c10::Warning::WarningHandlerGuard guard(&filter);
+  return dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
 }
 
 // Directory of the shared object that holds this function.
@@ -86,7 +120,7 @@ StatusOr<InterpreterLoader::SlotLibraries> InterpreterLoader::PrepareSlot(int sl
 
 Status InterpreterLoader::LoadScope(const std::vector<std::string>& paths, void** handle) {
   CHORUS_ASSIGN_OR_RETURN(std::string scope, cache_.PrepareScope(paths));
-  void* loaded = dlopen(scope.c_str(), RTLD_NOW | RTLD_LOCAL);
+  void* loaded = LoadWithoutGetGradientsWarning(scope);
   if (loaded == nullptr) {
     const char* error = dlerror();
     return InternalError(std::string("dlopen failed: ") + (error ? error : "unknown error"));
@@ -141,10 +175,50 @@ StatusOr<std::string> InterpreterLoader::PrepareExtension(int slot, const std::s
   return copy.path;
 }
 
-bool InterpreterLoader::ClaimRegistration(const std::string& key, int slot) {
+int InterpreterLoader::NewSlot() {
+  static std::atomic<int> next{0};
+  return next++;
+}
+
+void InterpreterLoader::ReleaseRegistrations(int slot) {
+  {
+    MutexLock lock(&mu_);
+    for (auto it = registrations_.begin(); it != registrations_.end();) {
+      it = it->second.owner == slot ? registrations_.erase(it) : std::next(it);
+    }
+  }
+  registration_made_.SignalAll();
+}
+
+StatusOr<bool> InterpreterLoader::ClaimRegistration(const std::string& key, int slot) {
+  // Owners make a registration right after claiming it and wait on nothing
+  // meanwhile, so waiting here cannot deadlock; the limit guards against an
+  // owner stuck in Python.
+  constexpr auto kPatience = std::chrono::seconds(120);
+  const auto give_up = std::chrono::steady_clock::now() + kPatience;
   MutexLock lock(&mu_);
-  auto [owner, inserted] = registration_owners_.emplace(key, slot);
-  return inserted || owner->second == slot;
+  while (true) {
+    auto [entry, inserted] = registrations_.try_emplace(key, Registration{slot, false});
+    if (inserted || entry->second.owner == slot) return true;
+    if (entry->second.made) return false;
+    if (!registration_made_.WaitUntil(&mu_, give_up) && std::chrono::steady_clock::now() >= give_up) {
+      return DeadlineExceededError("waited too long for another interpreter to register " + key);
+    }
+  }
+}
+
+void InterpreterLoader::CompleteRegistration(const std::string& key, int slot, bool made) {
+  {
+    MutexLock lock(&mu_);
+    auto entry = registrations_.find(key);
+    if (entry == registrations_.end() || entry->second.owner != slot) return;
+    if (made) {
+      entry->second.made = true;
+    } else {
+      registrations_.erase(entry);
+    }
+  }
+  registration_made_.SignalAll();
 }
 
 }  // namespace chorus

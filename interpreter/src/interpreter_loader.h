@@ -53,7 +53,14 @@ class InterpreterLoader final : public pyside::HostServices {
 
   StatusOr<std::string> PrepareExtension(int slot, const std::string& path) override
       EXCLUDES(mu_);
-  bool ClaimRegistration(const std::string& key, int slot) override EXCLUDES(mu_);
+  StatusOr<bool> ClaimRegistration(const std::string& key, int slot) override EXCLUDES(mu_);
+  void CompleteRegistration(const std::string& key, int slot, bool made) override EXCLUDES(mu_);
+  // Forgets every registration `slot` owned (its interpreter was finalized,
+  // which removed them from the dispatcher).
+  void ReleaseRegistrations(int slot) EXCLUDES(mu_);
+
+  // A library slot no interpreter of this process has used.
+  static int NewSlot();
 
   const PythonInstallation& installation() const { return installation_; }
 
@@ -81,7 +88,12 @@ class InterpreterLoader final : public pyside::HostServices {
   Mutex mu_;
   std::map<int, SlotLibraries> slots_ GUARDED_BY(mu_);
   std::vector<void*> handles_ GUARDED_BY(mu_);
-  std::unordered_map<std::string, int> registration_owners_ GUARDED_BY(mu_);
+  struct Registration {
+    int owner;
+    bool made;  // false while the owner is still making it
+  };
+  std::unordered_map<std::string, Registration> registrations_ GUARDED_BY(mu_);
+  CondVar registration_made_;  // signalled when a registration is made or freed
 };
 
 }  // namespace chorus

@@ -79,6 +79,7 @@ class InterpreterManagerImpl final : public InterpreterManager {
     for (int i = 0; i < size; ++i) {
       auto slot = std::make_unique<internal::Slot>();
       slot->index = i;
+      slot->library_slot = InterpreterLoader::NewSlot();
       slot->watchdog = &watchdog_;
       core_->slots.push_back(std::move(slot));
     }
@@ -138,9 +139,10 @@ StatusOr<std::unique_ptr<InterpreterManager>> InterpreterManager::Create(
 
 Status InterpreterManagerImpl::StartOne(internal::Slot* slot,
                                         const InterpreterManagerOptions& options) {
-  CHORUS_ASSIGN_OR_RETURN(auto side, loader_->Load(slot->index));
+  CHORUS_ASSIGN_OR_RETURN(auto side, loader_->Load(slot->library_slot));
   pyside::StartOptions start;
-  start.slot = slot->index;
+  start.slot = slot->library_slot;
+  start.index = slot->index;
   start.program_name = loader_->installation().program;
   start.chorus_python_dir = loader_->installation().chorus_python_dir;
   start.host = loader_.get();
@@ -188,6 +190,7 @@ InterpreterManagerImpl::~InterpreterManagerImpl() {
                   slot->users.load());
     }
     if (slot->side) slot->side->Shutdown();
+    loader_->ReleaseRegistrations(slot->library_slot);
   }
 }
 

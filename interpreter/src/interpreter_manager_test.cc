@@ -1,22 +1,382 @@
 #include "chorus/interpreter/interpreter_manager.h"
 
+#include <ATen/ATen.h>
+#include <ATen/core/ivalue.h>
+#include <dirent.h>
 #include <gtest/gtest.h>
-#include <torch/torch.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
 
 namespace chorus {
 namespace {
 
-TEST(Smoke, TwoInterpreters) {
-  InterpreterManagerOptions options;
-  options.num_interpreters = 2;
-  options.cache_dir = "test-cache";
-  auto manager = InterpreterManager::Create(options);
-  ASSERT_TRUE(manager.ok()) << manager.status().ToString();
-  for (int i = 0; i < 2; ++i) {
-    InterpreterSession session = (*manager)->Acquire(i);
-    auto value = session.Eval("__import__('torch').ones(3).sum().item()");
-    ASSERT_TRUE(value.ok()) << value.status().ToString();
-    EXPECT_EQ(value->ToIValue()->toDouble(), 3.0);
+using std::chrono::milliseconds;
+using std::chrono::steady_clock;
+
+constexpr int kInterpreters = 4;
+constexpr char kCacheDir[] = "test-cache/interpreter";
+
+// Asserts `expr` (a StatusOr) is OK and yields its value.
+#define VALUE_OR_FAIL(expr)                                    \
+  ({                                                           \
+    auto result_ = (expr);                                     \
+    EXPECT_TRUE(result_.ok()) << result_.status().ToString();  \
+    if (!result_.ok()) return;                                 \
+    std::move(result_).value();                                \
+  })
+
+// One manager with four interpreters shared by the tests of this file:
+// creating one imports torch four times.
+class InterpreterTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    InterpreterManagerOptions options;
+    options.num_interpreters = kInterpreters;
+    options.cache_dir = kCacheDir;
+    options.preload_modules = {"torch", "numpy"};
+    auto created = InterpreterManager::Create(options);
+    ASSERT_TRUE(created.ok()) << created.status().ToString();
+    manager_ = std::move(created).value().release();
+  }
+  static void TearDownTestSuite() {
+    delete manager_;
+    manager_ = nullptr;
+  }
+  InterpreterManager& manager() { return *manager_; }
+
+  static InterpreterManager* manager_;
+};
+
+InterpreterManager* InterpreterTest::manager_ = nullptr;
+
+TEST_F(InterpreterTest, GlobalsAndModulesAreIsolated) {
+  ASSERT_EQ(manager().size(), kInterpreters);
+  {
+    InterpreterSession s0 = manager().Acquire(0);
+    ASSERT_TRUE(s0.Exec("isolation_marker = 42").ok());
+  }
+  std::set<int64_t> modules_ids;
+  for (int i = 0; i < kInterpreters; ++i) {
+    InterpreterSession session = manager().Acquire(i);
+    EXPECT_EQ(session.index(), i);
+    Object has_marker = VALUE_OR_FAIL(session.Eval("'isolation_marker' in globals()"));
+    EXPECT_EQ(VALUE_OR_FAIL(has_marker.ToIValue()).toBool(), i == 0) << "interpreter " << i;
+    Object index = VALUE_OR_FAIL(session.Eval("__import__('chorus').interpreter_index()"));
+    EXPECT_EQ(VALUE_OR_FAIL(index.ToIValue()).toInt(), i);
+    // Each interpreter has its own sys.modules, and its own torch module object.
+    Object ids = VALUE_OR_FAIL(session.Eval(
+        "(id(__import__('sys').modules), id(__import__('torch')), id(__import__('numpy')))"));
+    c10::IValue tuple = VALUE_OR_FAIL(ids.ToIValue());
+    for (const c10::IValue& id : tuple.toTupleRef().elements()) modules_ids.insert(id.toInt());
+  }
+  EXPECT_EQ(modules_ids.size(), 3u * kInterpreters);
+}
+
+TEST_F(InterpreterTest, EveryInterpreterRunsTorchAndNumpyLikeTheHost) {
+  at::manual_seed(7);
+  at::Tensor w1 = at::randn({16, 8}), b1 = at::randn({16});
+  at::Tensor w2 = at::randn({4, 16}), b2 = at::randn({4});
+  at::Tensor x = at::randn({5, 8});
+  at::Tensor expected = at::linear(at::relu(at::linear(x, w1, b1)), w2, b2);
+
+  for (int i = 0; i < kInterpreters; ++i) {
+    InterpreterSession session = manager().Acquire(i);
+    ASSERT_TRUE(session
+                    .Exec(R"(
+import numpy as np
+import torch
+
+def sequential_forward(w1, b1, w2, b2, x):
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4))
+    with torch.no_grad():
+        for param, value in zip(model.parameters(), (w1, b1, w2, b2)):
+            param.copy_(value)
+        return model(x)
+
+numpy_total = float(np.arange(10, dtype=np.float64).sum())
+)")
+                    .ok());
+    Object forward = VALUE_OR_FAIL(session.Eval("sequential_forward"));
+    Object out = VALUE_OR_FAIL(forward.Call({w1, b1, w2, b2, x}));
+    at::Tensor result = VALUE_OR_FAIL(out.ToIValue()).toTensor();
+    EXPECT_TRUE(at::allclose(result, expected, 1e-5, 1e-6)) << "interpreter " << i;
+    Object total = VALUE_OR_FAIL(session.Eval("numpy_total"));
+    EXPECT_EQ(VALUE_OR_FAIL(total.ToIValue()).toDouble(), 45.0);
+  }
+}
+
+TEST_F(InterpreterTest, OpDefinedWithTorchLibraryInOneInterpreterIsCallableFromAnother) {
+  const char* kDefine = R"(
+import torch
+scale_lib = torch.library.Library("chorus_test", "DEF")
+scale_lib.define("scale_add(Tensor x, float alpha) -> Tensor")
+def scale_add(x, alpha):
+    return x * alpha + 1
+scale_lib.impl("scale_add", scale_add, "CompositeExplicitAutograd")
+)";
+  {
+    InterpreterSession s0 = manager().Acquire(0);
+    Status defined = s0.Exec(kDefine);
+    ASSERT_TRUE(defined.ok()) << defined.ToString();
+  }
+  InterpreterSession s2 = manager().Acquire(2);
+  Object result = VALUE_OR_FAIL(
+      s2.Eval("torch.ops.chorus_test.scale_add(torch.arange(3, dtype=torch.float32), 2.0)"));
+  at::Tensor tensor = VALUE_OR_FAIL(result.ToIValue()).toTensor();
+  EXPECT_TRUE(at::equal(tensor, at::tensor({1.0f, 3.0f, 5.0f})));
+  // The same model code run in another interpreter defines nothing twice and
+  // raises nothing: the namespace, schema and kernel stay interpreter 0's.
+  Status again = s2.Exec(kDefine);
+  EXPECT_TRUE(again.ok()) << again.ToString();
+  Object owner = VALUE_OR_FAIL(s2.Eval(
+      "float(torch.ops.chorus_test.scale_add(torch.ones(1), 10.0)[0])"));
+  EXPECT_EQ(VALUE_OR_FAIL(owner.ToIValue()).toDouble(), 11.0);
+}
+
+TEST_F(InterpreterTest, TorchsOwnPythonKernelsWorkInEveryInterpreter) {
+  // Meta kernels come from torch/_meta_registrations.py, registered by
+  // whichever interpreter imported torch first.
+  for (int i = 0; i < kInterpreters; ++i) {
+    InterpreterSession session = manager().Acquire(i);
+    Object shape = VALUE_OR_FAIL(session.Eval(
+        "list(torch.empty(3, 4, device='meta').mm(torch.empty(4, 5, device='meta')).shape)"));
+    auto dims = VALUE_OR_FAIL(shape.ToIValue()).toIntVector();
+    EXPECT_EQ(dims, (std::vector<int64_t>{3, 5})) << "interpreter " << i;
+  }
+}
+
+TEST_F(InterpreterTest, HostTensorMutatedInPlaceIsSeenByHostAndUsableElsewhere) {
+  at::Tensor host = at::zeros({4});
+  {
+    InterpreterSession s1 = manager().Acquire(1);
+    Object bump = VALUE_OR_FAIL(s1.Eval("lambda t: t.add_(1)"));
+    Object returned = VALUE_OR_FAIL(bump.Call({host}));
+    at::Tensor back = VALUE_OR_FAIL(returned.ToIValue()).toTensor();
+    // An alias: a different TensorImpl over the same memory.
+    EXPECT_EQ(back.data_ptr(), host.data_ptr());
+    EXPECT_NE(back.unsafeGetTensorImpl(), host.unsafeGetTensorImpl());
+  }
+  EXPECT_TRUE(at::equal(host, at::ones({4})));
+  InterpreterSession s2 = manager().Acquire(2);
+  Object total = VALUE_OR_FAIL(s2.Eval("lambda t: float(t.mul_(3).sum())"));
+  Object value = VALUE_OR_FAIL(total.Call({host}));
+  EXPECT_EQ(VALUE_OR_FAIL(value.ToIValue()).toDouble(), 12.0);
+  EXPECT_TRUE(at::equal(host, at::full({4}, 3.0f)));
+}
+
+TEST_F(InterpreterTest, TensorMadeInOneInterpreterCrossesToAnother) {
+  at::Tensor made;
+  {
+    InterpreterSession s0 = manager().Acquire(0);
+    Object tensor = VALUE_OR_FAIL(s0.Eval("torch.arange(6.0).reshape(2, 3)"));
+    made = VALUE_OR_FAIL(tensor.ToIValue()).toTensor();
+  }
+  InterpreterSession s3 = manager().Acquire(3);
+  Object transpose = VALUE_OR_FAIL(s3.Eval("lambda t: t.t().contiguous()"));
+  at::Tensor result = VALUE_OR_FAIL(VALUE_OR_FAIL(transpose.Call({made})).ToIValue()).toTensor();
+  EXPECT_TRUE(at::equal(result, at::arange(6.0).reshape({2, 3}).t()));
+}
+
+TEST_F(InterpreterTest, ValuesRoundTrip) {
+  InterpreterSession session = manager().AcquireOne();
+  Object identity = VALUE_OR_FAIL(session.Eval("lambda x: x"));
+  c10::impl::GenericDict dict(c10::StringType::get(), c10::AnyType::get());
+  dict.insert("weights", at::ones({2}));
+  dict.insert("name", std::string("mlp"));
+  std::vector<c10::IValue> values = {
+      c10::IValue(),
+      true,
+      int64_t{-(int64_t{1} << 40)},
+      2.5,
+      std::string("h\xc3\xa9llo"),
+      c10::List<int64_t>({1, 2, 3}),
+      c10::ivalue::Tuple::create({int64_t{1}, std::string("two"), 3.0}),
+      dict,
+  };
+  for (const c10::IValue& value : values) {
+    c10::IValue back = VALUE_OR_FAIL(VALUE_OR_FAIL(identity.Call({value})).ToIValue());
+    if (value.isGenericDict()) {
+      ASSERT_TRUE(back.isGenericDict());
+      auto round = back.toGenericDict();
+      EXPECT_TRUE(at::equal(round.at("weights").toTensor(), at::ones({2})));
+      EXPECT_EQ(round.at("name").toStringRef(), "mlp");
+    } else {
+      EXPECT_EQ(back, value) << value.tagKind();
+    }
+  }
+  // Keyword arguments, and lists that come back typed.
+  Object make = VALUE_OR_FAIL(session.Eval("lambda n, scale=1: [torch.full((1,), scale * i) for i in range(n)]"));
+  c10::IValue tensors = VALUE_OR_FAIL(VALUE_OR_FAIL(make.Call({int64_t{3}}, {{"scale", 2.0}})).ToIValue());
+  ASSERT_TRUE(tensors.isTensorList());
+  EXPECT_EQ(tensors.toTensorVector()[2].item<double>(), 4.0);
+}
+
+TEST_F(InterpreterTest, UnconvertibleValuesAreClearErrors) {
+  InterpreterSession session = manager().AcquireOne();
+  Object obj = VALUE_OR_FAIL(session.Eval("object()"));
+  StatusOr<c10::IValue> converted = obj.ToIValue();
+  ASSERT_FALSE(converted.ok());
+  EXPECT_NE(converted.status().message().find("cannot convert a Python object"), std::string::npos)
+      << converted.status().message();
+  Object huge = VALUE_OR_FAIL(session.Eval("2 ** 70"));
+  EXPECT_FALSE(huge.ToIValue().ok());
+  EXPECT_EQ(VALUE_OR_FAIL(VALUE_OR_FAIL(session.Eval("1 + 1")).ToIValue()).toInt(), 2);
+}
+
+struct ErrorCase {
+  const char* code;  // statements run with Exec
+  const char* type;
+  const char* message;
+};
+
+TEST_F(InterpreterTest, PythonErrorsCarryTypeMessageTracebackAndLeaveTheInterpreterUsable) {
+  const ErrorCase cases[] = {
+      {"def fail():\n    raise ValueError('bad value 17')\nfail()", "ValueError", "bad value 17"},
+      {"def broken(:\n    pass", "SyntaxError", "invalid syntax"},
+      {"import chorus_no_such_module", "ModuleNotFoundError", "chorus_no_such_module"},
+      {"import sys\nsys.exit(3)", "SystemExit", "3"},
+      {"raise KeyboardInterrupt()", "KeyboardInterrupt", ""},
+  };
+  for (int i = 0; i < kInterpreters; ++i) {
+    InterpreterSession session = manager().Acquire(i);
+    for (const ErrorCase& error : cases) {
+      Status status = session.Exec(error.code);
+      ASSERT_FALSE(status.ok()) << error.code;
+      EXPECT_EQ(status.code(), StatusCode::kInternal);
+      ASSERT_NE(status.python_error(), nullptr) << status.ToString();
+      EXPECT_EQ(status.python_error()->type, error.type);
+      EXPECT_NE(status.python_error()->message.find(error.message), std::string::npos)
+          << status.python_error()->message;
+      EXPECT_NE(status.python_error()->traceback.find(error.type), std::string::npos)
+          << status.python_error()->traceback;
+      // The interpreter serves the next call.
+      Object next = VALUE_OR_FAIL(session.Eval("6 * 7"));
+      EXPECT_EQ(VALUE_OR_FAIL(next.ToIValue()).toInt(), 42);
+    }
+  }
+}
+
+TEST_F(InterpreterTest, CallPastItsDeadlineIsInterruptedAndTheInterpreterServesAgain) {
+  InterpreterSession session = manager().Acquire(1);
+  ASSERT_TRUE(session
+                  .Exec(R"(
+def spin_forever():
+    while True:
+        try:
+            pass
+        except Exception:  # a deadline is not an Exception: it gets through
+            pass
+
+def quick(x):
+    return x + 1
+)")
+                  .ok());
+  Object spin = VALUE_OR_FAIL(session.Eval("spin_forever"));
+  Object quick = VALUE_OR_FAIL(session.Eval("quick"));
+  for (int round = 0; round < 3; ++round) {
+    auto start = steady_clock::now();
+    StatusOr<Object> stopped = spin.Call({}, {}, {start + milliseconds(200)});
+    auto elapsed = steady_clock::now() - start;
+    ASSERT_FALSE(stopped.ok());
+    EXPECT_EQ(stopped.status().code(), StatusCode::kDeadlineExceeded);
+    EXPECT_EQ(stopped.status().python_error()->type, "chorus.DeadlineExceeded");
+    EXPECT_GE(elapsed, milliseconds(200));
+    EXPECT_LT(elapsed, milliseconds(5000));
+    // Calls with deadlines that finish in time are untouched, and no stale
+    // interrupt reaches the next call.
+    for (int i = 0; i < 20; ++i) {
+      Object next = VALUE_OR_FAIL(quick.Call({int64_t{i}}, {}, {steady_clock::now() + milliseconds(1000)}));
+      EXPECT_EQ(VALUE_OR_FAIL(next.ToIValue()).toInt(), i + 1);
+    }
+  }
+  StatusOr<Object> late = quick.Call({int64_t{1}}, {}, {steady_clock::now() - milliseconds(1)});
+  EXPECT_EQ(late.status().code(), StatusCode::kDeadlineExceeded);
+}
+
+TEST_F(InterpreterTest, ReplicatedObjectServesConcurrentCallersOnManyInterpreters) {
+  std::atomic<int> factory_runs{0};
+  ReplicatedObject counter = manager().Replicate([&](InterpreterSession& session) {
+    ++factory_runs;
+    return session.Eval(R"((lambda: (
+        __import__('torch'),
+        type('Scaler', (), {
+            '__call__': lambda self, x: (x * 2, __import__('chorus').interpreter_index())
+        })())[1])())");
+  });
+  constexpr int kThreads = 4, kCalls = 40;
+  std::vector<std::thread> threads;
+  std::atomic<int> failures{0};
+  std::vector<std::set<int64_t>> used(kThreads);
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < kCalls; ++i) {
+        at::Tensor x = at::full({3}, static_cast<double>(i));
+        StatusOr<c10::IValue> out = counter.Call({x});
+        if (!out.ok()) {
+          ++failures;
+          continue;
+        }
+        auto elements = out->toTupleRef().elements();
+        if (!at::equal(elements[0].toTensor(), x * 2)) ++failures;
+        used[t].insert(elements[1].toInt());
+      }
+    });
+  }
+  for (auto& thread : threads) thread.join();
+  EXPECT_EQ(failures.load(), 0);
+  std::set<int64_t> all;
+  for (const auto& s : used) all.insert(s.begin(), s.end());
+  EXPECT_GE(all.size(), 2u);
+  EXPECT_LE(factory_runs.load(), kInterpreters);
+  EXPECT_EQ(factory_runs.load(), static_cast<int>(all.size()));
+}
+
+std::vector<std::string> ListFilesRecursively(const std::string& dir) {
+  std::vector<std::string> files;
+  DIR* d = opendir(dir.c_str());
+  if (d == nullptr) return files;
+  while (dirent* entry = readdir(d)) {
+    std::string name = entry->d_name;
+    if (name == "." || name == "..") continue;
+    std::string path = dir + "/" + name;
+    if (entry->d_type == DT_DIR) {
+      for (auto& f : ListFilesRecursively(path)) files.push_back(f);
+    } else {
+      files.push_back(path);
+    }
+  }
+  closedir(d);
+  return files;
+}
+
+// Managers come and go in one process: each gets fresh interpreters, torch's
+// Python registrations are made again, and nothing temporary is left behind.
+TEST(InterpreterLifecycleTest, SequentialManagersAndCleanShutdown) {
+  const std::string cache = "test-cache/lifecycle";
+  ASSERT_EQ(std::system(("rm -rf " + cache).c_str()), 0);
+  for (int round = 0; round < 2; ++round) {
+    InterpreterManagerOptions options;
+    options.num_interpreters = 2;
+    options.cache_dir = cache;
+    auto manager = InterpreterManager::Create(options);
+    ASSERT_TRUE(manager.ok()) << manager.status().ToString();
+    for (int i = 0; i < 2; ++i) {
+      InterpreterSession session = (*manager)->Acquire(i);
+      Object meta = VALUE_OR_FAIL(session.Eval(
+          "(lambda torch: tuple(torch.ops.prims.convert_element_type(torch.ones(2), torch.float64).shape))(__import__('torch'))"));
+      EXPECT_EQ(VALUE_OR_FAIL(meta.ToIValue()).toTupleRef().elements()[0].toInt(), 2);
+    }
+  }
+  for (const std::string& file : ListFilesRecursively(cache)) {
+    EXPECT_EQ(file.find(".tmp-"), std::string::npos) << file;
   }
 }
 

@@ -35,16 +35,27 @@ using Kwargs = std::vector<std::pair<std::string, c10::IValue>>;
 class HostServices {
  public:
   virtual ~HostServices() = default;
+  // A slot names one loaded set of library copies; it is unique in the
+  // process (a second manager gets new slots, since a finalized interpreter's
+  // libraries cannot be initialized again).
+  //
   // Prepares interpreter `slot`'s private copy of the C extension at `path`
   // and loads it in that interpreter's lookup scope; returns the copy's path.
   virtual StatusOr<std::string> PrepareExtension(int slot, const std::string& path) = 0;
-  // Claims a process-wide registration `key` (an op definition, a kernel) for
-  // `slot`. Returns true when `slot` owns it (first claim or already its own).
-  virtual bool ClaimRegistration(const std::string& key, int slot) = 0;
+  // Claims a process-wide dispatcher registration `key` (a namespace, an op
+  // definition, a kernel) for `slot`. true: `slot` owns it and must make it,
+  // then call CompleteRegistration. false: another slot made it; skip it.
+  // While another slot is still making it, waits (so a skipped registration
+  // is always in place on return). Errors: that wait timed out.
+  virtual StatusOr<bool> ClaimRegistration(const std::string& key, int slot) = 0;
+  // Reports that the owner made registration `key` (or failed to, which
+  // frees the key for the next claimant).
+  virtual void CompleteRegistration(const std::string& key, int slot, bool made) = 0;
 };
 
 struct StartOptions {
-  int slot = 0;
+  int slot = 0;   // process-unique library slot (HostServices calls)
+  int index = 0;  // the interpreter's index in its manager (chorus.interpreter_index())
   std::string program_name;  // the pinned Python; Python derives sys.prefix from it
   std::string chorus_python_dir;  // holds the `chorus` Python package
   std::vector<std::string> preload_modules;

@@ -14,7 +14,8 @@ namespace internal {
 
 // Cache-line aligned: `users` is written by every thread that claims a slot.
 struct alignas(64) Slot {
-  int index = 0;
+  int index = 0;         // in the manager
+  int library_slot = 0;  // process-unique; names this interpreter's library copies
   std::unique_ptr<pyside::PySide> side;
   // Sessions currently open on this interpreter (claimed or direct).
   std::atomic<int> users{0};

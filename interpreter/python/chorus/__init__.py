@@ -24,7 +24,7 @@ def inside_chorus() -> bool:
 
 def interpreter_index() -> int:
     """Index of this interpreter in its InterpreterManager, or -1 outside chorus."""
-    return _chorus.slot if _chorus is not None else -1
+    return _chorus.index if _chorus is not None else -1
 
 
 if _chorus is not None:

@@ -12,6 +12,7 @@ kernel is overridden and each stays with the interpreter that registered it.
 This is the only place chorus changes torch's behaviour.
 """
 
+import contextlib
 import sys
 
 import _chorus
@@ -53,53 +54,62 @@ def _shim_library(library):
     import torch
 
     Library = library.Library
-    original_init = Library.__init__
     original_define = Library.define
     original_impl = Library.impl
 
-    # Shim 1: a namespace may be DEF'd (TORCH_LIBRARY) once per process; the
-    # dispatcher rejects a second DEF. Interpreters after the first open the
-    # namespace as a FRAGMENT, which may add definitions to it.
-    def __init__(self, ns, kind, dispatch_key=""):
-        if kind == "DEF" and not _chorus.claim_registration("namespace:" + ns):
-            original_init(self, ns, "IMPL", dispatch_key)  # torch's own argument checks
-            self.m = torch._C._dispatch_library("FRAGMENT", ns, dispatch_key, __file__, 0)
-            self.kind = kind
-        else:
-            original_init(self, ns, kind, dispatch_key)
+    # Shim 1: dispatcher libraries are created by chorus, not by torch._C, so
+    # that each interpreter's registrations are removed when it is finalized
+    # (Python may never free the objects that would remove them) and Python
+    # kernels run in their own interpreter whoever calls them. A namespace may
+    # be DEF'd once per process; interpreters after the first open it as a
+    # FRAGMENT, which may add definitions to it.
+    def _dispatch_library(kind, ns, dispatch_key, file="<chorus>", line=0):
+        if kind != "DEF":
+            return _DispatchLibrary(kind, ns, dispatch_key, file, line)
+        with _claim("namespace:" + ns) as owner:
+            return _DispatchLibrary("DEF" if owner else "FRAGMENT", ns, dispatch_key, file, line)
 
     # Shim 2: an operator schema may be defined once per process; an
-    # interpreter whose definition another interpreter already made skips it.
+    # interpreter whose definition another interpreter made skips it.
     def define(self, schema, alias_analysis=""):
         parsed = torch._C.parse_schema(schema)
         qualified = parsed.name if "::" in parsed.name else self.ns + "::" + parsed.name
-        if not _chorus.claim_registration("def:%s.%s" % (qualified, parsed.overload_name)):
-            return parsed.name
-        return original_define(self, schema, alias_analysis)
+        with _claim("def:%s.%s" % (qualified, parsed.overload_name)) as owner:
+            if not owner:
+                return parsed.name
+            return original_define(self, schema, alias_analysis)
 
     # Shim 3: a kernel for an (operator, dispatch key) is registered once per
-    # process, by the first interpreter; others would override it (torch warns
-    # "Overriding a previously registered kernel"). The owner registers it
-    # through chorus' kernel, which runs the function in the owner's
-    # interpreter with tensors crossing as aliases, so every interpreter can
-    # call it (torch's kernel wrapper would hand it tensors tagged with the
-    # calling interpreter, which the owner cannot touch).
+    # process; another interpreter registering it again would override the
+    # first ("Overriding a previously registered kernel"). The first stays,
+    # and every interpreter's calls reach it (shim 1).
     def impl(self, op_name, fn, dispatch_key=""):
-        key = dispatch_key or self.dispatch_key
         name = op_name if isinstance(op_name, str) else _overload_name(op_name)
-        claim = "impl:%s/%s/%s" % (self.ns, name.split("::")[-1], key)
-        if not _chorus.claim_registration(claim):
-            return
-        dispatch_module = self.m
-        self.m = _KernelRouter(self)
-        try:
-            original_impl(self, op_name, fn, dispatch_key)  # torch's checks and bookkeeping
-        finally:
-            self.m = dispatch_module
+        key = "%s/%s/%s" % (self.ns, name.split("::")[-1], dispatch_key or self.dispatch_key)
+        with _claim("impl:" + key) as owner:
+            if owner:
+                original_impl(self, op_name, fn, dispatch_key)
 
-    Library.__init__ = __init__
+    torch._C._dispatch_library = _dispatch_library
     Library.define = define
     Library.impl = impl
+
+
+@contextlib.contextmanager
+def _claim(key):
+    """Yields whether this interpreter makes registration `key`; reports the outcome.
+
+    When another interpreter owns it, waits until that one has made it, so
+    code that skips a registration can use it right away.
+    """
+    owner = _chorus.claim_registration(key)
+    made = False
+    try:
+        yield owner
+        made = True
+    finally:
+        if owner:
+            _chorus.complete_registration(key, made)
 
 
 def _overload_name(op):
@@ -107,12 +117,14 @@ def _overload_name(op):
     return name + "." + op._schema.overload_name if op._schema.overload_name else name
 
 
-class _KernelRouter:
-    """Stands in for Library.m during Library.impl: registers through chorus."""
+class _DispatchLibrary:
+    """Stands in for torch._C._DispatchModule: a dispatcher library owned by chorus."""
 
-    def __init__(self, library):
-        self._library = library
+    def __init__(self, kind, ns, dispatch_key, file, line):
+        self._handle = _chorus.open_library(kind, ns, dispatch_key, file, line)
+
+    def define(self, schema, alias_analysis=""):
+        return _chorus.library_define(self._handle, schema, alias_analysis)
 
     def impl(self, name, dispatch_key, fn):
-        handles = self._library.__dict__.setdefault("_chorus_kernels", [])
-        handles.append(_chorus.register_python_kernel(self._library.ns, name, dispatch_key, fn))
+        _chorus.library_impl(self._handle, name, dispatch_key, fn)

@@ -1,4 +1,4 @@
-#include "interpreter/pyside/python_kernel.h"
+#include "interpreter/pyside/dispatch_library.h"
 
 #include <torch/csrc/DynamicTypes.h>
 #include <torch/csrc/jit/python/pybind_utils.h>
@@ -172,45 +172,122 @@ class PythonKernel final : public c10::OperatorKernel {
   PyObject* fn_;
 };
 
-// The registrations this interpreter made and still holds (GIL-guarded).
-std::set<torch::Library*>& LiveRegistrations() {
+// The libraries this interpreter opened and still holds (GIL-guarded).
+std::set<torch::Library*>& LiveLibraries() {
   static auto* live = new std::set<torch::Library*>();
   return *live;
 }
 
-constexpr char kCapsuleName[] = "chorus.PythonKernelRegistration";
+constexpr char kCapsuleName[] = "chorus.DispatchLibrary";
 
-void DestroyRegistration(PyObject* capsule) {
+void CloseLibrary(PyObject* capsule) {
   auto* library = static_cast<torch::Library*>(PyCapsule_GetPointer(capsule, kCapsuleName));
-  if (library != nullptr && LiveRegistrations().erase(library) > 0) delete library;
+  if (library != nullptr && LiveLibraries().erase(library) > 0) delete library;
+}
+
+// The library behind `capsule`, or nullptr (with TypeError) if it is not one
+// or was closed.
+torch::Library* Unwrap(PyObject* capsule) {
+  auto* library = static_cast<torch::Library*>(PyCapsule_GetPointer(capsule, kCapsuleName));
+  if (library == nullptr) return nullptr;
+  if (LiveLibraries().count(library) == 0) {
+    PyErr_SetString(PyExc_RuntimeError, "chorus: dispatcher library already closed");
+    return nullptr;
+  }
+  return library;
+}
+
+// torch's Python API spells alias analysis as a string; "" means FROM_SCHEMA.
+bool ParseAliasAnalysis(const std::string& text, c10::AliasAnalysisKind* kind) {
+  if (text.empty() || text == "FROM_SCHEMA") {
+    *kind = c10::AliasAnalysisKind::FROM_SCHEMA;
+  } else if (text == "CONSERVATIVE") {
+    *kind = c10::AliasAnalysisKind::CONSERVATIVE;
+  } else if (text == "PURE_FUNCTION") {
+    *kind = c10::AliasAnalysisKind::PURE_FUNCTION;
+  } else {
+    return false;
+  }
+  return true;
+}
+
+template <typename Body>
+PyObject* TranslatingErrors(Body&& body) {
+  try {
+    return body();
+  } catch (const c10::Error& e) {
+    PyErr_SetString(PyExc_RuntimeError, e.what_without_backtrace());
+  } catch (const std::exception& e) {
+    PyErr_SetString(PyExc_RuntimeError, e.what());
+  }
+  return nullptr;
 }
 
 }  // namespace
 
-PyObject* RegisterPythonKernel(const char* ns, const char* name, const char* dispatch_key,
-                               PyObject* fn) {
-  try {
-    auto library = std::make_unique<torch::Library>(torch::Library::IMPL, ns, c10::nullopt,
-                                                    __FILE__, static_cast<uint32_t>(__LINE__));
+PyObject* OpenLibrary(const char* kind, const char* ns, const char* dispatch_key,
+                      const char* file, int line) {
+  return TranslatingErrors([&]() -> PyObject* {
+    const std::string kind_name = kind;
+    torch::Library::Kind library_kind;
+    if (kind_name == "DEF") {
+      library_kind = torch::Library::DEF;
+    } else if (kind_name == "IMPL") {
+      library_kind = torch::Library::IMPL;
+    } else if (kind_name == "FRAGMENT") {
+      library_kind = torch::Library::FRAGMENT;
+    } else {
+      PyErr_Format(PyExc_ValueError, "unknown library kind: %s", kind);
+      return nullptr;
+    }
+    c10::optional<c10::DispatchKey> key;
+    if (dispatch_key[0] != '\0') key = c10::parseDispatchKey(dispatch_key);
+    // The library keeps `file` as a raw pointer for its error messages.
+    static auto* files = new std::set<std::string>();
+    const char* kept_file = files->insert(file).first->c_str();
+    auto library = std::make_unique<torch::Library>(library_kind, ns, key, kept_file,
+                                                    static_cast<uint32_t>(line));
+    PyObject* capsule = PyCapsule_New(library.get(), kCapsuleName, &CloseLibrary);
+    if (capsule == nullptr) return nullptr;
+    LiveLibraries().insert(library.release());
+    return capsule;
+  });
+}
+
+PyObject* LibraryDefine(PyObject* capsule, const char* schema, const char* alias_analysis) {
+  torch::Library* library = Unwrap(capsule);
+  if (library == nullptr) return nullptr;
+  return TranslatingErrors([&]() -> PyObject* {
+    c10::AliasAnalysisKind kind;
+    if (!ParseAliasAnalysis(alias_analysis, &kind)) {
+      PyErr_Format(PyExc_RuntimeError, "invalid alias_analysis: %s", alias_analysis);
+      return nullptr;
+    }
+    c10::FunctionSchema parsed = torch::schema(schema, kind);
+    std::string name = parsed.name();
+    library->def(std::move(parsed));
+    return PyUnicode_FromString(name.c_str());
+  });
+}
+
+PyObject* LibraryImpl(PyObject* capsule, const char* name, const char* dispatch_key,
+                      PyObject* fn) {
+  torch::Library* library = Unwrap(capsule);
+  if (library == nullptr) return nullptr;
+  return TranslatingErrors([&]() -> PyObject* {
     auto kernel = torch::CppFunction::makeFromBoxedFunctor(std::make_unique<PythonKernel>(fn));
     if (dispatch_key[0] == '\0') {
       library->impl(name, std::move(kernel));
     } else {
       library->impl(name, torch::dispatch(c10::parseDispatchKey(dispatch_key), std::move(kernel)));
     }
-    PyObject* capsule = PyCapsule_New(library.get(), kCapsuleName, &DestroyRegistration);
-    if (capsule == nullptr) return nullptr;
-    LiveRegistrations().insert(library.release());
-    return capsule;
-  } catch (const std::exception& e) {
-    PyErr_SetString(PyExc_RuntimeError, e.what());
-    return nullptr;
-  }
+    Py_RETURN_NONE;
+  });
 }
 
-void UnregisterAllPythonKernels() {
-  for (torch::Library* library : LiveRegistrations()) delete library;
-  LiveRegistrations().clear();
+void CloseAllLibraries() {
+  for (torch::Library* library : LiveLibraries()) delete library;
+  LiveLibraries().clear();
 }
 
 }  // namespace chorus::pyside

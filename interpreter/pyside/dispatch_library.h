@@ -1,0 +1,42 @@
+// Dispatcher libraries created from Python (torch.library), owned by chorus.
+//
+// torch's Python API creates c10 dispatcher libraries whose lifetime follows a
+// Python object. chorus creates them instead (torch._C._dispatch_library is
+// shimmed, see chorus/_torch_compat.py) so that:
+//  - every registration an interpreter made is removed when it is finalized,
+//    even if Python never frees the object, so the dispatcher never calls into
+//    a dead interpreter and a later interpreter can register again;
+//  - kernels written in Python run in the interpreter that registered them,
+//    with tensors crossing as aliases both ways. torch's own wrapper hands the
+//    kernel the caller's tensors as they are, which fails when the caller is
+//    another interpreter (those tensors are tagged with it).
+#ifndef CHORUS_INTERPRETER_PYSIDE_DISPATCH_LIBRARY_H_
+#define CHORUS_INTERPRETER_PYSIDE_DISPATCH_LIBRARY_H_
+
+#include <Python.h>
+
+namespace chorus::pyside {
+
+// All functions: GIL required; nullptr with a Python exception on failure.
+
+// A new library of `kind` ("DEF", "IMPL" or "FRAGMENT") for namespace `ns`
+// and, if not "", one dispatch key. Returns a capsule that owns it: dropping
+// the capsule removes every registration made through it.
+PyObject* OpenLibrary(const char* kind, const char* ns, const char* dispatch_key,
+                      const char* file, int line);
+
+// Defines an operator from `schema` in `library`; returns its name.
+PyObject* LibraryDefine(PyObject* library, const char* schema, const char* alias_analysis);
+
+// Registers Python callable `fn` as the kernel of operator `name` for
+// `dispatch_key` ("" = the library's key, or all keys). Returns None.
+PyObject* LibraryImpl(PyObject* library, const char* name, const char* dispatch_key,
+                      PyObject* fn);
+
+// Removes every registration this interpreter still holds. Called just before
+// the interpreter is finalized.
+void CloseAllLibraries();
+
+}  // namespace chorus::pyside
+
+#endif  // CHORUS_INTERPRETER_PYSIDE_DISPATCH_LIBRARY_H_
