@@ -114,17 +114,16 @@ StatusOr<std::string> LibraryCache::PrepareScope(const std::vector<std::string>&
 }
 
 StatusOr<std::string> SlotSoname(const std::string& soname, int slot) {
-  std::string suffix = ".c" + std::to_string(slot);
   size_t so = soname.find(".so");
   if (so == std::string::npos) return InvalidArgumentError("not a shared-object name: " + soname);
-  std::string name = soname.substr(0, so + 3) + suffix;
-  if (name.size() > soname.size()) {
-    if (soname.size() <= suffix.size() + 1) {
-      return InvalidArgumentError("SONAME too short to rename in place: " + soname);
-    }
-    name = soname.substr(0, soname.size() - suffix.size()) + suffix;
+  const std::string suffix = ".c" + std::to_string(slot);
+  // "libfoo.so.1.2" -> "libfoo.so.c3", or "libfoo.c3" when that does not fit.
+  for (const std::string& name :
+       {soname.substr(0, so + 3) + suffix, soname.substr(0, so) + suffix}) {
+    if (name.size() <= soname.size()) return name;
   }
-  return name;
+  return InvalidArgumentError("SONAME too short to rename in place for slot " +
+                              std::to_string(slot) + ": " + soname);
 }
 
 }  // namespace chorus

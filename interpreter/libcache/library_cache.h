@@ -57,7 +57,8 @@ class LibraryCache {
 
 // The SONAME slot `slot` gives its copy of a library called `soname`: unique
 // per slot and never longer than `soname` ("libtorch_python.so.1.13" ->
-// "libtorch_python.so.c3"), so it can be written in place.
+// "libtorch_python.so.c3", "libz.so.1" -> "libz.c3"), so it can be
+// written in place.
 StatusOr<std::string> SlotSoname(const std::string& soname, int slot);
 
 }  // namespace chorus
