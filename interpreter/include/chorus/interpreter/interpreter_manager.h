@@ -1,6 +1,8 @@
 // N isolated CPython interpreters in one process, all sharing one libtorch.
 //
-//   auto manager = chorus::InterpreterManager::Create({.num_interpreters = 4}).value();
+//   chorus::InterpreterManagerOptions options;
+//   options.num_interpreters = 4;
+//   auto manager = chorus::InterpreterManager::Create(options).value();
 //   {
 //     chorus::InterpreterSession session = manager->AcquireOne();  // holds one GIL
 //     auto relu = session.Global("torch.nn.functional", "relu").value();

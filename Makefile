@@ -1,0 +1,56 @@
+# chorus: the two commands are `make demo` and `make test` (see README.md).
+#
+#   make deps          install missing Debian packages (quiet when all present)
+#   make build         configure and build (build/)
+#   make test          deps + build + every test through CTest, then the
+#                      sanitizer build of the torch-free core (build-asan/)
+#   make demo          deps + build + the main job
+#   make bench-NAME    deps + build + benchmark NAME -> build/bench/NAME.json
+#
+# PYTHON pins the Python chorus embeds (it must import torch).
+
+PYTHON ?= /usr/bin/python3
+BUILD ?= build
+ASAN_BUILD ?= build-asan
+JOBS ?= $(shell nproc)
+CMAKE ?= cmake
+CTEST_ARGS ?=
+
+.PHONY: all deps configure build test test-core test-asan demo bench clean format
+
+all: build
+
+deps:
+	@tools/install-deps.sh
+
+configure: deps
+	@$(CMAKE) -S . -B $(BUILD) -G Ninja -DCHORUS_PYTHON=$(PYTHON) >/dev/null
+
+build: configure
+	@$(CMAKE) --build $(BUILD) -j $(JOBS)
+
+test: build test-asan
+	cd $(BUILD) && ctest --output-on-failure -j 1 $(CTEST_ARGS)
+
+# The torch-free core (Status, files, ELF edits, library cache) under
+# AddressSanitizer, LeakSanitizer and UBSan, built with clang so that the
+# thread-safety annotations are checked too.
+test-asan: deps
+	@$(CMAKE) -S . -B $(ASAN_BUILD) -G Ninja -DCHORUS_CORE_ONLY=ON \
+	  -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_C_COMPILER=clang \
+	  -DCHORUS_SANITIZE=address,undefined -DCMAKE_BUILD_TYPE=Debug >/dev/null
+	@$(CMAKE) --build $(ASAN_BUILD) -j $(JOBS)
+	cd $(ASAN_BUILD) && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=halt_on_error=1 \
+	  ctest --output-on-failure -L core
+
+demo: build
+	@$(BUILD)/bin/bench_interpreter --quick --out $(BUILD)/bench/interpreter-demo.json
+
+bench-%: build
+	@$(BUILD)/bin/bench_$* --out $(BUILD)/bench/$*.json
+
+format:
+	@git ls-files '*.cc' '*.h' | xargs clang-format -i
+
+clean:
+	rm -rf $(BUILD) $(ASAN_BUILD)

@@ -1,0 +1,72 @@
+// Shared helpers for chorus benchmarks: side-by-side rounds, medians, process
+// facts and the JSON result file.
+//
+// This machine is noisy, so benchmarks never report a lone absolute time as a
+// result: they run the compared modes in interleaved rounds and report ratios
+// of medians measured in the same run.
+#ifndef CHORUS_TESTS_BENCH_BENCH_UTIL_H_
+#define CHORUS_TESTS_BENCH_BENCH_UTIL_H_
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace chorus::bench {
+
+inline double Median(std::vector<double> values) {
+  if (values.empty()) return 0.0;
+  std::sort(values.begin(), values.end());
+  size_t mid = values.size() / 2;
+  return values.size() % 2 ? values[mid] : (values[mid - 1] + values[mid]) / 2.0;
+}
+
+inline double SecondsSince(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+// Resident set size of this process, in MiB (from /proc/self/status).
+inline double ResidentMiB() {
+  std::ifstream status("/proc/self/status");
+  std::string line;
+  while (std::getline(status, line)) {
+    if (line.rfind("VmRSS:", 0) == 0) return std::stod(line.substr(6)) / 1024.0;
+  }
+  return 0.0;
+}
+
+// Runs each mode once per round, `rounds` times, interleaved, and returns the
+// per-mode medians of what each run returned.
+inline std::vector<double> InterleavedMedians(int rounds,
+                                              const std::vector<std::function<double()>>& modes) {
+  std::vector<std::vector<double>> samples(modes.size());
+  for (int round = 0; round < rounds; ++round) {
+    for (size_t m = 0; m < modes.size(); ++m) samples[m].push_back(modes[m]());
+  }
+  std::vector<double> medians;
+  for (auto& s : samples) medians.push_back(Median(s));
+  return medians;
+}
+
+// Writes `result` to `path` (creating its directory) and says where.
+inline bool WriteJson(const std::string& path, const nlohmann::json& result) {
+  size_t slash = path.rfind('/');
+  if (slash != std::string::npos) {
+    std::string dir = path.substr(0, slash);
+    std::string command = "mkdir -p '" + dir + "'";
+    if (std::system(command.c_str()) != 0) return false;
+  }
+  std::ofstream out(path);
+  out << result.dump(2) << "\n";
+  std::printf("wrote %s\n", path.c_str());
+  return static_cast<bool>(out);
+}
+
+}  // namespace chorus::bench
+
+#endif  // CHORUS_TESTS_BENCH_BENCH_UTIL_H_

@@ -1,0 +1,242 @@
+// make bench-interpreter: what N interpreters in one process buy.
+//
+// Workloads, each run three ways side by side in interleaved rounds:
+//   one interpreter on one thread (the base);
+//   N interpreters, each on its own thread (chorus);
+//   one interpreter shared by N threads (plain embedded Python: the GIL).
+// pure_python is a CPU-bound Python loop; small_torch a batch-1 4-layer MLP
+// forward (intra-op threads fixed at 1, so the only parallelism is ours).
+// Start-up time and memory are measured in child processes (this binary with
+// --startup-child), one interpreter against N.
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <ATen/core/ivalue.h>
+
+#include <CLI/CLI.hpp>
+#include <atomic>
+#include <cstdio>
+#include <iostream>
+#include <memory>
+#include <string>
+#include <thread>
+#include <unistd.h>
+#include <vector>
+
+#include "chorus/interpreter/interpreter_manager.h"
+#include "tests/bench/bench_util.h"
+
+namespace chorus::bench {
+namespace {
+
+struct Workload {
+  std::string name;
+  std::string setup;     // run once in every interpreter
+  std::string function;  // the callable each call invokes
+  std::vector<c10::IValue> args;
+};
+
+const char kPurePythonSetup[] = R"(
+def pure_python(n):
+    total = 0
+    for i in range(n):
+        total += (i * i) % 7
+    return total
+)";
+
+const char kSmallTorchSetup[] = R"(
+import torch
+torch.manual_seed(0)
+_mlp = torch.nn.Sequential(
+    torch.nn.Linear(64, 256), torch.nn.ReLU(),
+    torch.nn.Linear(256, 256), torch.nn.ReLU(),
+    torch.nn.Linear(256, 256), torch.nn.ReLU(),
+    torch.nn.Linear(256, 10)).eval()
+
+def small_torch(x):
+    with torch.no_grad():
+        return _mlp(x)
+)";
+
+// Calls per second with `threads` threads, thread t using interpreter
+// index_of(t), each making `calls` calls (a session per call, as servers do).
+double Throughput(InterpreterManager& manager, const Workload& workload, int threads, int calls,
+                  const std::function<int(int)>& index_of) {
+  std::atomic<int> failures{0};
+  auto start = std::chrono::steady_clock::now();
+  std::vector<std::thread> workers;
+  for (int t = 0; t < threads; ++t) {
+    workers.emplace_back([&, t] {
+      for (int i = 0; i < calls; ++i) {
+        InterpreterSession session = manager.Acquire(index_of(t));
+        StatusOr<Object> fn = session.Global("__main__", workload.function);
+        StatusOr<Object> out = fn.ok() ? fn->Call(workload.args) : fn;
+        if (!out.ok()) ++failures;
+      }
+    });
+  }
+  for (auto& worker : workers) worker.join();
+  double seconds = SecondsSince(start);
+  if (failures > 0) std::fprintf(stderr, "%s: %d calls failed\n", workload.name.c_str(), failures.load());
+  return threads * calls / seconds;
+}
+
+// Calls needed for about `seconds` on one interpreter.
+int Calibrate(InterpreterManager& manager, const Workload& workload, double seconds) {
+  int calls = 10;
+  while (true) {
+    auto start = std::chrono::steady_clock::now();
+    Throughput(manager, workload, 1, calls, [](int) { return 0; });
+    double took = SecondsSince(start);
+    if (took > 0.2) return std::max(10, static_cast<int>(calls * seconds / took));
+    calls *= 4;
+  }
+}
+
+nlohmann::json MeasureWorkload(InterpreterManager& manager, const Workload& workload, int n,
+                               int rounds, double seconds) {
+  for (int i = 0; i < manager.size(); ++i) {
+    InterpreterSession session = manager.Acquire(i);
+    session.Exec(workload.setup).CheckOk();
+  }
+  int calls = Calibrate(manager, workload, seconds);
+  std::vector<double> rates = InterleavedMedians(
+      rounds, {
+                  [&] { return Throughput(manager, workload, 1, calls, [](int) { return 0; }); },
+                  [&] { return Throughput(manager, workload, n, calls, [](int t) { return t; }); },
+                  [&] { return Throughput(manager, workload, n, calls, [](int) { return 0; }); },
+              });
+  nlohmann::json result;
+  result["calls_per_s"] = {{"one_interpreter", rates[0]},
+                           {"n_interpreters", rates[1]},
+                           {"one_interpreter_n_threads", rates[2]}};
+  result["speedup_vs_one_interpreter"] = rates[1] / rates[0];
+  result["speedup_vs_one_interpreter_threads"] = rates[1] / rates[2];
+  return result;
+}
+
+// Child mode: create n interpreters, report start-up time and RSS as JSON.
+int StartupChild(int n, const std::string& cache) {
+  double rss_before = ResidentMiB();
+  auto start = std::chrono::steady_clock::now();
+  InterpreterManagerOptions options;
+  options.num_interpreters = n;
+  options.cache_dir = cache;
+  auto manager = InterpreterManager::Create(options);
+  if (!manager.ok()) {
+    std::cerr << manager.status().ToString() << "\n";
+    return 1;
+  }
+  double startup = SecondsSince(start);
+  nlohmann::json out = {{"startup_s", startup}, {"rss_mib", ResidentMiB()},
+                        {"rss_before_mib", rss_before}};
+  std::cout << out.dump() << std::endl;
+  std::_Exit(0);  // the parent measured what it needs; skip finalization
+}
+
+nlohmann::json RunChild(const std::string& self, int n, const std::string& cache) {
+  std::string command = self + " --startup-child " + std::to_string(n) + " --cache '" + cache + "'";
+  FILE* pipe = popen(command.c_str(), "r");
+  std::string output;
+  char buffer[4096];
+  while (pipe && fgets(buffer, sizeof(buffer), pipe)) output += buffer;
+  if (!pipe || pclose(pipe) != 0) throw std::runtime_error("startup child failed: " + command);
+  return nlohmann::json::parse(output.substr(output.rfind('{')));
+}
+
+nlohmann::json MeasureStartup(const std::string& self, int n, int rounds,
+                              const std::string& cache) {
+  RunChild(self, n, cache);  // warm the library cache and the page cache
+  std::vector<double> startup_one, startup_n, rss_one, rss_n;
+  for (int round = 0; round < rounds; ++round) {
+    nlohmann::json one = RunChild(self, 1, cache), many = RunChild(self, n, cache);
+    startup_one.push_back(one["startup_s"]);
+    startup_n.push_back(many["startup_s"]);
+    rss_one.push_back(one["rss_mib"]);
+    rss_n.push_back(many["rss_mib"]);
+  }
+  nlohmann::json result;
+  result["startup_s"] = {{"one", Median(startup_one)}, {"n", Median(startup_n)}};
+  result["startup_n_over_one"] = Median(startup_n) / Median(startup_one);
+  result["rss_mib"] = {{"one", Median(rss_one)}, {"n", Median(rss_n)}};
+  result["rss_mb_per_extra_interpreter"] =
+      n > 1 ? (Median(rss_n) - Median(rss_one)) / (n - 1) : 0.0;
+  return result;
+}
+
+void PrintTable(const nlohmann::json& r) {
+  int n = r["interpreters"];
+  std::printf("\nchorus interpreters: %d interpreters, %d hardware threads\n", n,
+              static_cast<int>(std::thread::hardware_concurrency()));
+  std::printf("%-13s %16s %16s %20s %10s %10s\n", "workload", "1 interp calls/s",
+              "N interps calls/s", "1 interp N thr calls/s", "vs 1", "vs threads");
+  for (const char* name : {"pure_python", "small_torch"}) {
+    const auto& w = r[name];
+    std::printf("%-13s %16.1f %16.1f %20.1f %9.2fx %9.2fx\n", name,
+                w["calls_per_s"]["one_interpreter"].get<double>(),
+                w["calls_per_s"]["n_interpreters"].get<double>(),
+                w["calls_per_s"]["one_interpreter_n_threads"].get<double>(),
+                w["speedup_vs_one_interpreter"].get<double>(),
+                w["speedup_vs_one_interpreter_threads"].get<double>());
+  }
+  std::printf("start-up: one interpreter %.2f s, %d interpreters %.2f s (%.2fx)\n",
+              r["startup_s"]["one"].get<double>(), n, r["startup_s"]["n"].get<double>(),
+              r["startup_n_over_one"].get<double>());
+  std::printf("memory: %.0f MiB with one interpreter, +%.1f MiB per extra interpreter\n\n",
+              r["rss_mib"]["one"].get<double>(), r["rss_mb_per_extra_interpreter"].get<double>());
+}
+
+}  // namespace
+}  // namespace chorus::bench
+
+int main(int argc, char** argv) {
+  using namespace chorus;
+  using namespace chorus::bench;
+  CLI::App app{"chorus interpreter benchmark: N interpreters vs one, side by side"};
+  std::string out = "build/bench/interpreter.json";
+  std::string cache = "build/bench-cache";
+  int n = std::max(2u, std::thread::hardware_concurrency());
+  int rounds = 5;
+  double seconds = 1.0;
+  int startup_child = 0;
+  bool quick = false;
+  app.add_option("--out", out, "where to write the JSON result");
+  app.add_option("--interpreters", n, "N, the interpreters compared with one");
+  app.add_option("--rounds", rounds, "interleaved rounds per comparison");
+  app.add_option("--seconds", seconds, "target seconds per measured run");
+  app.add_option("--cache", cache, "library cache directory");
+  app.add_flag("--quick", quick, "fewer, shorter rounds (for make demo)");
+  app.add_option("--startup-child", startup_child, "internal: child process mode")
+      ->group("");
+  CLI11_PARSE(app, argc, argv);
+  if (startup_child > 0) return StartupChild(startup_child, cache);
+  if (quick) {
+    rounds = 3;
+    seconds = 0.3;
+  }
+
+  at::set_num_threads(1);
+  InterpreterManagerOptions options;
+  options.num_interpreters = n;
+  options.cache_dir = cache;
+  options.intra_op_threads = 1;
+  auto manager = InterpreterManager::Create(options);
+  if (!manager.ok()) {
+    std::cerr << "cannot create interpreters: " << manager.status().ToString() << "\n";
+    return 1;
+  }
+  nlohmann::json result;
+  result["interpreters"] = n;
+  result["hardware_threads"] = std::thread::hardware_concurrency();
+  result["rounds"] = rounds;
+  Workload pure{"pure_python", kPurePythonSetup, "pure_python", {int64_t{20000}}};
+  Workload torch{"small_torch", kSmallTorchSetup, "small_torch", {at::randn({1, 64})}};
+  result["pure_python"] = MeasureWorkload(**manager, pure, n, rounds, seconds);
+  result["small_torch"] = MeasureWorkload(**manager, torch, n, rounds, seconds);
+  manager->reset();
+  char self[4096] = {0};
+  if (readlink("/proc/self/exe", self, sizeof(self) - 1) <= 0) return 1;
+  nlohmann::json startup = MeasureStartup(self, n, quick ? 1 : 3, cache);
+  result.update(startup);
+  PrintTable(result);
+  return WriteJson(out, result) ? 0 : 1;
+}
