@@ -4,6 +4,7 @@
 #include <ATen/core/ivalue.h>
 #include <dirent.h>
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <chrono>
@@ -337,6 +338,66 @@ TEST_F(InterpreterTest, ReplicatedObjectServesConcurrentCallersOnManyInterpreter
   EXPECT_GE(all.size(), 2u);
   EXPECT_LE(factory_runs.load(), kInterpreters);
   EXPECT_EQ(factory_runs.load(), static_cast<int>(all.size()));
+}
+
+TEST_F(InterpreterTest, InstalledModulesImportInEveryInterpreter) {
+  // Standard-library C extensions (lib-dynload), numpy, torch, torchvision.
+  const char* kCheck = R"(
+import ctypes, decimal, hashlib, json, sqlite3, ssl, zoneinfo
+import numpy, torch, torchvision
+torch.manual_seed(0)
+_resnet = torchvision.models.resnet18(num_classes=10).eval()
+with torch.no_grad():
+    resnet_shape = list(_resnet(torch.randn(1, 3, 32, 32)).shape)
+stdlib_ok = (json.loads('[1, 2]') == [1, 2] and str(decimal.Decimal('1.10') + 1) == '2.10'
+             and ctypes.sizeof(ctypes.c_int64) == 8 and sqlite3.connect(':memory:') is not None)
+)";
+  for (int i = 0; i < kInterpreters; ++i) {
+    InterpreterSession session = manager().Acquire(i);
+    Status imported = session.Exec(kCheck);
+    ASSERT_TRUE(imported.ok()) << "interpreter " << i << ": " << imported.ToString();
+    EXPECT_TRUE(VALUE_OR_FAIL(VALUE_OR_FAIL(session.Eval("stdlib_ok")).ToIValue()).toBool());
+    EXPECT_EQ(VALUE_OR_FAIL(VALUE_OR_FAIL(session.Eval("resnet_shape")).ToIValue()).toIntVector(),
+              (std::vector<int64_t>{1, 10}));
+  }
+}
+
+// Run in a child process by ImportingTorchIsSilent below.
+TEST(InterpreterChild, CreateFourInterpretersAndRunTorch) {
+  if (std::getenv("CHORUS_INTERPRETER_CHILD") == nullptr) GTEST_SKIP() << "child mode only";
+  InterpreterManagerOptions options;
+  options.num_interpreters = kInterpreters;
+  options.cache_dir = kCacheDir;
+  auto manager = InterpreterManager::Create(options);
+  ASSERT_TRUE(manager.ok()) << manager.status().ToString();
+  for (int i = 0; i < kInterpreters; ++i) {
+    InterpreterSession session = (*manager)->Acquire(i);
+    Object out = VALUE_OR_FAIL(session.Eval(
+        "float(__import__('torch').nn.functional.relu(__import__('torch').tensor([-1.0, 2.0])).sum())"));
+    EXPECT_EQ(VALUE_OR_FAIL(out.ToIValue()).toDouble(), 2.0);
+  }
+}
+
+// torch's import-time registrations in four interpreters of one process: no
+// error, no "Overriding a previously registered kernel", nothing on stderr but
+// chorus' own log line.
+TEST(InterpreterStartupTest, ImportingTorchInFourInterpretersIsSilent) {
+  std::string command =
+      "CHORUS_INTERPRETER_CHILD=1 CHORUS_LOG_LEVEL=warn /proc/self/exe "
+      "--gtest_filter=InterpreterChild.* --gtest_brief=1 2>&1";
+  char self[4096] = {0};
+  ASSERT_GT(readlink("/proc/self/exe", self, sizeof(self) - 1), 0);
+  command.replace(command.find("/proc/self/exe"), 14, self);
+  FILE* pipe = popen(command.c_str(), "r");
+  ASSERT_NE(pipe, nullptr);
+  std::string output;
+  char buffer[4096];
+  while (fgets(buffer, sizeof(buffer), pipe)) output += buffer;
+  ASSERT_EQ(pclose(pipe), 0) << output;
+  EXPECT_NE(output.find("1 test"), std::string::npos) << output;
+  for (const char* noise : {"Overriding", "Warning", "warning", "Traceback", "Error", "error"}) {
+    EXPECT_EQ(output.find(noise), std::string::npos) << "found \"" << noise << "\" in:\n" << output;
+  }
 }
 
 std::vector<std::string> ListFilesRecursively(const std::string& dir) {
