@@ -46,6 +46,12 @@ class InterpreterTest : public ::testing::Test {
     auto created = InterpreterManager::Create(options);
     ASSERT_TRUE(created.ok()) << created.status().ToString();
     manager_ = std::move(created).value().release();
+    // Tests run alone (one process per test under CTest) or together; each
+    // finds torch imported in every interpreter's __main__.
+    for (int i = 0; i < kInterpreters; ++i) {
+      InterpreterSession session = manager_->Acquire(i);
+      ASSERT_TRUE(session.Exec("import torch").ok());
+    }
   }
   static void TearDownTestSuite() {
     delete manager_;
