@@ -42,6 +42,11 @@ test-asan: deps
 	@$(CMAKE) --build $(ASAN_BUILD) -j $(JOBS)
 	cd $(ASAN_BUILD) && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=halt_on_error=1 \
 	  ctest --output-on-failure -L core
+	@for f in interpreter/src/watchdog.cc interpreter/src/interpreter_loader.cc; do \
+	  clang++ -std=c++17 -fsyntax-only -Wthread-safety -Werror=thread-safety -I. \
+	    -Icommon/include -Iinterpreter/include -I$(BUILD)/generated \
+	    -isystem /usr/include/torch/csrc/api/include $$f || exit 1; \
+	done
 
 demo: build
 	@$(BUILD)/bin/bench_interpreter --quick --out $(BUILD)/bench/interpreter-demo.json
