@@ -35,7 +35,7 @@ test: build test-asan
 # The torch-free core (Status, files, ELF edits, library cache) under
 # AddressSanitizer, LeakSanitizer and UBSan, built with clang so that the
 # thread-safety annotations are checked too.
-test-asan: deps
+test-asan: configure
 	@$(CMAKE) -S . -B $(ASAN_BUILD) -G Ninja -DCHORUS_CORE_ONLY=ON \
 	  -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_C_COMPILER=clang \
 	  -DCHORUS_SANITIZE=address,undefined -DCMAKE_BUILD_TYPE=Debug >/dev/null
