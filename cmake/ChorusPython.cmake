@@ -18,3 +18,33 @@ foreach(_line IN LISTS _facts)
 endforeach()
 set(CHORUS_LIBPYTHON "${CHORUS_PY_LIBPYTHON}")
 message(STATUS "chorus embeds Python ${CHORUS_PY_VERSION} (${CHORUS_PYTHON}), torch ${CHORUS_TORCH_VERSION}")
+
+# chorus' Python package is assembled from every component's python/ folder
+# into share/chorus/python (build tree and install tree alike), one symlink
+# per file in the build tree so that edits need no rebuild.
+set(CHORUS_PYTHON_BUILD_DIR "${PROJECT_BINARY_DIR}/share/chorus/python")
+if(IS_SYMLINK "${CHORUS_PYTHON_BUILD_DIR}")
+  file(REMOVE "${CHORUS_PYTHON_BUILD_DIR}")  # older build trees linked the whole folder
+endif()
+file(MAKE_DIRECTORY "${CHORUS_PYTHON_BUILD_DIR}")
+
+function(chorus_add_python_sources root)
+  file(GLOB_RECURSE files RELATIVE "${root}" CONFIGURE_DEPENDS "${root}/chorus/*.py")
+  foreach(file IN LISTS files)
+    get_filename_component(dir "${CHORUS_PYTHON_BUILD_DIR}/${file}" DIRECTORY)
+    file(MAKE_DIRECTORY "${dir}")
+    file(CREATE_LINK "${root}/${file}" "${CHORUS_PYTHON_BUILD_DIR}/${file}" SYMBOLIC)
+  endforeach()
+  install(DIRECTORY "${root}/chorus" DESTINATION "${CMAKE_INSTALL_DATADIR}/chorus/python"
+          FILES_MATCHING PATTERN "*.py")
+endfunction()
+
+# chorus_generate_python_constants(HEADER OUTPUT_RELATIVE_PATH)
+function(chorus_generate_python_constants header output)
+  set(out "${CHORUS_PYTHON_BUILD_DIR}/${output}")
+  execute_process(COMMAND "${CMAKE_COMMAND}" -DHEADER=${header} -DOUTPUT=${out}
+                  -P "${PROJECT_SOURCE_DIR}/cmake/GeneratePythonConstants.cmake")
+  set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS "${header}")
+  get_filename_component(dir "${output}" DIRECTORY)
+  install(FILES "${out}" DESTINATION "${CMAKE_INSTALL_DATADIR}/chorus/python/${dir}")
+endfunction()

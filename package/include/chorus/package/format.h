@@ -1,0 +1,46 @@
+// Constants of the chorus package format (docs/package-format.md), shared by
+// the reader (C++, this library) and the writer (the chorus-package tool,
+// whose chorus/package/_format.py is generated from this file at build time:
+// keep every constant on one line, `inline constexpr <type> kName = <value>;`).
+#ifndef CHORUS_PACKAGE_FORMAT_H_
+#define CHORUS_PACKAGE_FORMAT_H_
+
+#include <cstdint>
+
+namespace chorus::package_format {
+
+// The manifest chorus adds to a torch.package archive (relative to the
+// archive's top folder). torch.package's importer ignores everything in .data/.
+inline constexpr char kManifestRecord[] = ".data/chorus/manifest.json";
+// Example inputs and the outputs the model gave for them when it was packaged
+// (torch.save format), used by `chorus-package check`.
+inline constexpr char kExampleInputsRecord[] = ".data/chorus/example_inputs.pt";
+inline constexpr char kExampleOutputsRecord[] = ".data/chorus/example_outputs.pt";
+// torch.package's own bookkeeping records.
+inline constexpr char kTorchPackageVersionRecord[] = ".data/version";
+inline constexpr char kExternModulesRecord[] = ".data/extern_modules";
+inline constexpr char kStorageDirectory[] = ".data/";
+inline constexpr char kStorageSuffix[] = ".storage";
+// TorchScript archives (torch.jit.save) have these instead.
+inline constexpr char kTorchScriptDataRecord[] = "data.pkl";
+inline constexpr char kTorchScriptConstantsRecord[] = "constants.pkl";
+
+// Manifest schema.
+inline constexpr char kFormatName[] = "chorus-package";
+inline constexpr int kFormatVersion = 1;
+inline constexpr char kEntryPointPickle[] = "pickle";
+inline constexpr char kEntryPointFactory[] = "factory";
+
+// Safety limits applied when opening an archive.
+inline constexpr uint64_t kMaxEntries = 1000000;
+inline constexpr uint64_t kMaxTotalUncompressedBytes = 1099511627776;  // 1 TiB
+inline constexpr int kMaxCompressionRatio = 100;
+// Entries smaller than this are exempt from the ratio check (tiny text files
+// compress very well without being bombs).
+inline constexpr uint64_t kCompressionRatioFloorBytes = 1048576;
+// torch.package (PyTorchFileWriter) aligns record data to this many bytes.
+inline constexpr int kRecordAlignment = 64;
+
+}  // namespace chorus::package_format
+
+#endif  // CHORUS_PACKAGE_FORMAT_H_

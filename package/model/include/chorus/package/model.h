@@ -1,0 +1,73 @@
+// A model loaded from a package archive, callable from any thread.
+//
+//   auto model = chorus::Model::Load(manager.get(), "mlp.pt").value();
+//   c10::IValue y = model->Forward({at::randn({8, 4})}).value();
+//
+// torch.package archives (chorus-package or stock PackageExporter) run their
+// Python code on the manager's interpreters: one replica per interpreter,
+// made lazily, all sharing the archive's weights (mapped once per process).
+// TorchScript archives (torch.jit.save) run on libtorch with no interpreter.
+// Both answer through this one interface.
+#ifndef CHORUS_PACKAGE_MODEL_H_
+#define CHORUS_PACKAGE_MODEL_H_
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "chorus/common/status.h"
+#include "chorus/interpreter/interpreter_manager.h"
+#include "chorus/package/archive.h"
+#include "chorus/package/manifest.h"
+
+namespace c10 {
+struct IValue;
+}  // namespace c10
+
+namespace chorus {
+
+struct ModelOptions {
+  // Where the model object is, for torch.package archives without a chorus
+  // manifest (stock PackageExporter output). Ignored when a manifest exists.
+  std::optional<EntryPoint> entry_point;
+  // Verify every record's sha256 against the manifest before loading.
+  bool verify_sha256 = false;
+};
+
+class Model {
+ public:
+  // Opens `path` (once per process: loads of the same unchanged file share
+  // one Archive) and prepares the model. torch.package archives need
+  // `manager` (which must outlive the Model); TorchScript archives accept
+  // nullptr. Errors: the archive's (archive.h); NOT_FOUND "no chorus
+  // manifest" when neither a manifest nor options.entry_point says where the
+  // model is; a Python error while unpickling, with its details.
+  static StatusOr<std::shared_ptr<Model>> Load(InterpreterManager* manager, const std::string& path,
+                                               const ModelOptions& options = {});
+
+  virtual ~Model() = default;
+
+  // The manifest, or nullptr for archives without one.
+  virtual const Manifest* manifest() const = 0;
+  virtual ArchiveKind kind() const = 0;
+  virtual const std::shared_ptr<Archive>& archive() const = 0;
+
+  // Calls the model with `inputs` as positional arguments. Any thread; Python
+  // models run on an idle interpreter. Errors: the model's (Python exceptions
+  // as INTERNAL with the Python details, DEADLINE_EXCEEDED at the deadline).
+  virtual StatusOr<c10::IValue> Forward(const std::vector<c10::IValue>& inputs,
+                                        const CallOptions& options = {}) = 0;
+
+  // For torch.package models: the replica in `session`'s interpreter (made
+  // there if needed). UNIMPLEMENTED for TorchScript models.
+  virtual StatusOr<Object> In(InterpreterSession& session) = 0;
+};
+
+// The archive object Python code in an interpreter sees for `archive`
+// (a torch.classes.chorus.Archive), e.g. to hand to chorus.package.importer.
+c10::IValue ArchiveToIValue(std::shared_ptr<Archive> archive);
+
+}  // namespace chorus
+
+#endif  // CHORUS_PACKAGE_MODEL_H_

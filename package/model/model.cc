@@ -1,0 +1,203 @@
+#include "chorus/package/model.h"
+
+#include <sys/stat.h>
+#include <torch/custom_class.h>
+#include <torch/script.h>
+
+#include <map>
+#include <utility>
+
+#include "chorus/common/thread_annotations.h"
+#include "chorus/package/format.h"
+
+namespace chorus {
+namespace {
+
+// torch.classes.chorus.Archive: the host's archive as Python code in any
+// interpreter sees it. Records come back as uint8 tensors over the archive's
+// mapping (stored records) or over a decompressed copy; nothing is copied
+// per interpreter.
+class ArchiveHolder : public torch::CustomClassHolder {
+ public:
+  explicit ArchiveHolder(std::shared_ptr<Archive> archive) : archive_(std::move(archive)) {}
+
+  const std::shared_ptr<Archive>& archive() const { return archive_; }
+
+  std::vector<std::string> Records() const {
+    std::vector<std::string> names;
+    for (const ArchiveRecord& record : archive_->records()) names.push_back(record.name);
+    return names;
+  }
+
+  at::Tensor Record(const std::string& name, int64_t length) const {
+    StatusOr<RecordData> data = archive_->Read(name);
+    TORCH_CHECK(data.ok(), data.status().message());
+    if (length < 0) length = static_cast<int64_t>(data->size);
+    TORCH_CHECK(static_cast<uint64_t>(length) <= data->size, "storage record ", name, " holds ",
+                data->size, " bytes but its tensor needs ", length,
+                " (storage record shorter than its tensor)");
+    std::shared_ptr<const void> owner = data->owner;
+    return at::from_blob(const_cast<uint8_t*>(data->data), {length},
+                         [owner](void*) mutable { owner.reset(); },
+                         at::TensorOptions().dtype(at::kByte));
+  }
+
+ private:
+  std::shared_ptr<Archive> archive_;
+};
+
+using Holder = c10::intrusive_ptr<ArchiveHolder>;
+
+const auto kArchiveClass =
+    torch::class_<ArchiveHolder>("chorus", "Archive")
+        .def("path", [](const Holder& self) { return self->archive()->path(); })
+        .def("records", [](const Holder& self) { return self->Records(); })
+        .def("has", [](const Holder& self, const std::string& name) {
+          return self->archive()->Find(name) != nullptr;
+        })
+        .def("record", [](const Holder& self, const std::string& name) {
+          return self->Record(name, -1);
+        })
+        .def("storage", [](const Holder& self, const std::string& name, int64_t nbytes) {
+          return self->Record(name, nbytes);
+        });
+
+// Archives already open in this process, by file identity: a file is mapped
+// once however many models load it.
+StatusOr<std::shared_ptr<Archive>> OpenShared(const std::string& path,
+                                              const ArchiveOptions& options) {
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0) return NotFoundError("no archive at " + path);
+  std::string key = std::to_string(st.st_dev) + ":" + std::to_string(st.st_ino) + ":" +
+                    std::to_string(st.st_size) + ":" + std::to_string(st.st_mtim.tv_sec) + "." +
+                    std::to_string(st.st_mtim.tv_nsec);
+  static Mutex mu;
+  static auto* open = new std::map<std::string, std::weak_ptr<Archive>>();
+  MutexLock lock(&mu);
+  if (auto archive = (*open)[key].lock()) {
+    if (options.verify_sha256) CHORUS_RETURN_IF_ERROR(archive->VerifySha256());
+    return archive;
+  }
+  CHORUS_ASSIGN_OR_RETURN(std::shared_ptr<Archive> archive, Archive::Open(path, options));
+  (*open)[key] = archive;
+  return archive;
+}
+
+c10::IValue EntryPointToIValue(const EntryPoint& entry) {
+  c10::Dict<std::string, std::string> dict;
+  dict.insert("kind", entry.kind);
+  if (entry.kind == package_format::kEntryPointPickle) {
+    dict.insert("package", entry.package);
+    dict.insert("resource", entry.resource);
+  } else {
+    dict.insert("module", entry.module);
+    dict.insert("factory", entry.factory);
+  }
+  return dict;
+}
+
+class PythonModel final : public Model {
+ public:
+  PythonModel(InterpreterManager* manager, std::shared_ptr<Archive> archive, EntryPoint entry)
+      : archive_(std::move(archive)) {
+    std::shared_ptr<Archive> shared = archive_;
+    replicated_ = manager->Replicate([shared, entry](InterpreterSession& session) {
+      StatusOr<Object> load = session.Global("chorus.package.importer", "load_model");
+      if (!load.ok()) return load;
+      return load->Call({ArchiveToIValue(shared), EntryPointToIValue(entry)});
+    });
+  }
+
+  const Manifest* manifest() const override {
+    return archive_->manifest() ? &*archive_->manifest() : nullptr;
+  }
+  ArchiveKind kind() const override { return ArchiveKind::kTorchPackage; }
+  const std::shared_ptr<Archive>& archive() const override { return archive_; }
+
+  StatusOr<c10::IValue> Forward(const std::vector<c10::IValue>& inputs,
+                                const CallOptions& options) override {
+    return replicated_.Call(inputs, {}, options);
+  }
+  StatusOr<Object> In(InterpreterSession& session) override { return replicated_.In(session); }
+
+ private:
+  std::shared_ptr<Archive> archive_;
+  ReplicatedObject replicated_;
+};
+
+class TorchScriptModel final : public Model {
+ public:
+  TorchScriptModel(std::shared_ptr<Archive> archive, torch::jit::Module module)
+      : archive_(std::move(archive)), module_(std::move(module)) {
+    module_.eval();
+  }
+
+  const Manifest* manifest() const override {
+    return archive_->manifest() ? &*archive_->manifest() : nullptr;
+  }
+  ArchiveKind kind() const override { return ArchiveKind::kTorchScript; }
+  const std::shared_ptr<Archive>& archive() const override { return archive_; }
+
+  StatusOr<c10::IValue> Forward(const std::vector<c10::IValue>& inputs,
+                                const CallOptions& options) override {
+    // Graph execution cannot be interrupted; a passed deadline is refused.
+    if (std::chrono::steady_clock::now() >= options.deadline) {
+      return DeadlineExceededError("deadline passed before the call started");
+    }
+    try {
+      c10::InferenceMode guard;
+      return module_.forward(inputs);
+    } catch (const c10::Error& e) {
+      return InternalError(e.what_without_backtrace());
+    } catch (const std::exception& e) {
+      return InternalError(e.what());
+    }
+  }
+  StatusOr<Object> In(InterpreterSession&) override {
+    return UnimplementedError("TorchScript models run without an interpreter");
+  }
+
+ private:
+  std::shared_ptr<Archive> archive_;
+  torch::jit::Module module_;
+};
+
+}  // namespace
+
+c10::IValue ArchiveToIValue(std::shared_ptr<Archive> archive) {
+  return c10::IValue(c10::make_intrusive<ArchiveHolder>(std::move(archive)));
+}
+
+StatusOr<std::shared_ptr<Model>> Model::Load(InterpreterManager* manager, const std::string& path,
+                                             const ModelOptions& options) {
+  ArchiveOptions archive_options;
+  archive_options.verify_sha256 = options.verify_sha256;
+  CHORUS_ASSIGN_OR_RETURN(std::shared_ptr<Archive> archive, OpenShared(path, archive_options));
+  if (archive->kind() == ArchiveKind::kTorchScript) {
+    try {
+      return std::shared_ptr<Model>(
+          std::make_shared<TorchScriptModel>(archive, torch::jit::load(path)));
+    } catch (const c10::Error& e) {
+      return InvalidArgumentError("cannot load TorchScript archive " + path + ": " +
+                                  e.what_without_backtrace());
+    }
+  }
+  EntryPoint entry;
+  if (archive->manifest()) {
+    entry = archive->manifest()->entry_point;
+  } else if (options.entry_point) {
+    entry = *options.entry_point;
+  } else {
+    return NotFoundError(path + " has no chorus manifest (" + package_format::kManifestRecord +
+                         "); package it with chorus-package or pass an entry point");
+  }
+  if (manager == nullptr) return InvalidArgumentError("Python packages need an InterpreterManager");
+  auto model = std::make_shared<PythonModel>(manager, archive, entry);
+  // Made once now, so that a model that cannot load fails here, not later.
+  InterpreterSession session = manager->AcquireOne();
+  StatusOr<Object> first = model->In(session);
+  if (!first.ok()) return first.status().Annotate("loading " + path);
+  return std::shared_ptr<Model>(model);
+}
+
+}  // namespace chorus

@@ -1,0 +1,199 @@
+"""chorus-package: make, inspect and check chorus model packages.
+
+  chorus-package create OUT.pt --module mymodel:build --example-inputs mymodel:example_inputs
+  chorus-package create OUT.pt --pickle model.pt --example-inputs inputs.pt --name mlp
+  chorus-package inspect OUT.pt
+  chorus-package check OUT.pt
+
+Exit codes: 0 success, 1 check found a difference or a load failure,
+2 bad command line, 3 the model or archive is unusable.
+"""
+
+import argparse
+import importlib
+import json
+import os
+import struct
+import subprocess
+import sys
+import zipfile
+
+EXIT_OK, EXIT_CHECK_FAILED, EXIT_USAGE, EXIT_UNUSABLE = 0, 1, 2, 3
+
+
+def _load_callable(spec: str):
+    module_name, _, attr = spec.partition(":")
+    if not module_name or not attr:
+        raise SystemExit(f"chorus-package: expected MODULE:NAME, got {spec!r}")
+    return getattr(importlib.import_module(module_name), attr)
+
+
+def _example_inputs(spec: str):
+    import torch
+    if spec.endswith((".pt", ".pth")) and os.path.exists(spec):
+        value = torch.load(spec)
+    else:
+        value = _load_callable(spec)()
+    return tuple(value) if isinstance(value, (list, tuple)) else (value,)
+
+
+def _split(text):
+    return [t for t in (text or "").split(",") if t]
+
+
+def cmd_create(args) -> int:
+    import torch
+    from chorus.package.create import PackagingError, PackagingRules, create_package
+    sys.path.insert(0, os.path.abspath(args.path))
+    if args.module:
+        factory = _load_callable(args.module)
+        model = factory(**json.loads(args.factory_kwargs))
+        source = args.module
+    else:
+        model = torch.load(args.pickle)
+        source = os.path.basename(args.pickle)
+    name = args.name or (args.module.partition(":")[0] if args.module else
+                         os.path.splitext(os.path.basename(args.pickle))[0])
+    rules = PackagingRules(intern=args.intern or ["**"], extern=args.extern or [],
+                           mock=args.mock or [])
+    try:
+        manifest = create_package(
+            args.output, model, _example_inputs(args.example_inputs), name=name,
+            version=args.model_version, rules=rules, batchable=not args.no_batching,
+            batch_dim=args.batch_dim, max_batch_size=args.max_batch_size, device=args.device,
+            input_names=_split(args.input_names) or None,
+            output_names=_split(args.output_names) or None, source=source,
+            progress=not args.quiet)
+    except PackagingError as e:
+        print(f"chorus-package: cannot package: {e}", file=sys.stderr)
+        return EXIT_UNUSABLE
+    size = os.path.getsize(args.output)
+    print(f"wrote {args.output}: model {manifest['model']['name']} "
+          f"version {manifest['model']['version']}, {len(manifest['files'])} records, "
+          f"{size / (1 << 20):.1f} MiB")
+    return EXIT_OK
+
+
+def _data_offset(archive_file, info: zipfile.ZipInfo) -> int:
+    archive_file.seek(info.header_offset + 26)
+    name_length, extra_length = struct.unpack("<HH", archive_file.read(4))
+    return info.header_offset + 30 + name_length + extra_length
+
+
+def cmd_inspect(args) -> int:
+    from chorus.package.manifest import ManifestError, read_manifest
+    try:
+        manifest = read_manifest(args.archive)
+    except ManifestError as e:
+        manifest = None
+        note = str(e)
+    except (zipfile.BadZipFile, OSError) as e:
+        print(f"chorus-package: {args.archive}: {e}", file=sys.stderr)
+        return EXIT_UNUSABLE
+    with zipfile.ZipFile(args.archive) as archive, open(args.archive, "rb") as raw:
+        rows = [(i.filename, i.file_size, i.compress_type == zipfile.ZIP_STORED,
+                 _data_offset(raw, i)) for i in archive.infolist()]
+    if args.json:
+        print(json.dumps({"manifest": manifest, "records": [
+            {"name": n, "size": s, "stored": st, "data_offset": o} for n, s, st, o in rows]},
+            indent=2))
+        return EXIT_OK
+    if manifest is None:
+        print(f"no chorus manifest: {note}")
+    else:
+        print(f"model    {manifest['model']['name']} version {manifest['model']['version']}")
+        print(f"entry    {json.dumps(manifest['entry_point'])}")
+        for kind in ("inputs", "outputs"):
+            for spec in manifest[kind]:
+                print(f"{kind[:-1]:8} {spec['name']}: {spec['dtype']}{spec['shape']}")
+        print(f"batching {json.dumps(manifest['batching'])}")
+        print(f"device   {manifest['device']}")
+    print(f"\n{'size':>12}  {'stored':6}  {'aligned':7}  name")
+    for name, size, stored, offset in rows:
+        print(f"{size:12d}  {'yes' if stored else 'no':6}  "
+              f"{'yes' if offset % 64 == 0 else 'no':7}  {name}")
+    print(f"{sum(r[1] for r in rows):12d}  total, {len(rows)} records")
+    return EXIT_OK
+
+
+def _check_binary() -> str:
+    here = os.path.dirname(os.path.abspath(__file__))
+    candidates = [os.environ.get("CHORUS_BIN_DIR", ""),
+                  os.path.normpath(os.path.join(here, "..", "..", "..", "..", "..", "bin"))]
+    for directory in candidates:
+        path = os.path.join(directory, "chorus-package-check")
+        if directory and os.access(path, os.X_OK):
+            return path
+    raise FileNotFoundError("chorus-package-check not found (set CHORUS_BIN_DIR)")
+
+
+def cmd_check(args) -> int:
+    try:
+        binary = _check_binary()
+    except FileNotFoundError as e:
+        print(f"chorus-package: {e}", file=sys.stderr)
+        return EXIT_UNUSABLE
+    command = [binary, args.archive, "--atol", str(args.atol), "--rtol", str(args.rtol)]
+    result = subprocess.run(command, capture_output=True, text=True)
+    report = None
+    for line in reversed(result.stdout.splitlines()):
+        if line.startswith("{"):
+            report = json.loads(line)
+            break
+    if report is None:
+        print(f"chorus-package: check failed to run:\n{result.stderr}", file=sys.stderr)
+        return EXIT_CHECK_FAILED
+    if report["ok"]:
+        print(f"ok: {args.archive} loads in a fresh chorus interpreter and reproduces its "
+              f"{report['outputs']} example output(s) (max abs diff {report['max_abs_diff']:.3g})")
+        return EXIT_OK
+    print(f"FAILED: {args.archive}: {report['error']}", file=sys.stderr)
+    return EXIT_CHECK_FAILED
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="chorus-package", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    create = commands.add_parser("create", help="package a model")
+    create.add_argument("output", help="archive to write")
+    source = create.add_mutually_exclusive_group(required=True)
+    source.add_argument("--module", help="MODULE:FACTORY building the model")
+    source.add_argument("--pickle", help="an nn.Module saved with torch.save")
+    create.add_argument("--factory-kwargs", default="{}", help="JSON keyword arguments")
+    create.add_argument("--example-inputs", required=True,
+                        help="MODULE:FUNCTION returning the inputs, or a torch.save'd file")
+    create.add_argument("--path", default=".", help="directory holding the model's code")
+    create.add_argument("--name", help="model name (default: the module or file name)")
+    create.add_argument("--model-version", default="1")
+    create.add_argument("--intern", action="append", help="module pattern to include")
+    create.add_argument("--extern", action="append", help="module pattern to leave outside")
+    create.add_argument("--mock", action="append", help="module pattern to replace by a mock")
+    create.add_argument("--no-batching", action="store_true", help="the model cannot batch")
+    create.add_argument("--batch-dim", type=int, default=0)
+    create.add_argument("--max-batch-size", type=int, default=32)
+    create.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    create.add_argument("--input-names", help="comma-separated input names")
+    create.add_argument("--output-names", help="comma-separated output names")
+    create.add_argument("--quiet", action="store_true", help="no progress output")
+    create.set_defaults(run=cmd_create)
+
+    inspect = commands.add_parser("inspect", help="print manifest, records and sizes")
+    inspect.add_argument("archive")
+    inspect.add_argument("--json", action="store_true", help="machine-readable output")
+    inspect.set_defaults(run=cmd_inspect)
+
+    check = commands.add_parser("check", help="load in a fresh chorus interpreter and "
+                                              "compare the example outputs")
+    check.add_argument("archive")
+    check.add_argument("--atol", type=float, default=1e-5)
+    check.add_argument("--rtol", type=float, default=1e-4)
+    check.set_defaults(run=cmd_check)
+
+    args = parser.parse_args(argv)
+    return args.run(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
