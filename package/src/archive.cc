@@ -78,6 +78,7 @@ class ArchiveImpl final : public Archive {
  private:
   Status Map();
   Status OpenZip();
+  Status CheckDirectory(const std::vector<zip::Entry>& entries);
   Status CheckRecords(const std::vector<zip::Entry>& entries);
   Status CheckRecord(const zip::Entry& entry, uint64_t index);
   Status DetectKind();
@@ -128,10 +129,37 @@ Status ArchiveImpl::OpenZip() {
   return OkStatus();
 }
 
+// Checks that need only the directory, made before libzip sees the archive.
+Status ArchiveImpl::CheckDirectory(const std::vector<zip::Entry>& entries) {
+  if (entries.size() > fmt::kMaxEntries) return Refused(path_, "too many records");
+  if (entries.empty()) return Refused(path_, "empty archive");
+  std::set<std::string> names;
+  for (const zip::Entry& entry : entries) {
+    const std::string shown = entry.name.substr(0, entry.name.find('\0'));
+    if (!SafeName(entry.name)) return Refused(path_, "unsafe record name \"" + shown + "\"");
+    if (!names.insert(entry.name).second) return Refused(path_, "duplicate record " + shown);
+    if (entry.flags & zip::kFlagEncrypted) return Refused(path_, "encrypted record " + shown);
+    if (entry.method != zip::kMethodStored && entry.method != zip::kMethodDeflated) {
+      return Refused(path_, "unsupported compression method " + std::to_string(entry.method) +
+                                " for " + shown);
+    }
+    if (entry.method == zip::kMethodStored && entry.compressed_size != entry.size) {
+      return Corrupt(path_, "size mismatch: stored record " + shown + " declares " +
+                                std::to_string(entry.size) + " bytes but holds " +
+                                std::to_string(entry.compressed_size));
+    }
+    if (entry.size > fmt::kCompressionRatioFloorBytes &&
+        entry.size / std::max<uint64_t>(entry.compressed_size, 1) >
+            static_cast<uint64_t>(fmt::kMaxCompressionRatio)) {
+      return Refused(path_, "compression ratio of " + shown + " exceeds " +
+                                std::to_string(fmt::kMaxCompressionRatio) + ":1 (zip bomb?)");
+    }
+  }
+  return OkStatus();
+}
+
 Status ArchiveImpl::CheckRecord(const zip::Entry& entry, uint64_t index) {
-  const std::string shown = entry.name.substr(0, entry.name.find('\0'));
-  if (!SafeName(entry.name)) return Refused(path_, "unsafe record name \"" + shown + "\"");
-  if (entry.flags & zip::kFlagEncrypted) return Refused(path_, "encrypted record " + shown);
+  const std::string& shown = entry.name;
   zip_stat_t stat;
   zip_stat_init(&stat);
   const char* name = zip_get_name(zip_, index, ZIP_FL_ENC_RAW);
@@ -146,38 +174,17 @@ Status ArchiveImpl::CheckRecord(const zip::Entry& entry, uint64_t index) {
       stat.crc != entry.crc32) {
     return Corrupt(path_, "size mismatch for " + shown + " between directory and libzip");
   }
-  if (entry.method != zip::kMethodStored && entry.method != zip::kMethodDeflated) {
-    return Refused(path_, "unsupported compression method " + std::to_string(entry.method) +
-                              " for " + shown);
-  }
-  if (entry.method == zip::kMethodStored && entry.compressed_size != entry.size) {
-    return Corrupt(path_, "size mismatch: stored record " + shown + " declares " +
-                              std::to_string(entry.size) + " bytes but holds " +
-                              std::to_string(entry.compressed_size));
-  }
-  if (entry.size > fmt::kCompressionRatioFloorBytes &&
-      entry.size / std::max<uint64_t>(entry.compressed_size, 1) >
-          static_cast<uint64_t>(fmt::kMaxCompressionRatio)) {
-    return Refused(path_, "compression ratio of " + shown + " exceeds " +
-                              std::to_string(fmt::kMaxCompressionRatio) + ":1 (zip bomb?)");
-  }
   return OkStatus();
 }
 
 Status ArchiveImpl::CheckRecords(const std::vector<zip::Entry>& entries) {
-  if (entries.size() > fmt::kMaxEntries) return Refused(path_, "too many records");
   if (static_cast<uint64_t>(zip_get_num_entries(zip_, 0)) != entries.size()) {
     return Corrupt(path_, "inconsistent zip structure (record count)");
   }
-  if (entries.empty()) return Refused(path_, "empty archive");
-  std::set<std::string> names;
   uint64_t total = 0;
   for (uint64_t i = 0; i < entries.size(); ++i) {
     const zip::Entry& entry = entries[i];
     CHORUS_RETURN_IF_ERROR(CheckRecord(entry, i));
-    if (!names.insert(entry.name).second) {
-      return Refused(path_, "duplicate record " + entry.name);
-    }
     total += entry.size;
     if (total > fmt::kMaxTotalUncompressedBytes) {
       return Refused(path_, "uncompressed size exceeds the limit (zip bomb?)");
@@ -235,6 +242,7 @@ Status ArchiveImpl::Initialize(const std::string& path, const ArchiveOptions& op
   CHORUS_RETURN_IF_ERROR(Map());
   StatusOr<std::vector<zip::Entry>> entries = zip::ReadDirectory(base_, size_);
   if (!entries.ok()) return Refused(path_, entries.status().message());
+  CHORUS_RETURN_IF_ERROR(CheckDirectory(*entries));
   CHORUS_RETURN_IF_ERROR(OpenZip());
   CHORUS_RETURN_IF_ERROR(CheckRecords(*entries));
   CHORUS_RETURN_IF_ERROR(DetectKind());
@@ -243,7 +251,7 @@ Status ArchiveImpl::Initialize(const std::string& path, const ArchiveOptions& op
     CHORUS_ASSIGN_OR_RETURN(RecordData text, ReadRecord(*record));
     StatusOr<Manifest> manifest =
         ParseManifest(std::string_view(reinterpret_cast<const char*>(text.data), text.size));
-    if (!manifest.ok()) return manifest.status().Annotate(path_);
+    if (!manifest.ok()) return Refused(path_, manifest.status().message());
     manifest_ = std::move(*manifest);
   }
   if (options.verify_sha256) CHORUS_RETURN_IF_ERROR(VerifySha256());
