@@ -1,1 +1,220 @@
+#include "chorus/package/model.h"
+
+#include <ATen/ATen.h>
+#include <ATen/core/ivalue.h>
 #include <gtest/gtest.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <set>
+#include <string>
+
+namespace chorus {
+namespace {
+
+const std::string kCorpus = std::string(CHORUS_SOURCE_DIR) + "/tests/data/package_corpus/";
+const std::string kWork = "test-work/model";
+
+#define VALUE_OR_FAIL(expr)                                    \
+  ({                                                           \
+    auto result_ = (expr);                                     \
+    EXPECT_TRUE(result_.ok()) << result_.status().ToString();  \
+    if (!result_.ok()) return;                                 \
+    std::move(result_).value();                                \
+  })
+
+// Runs Python code with the pinned interpreter and chorus' Python package;
+// returns its exit status.
+int RunPython(const std::string& code) {
+  std::string script = kWork + "/script.py";
+  std::ofstream(script) << code;
+  std::string command = std::string("PYTHONPATH=") + CHORUS_PYTHON_DIR + " " + CHORUS_PYTHON +
+                        " " + script;
+  return std::system(command.c_str());
+}
+
+double ResidentMiB() {
+  std::ifstream status("/proc/self/status");
+  std::string line;
+  while (std::getline(status, line)) {
+    if (line.rfind("VmRSS:", 0) == 0) return std::stod(line.substr(6)) / 1024.0;
+  }
+  return 0;
+}
+
+class ModelTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    ASSERT_EQ(std::system(("mkdir -p " + kWork).c_str()), 0);
+    InterpreterManagerOptions options;
+    options.num_interpreters = 4;
+    options.cache_dir = "test-cache/model";
+    auto created = InterpreterManager::Create(options);
+    ASSERT_TRUE(created.ok()) << created.status().ToString();
+    manager_ = created->release();
+  }
+  static void TearDownTestSuite() {
+    delete manager_;
+    manager_ = nullptr;
+  }
+
+  // What stock torch.package makes of `path` in a chorus interpreter.
+  static StatusOr<at::Tensor> StockImporterOutput(const std::string& path, const at::Tensor& x) {
+    InterpreterSession session = manager_->AcquireOne();
+    CHORUS_RETURN_IF_ERROR(session.Exec(R"(
+import torch
+from torch.package import PackageImporter
+def stock_forward(path, x):
+    model = PackageImporter(path).load_pickle("model", "model.pkl")
+    with torch.no_grad():
+        return model(x)
+)"));
+    CHORUS_ASSIGN_OR_RETURN(Object forward, session.Eval("stock_forward"));
+    CHORUS_ASSIGN_OR_RETURN(Object out, forward.Call({path, x}));
+    CHORUS_ASSIGN_OR_RETURN(c10::IValue value, out.ToIValue());
+    return value.toTensor();
+  }
+
+  static InterpreterManager* manager_;
+};
+
+InterpreterManager* ModelTest::manager_ = nullptr;
+
+TEST_F(ModelTest, ChorusPackageRunsAndMatchesTheStockImporter) {
+  auto model = VALUE_OR_FAIL(Model::Load(manager_, kCorpus + "good.pt"));
+  ASSERT_NE(model->manifest(), nullptr);
+  EXPECT_EQ(model->manifest()->model_name, "tiny_mlp");
+  at::manual_seed(3);
+  at::Tensor x = at::randn({5, 4});
+  at::Tensor ours = VALUE_OR_FAIL(model->Forward({x})).toTensor();
+  EXPECT_EQ(ours.sizes(), (std::vector<int64_t>{5, 2}));
+  at::Tensor stock = VALUE_OR_FAIL(StockImporterOutput(kCorpus + "good.pt", x));
+  EXPECT_TRUE(at::equal(ours, stock));
+}
+
+TEST_F(ModelTest, StockTorchPackageArchiveLoadsInChorus) {
+  const std::string path = kCorpus + "no_manifest.pt";
+  StatusOr<std::shared_ptr<Model>> refused = Model::Load(manager_, path);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), StatusCode::kNotFound);
+  EXPECT_NE(refused.status().message().find("has no chorus manifest"), std::string::npos);
+  ModelOptions options;
+  options.entry_point = EntryPoint{"pickle", "model", "model.pkl", "", ""};
+  auto model = VALUE_OR_FAIL(Model::Load(manager_, path, options));
+  at::Tensor x = at::ones({2, 4});
+  at::Tensor ours = VALUE_OR_FAIL(model->Forward({x})).toTensor();
+  EXPECT_TRUE(at::equal(ours, VALUE_OR_FAIL(StockImporterOutput(path, x))));
+}
+
+TEST_F(ModelTest, WeightsAreSharedByEveryInterpreter) {
+  auto model = VALUE_OR_FAIL(Model::Load(manager_, kCorpus + "good.pt"));
+  const Archive& archive = *model->archive();
+  std::set<std::vector<int64_t>> pointers;
+  for (int i = 0; i < manager_->size(); ++i) {
+    InterpreterSession session = manager_->Acquire(i);
+    Object replica = VALUE_OR_FAIL(model->In(session));
+    Object params = VALUE_OR_FAIL(session.Eval("lambda m: [p.data_ptr() for p in m.parameters()]"));
+    std::vector<int64_t> addresses =
+        VALUE_OR_FAIL(VALUE_OR_FAIL(params.CallObjects({replica})).ToIValue()).toIntVector();
+    for (int64_t address : addresses) {
+      auto p = reinterpret_cast<const uint8_t*>(address);
+      EXPECT_GE(p, archive.mapped_data());
+      EXPECT_LT(p, archive.mapped_data() + archive.mapped_size()) << "not in the mapping";
+    }
+    pointers.insert(addresses);
+  }
+  EXPECT_EQ(pointers.size(), 1u) << "every interpreter sees the same weight memory";
+  // Loading the same file again reuses the same mapping.
+  auto again = VALUE_OR_FAIL(Model::Load(manager_, kCorpus + "good.pt"));
+  EXPECT_EQ(again->archive().get(), model->archive().get());
+}
+
+TEST_F(ModelTest, LoadErrorsAreSpecificAndAGoodArchiveStillLoads) {
+  StatusOr<std::shared_ptr<Model>> short_storage = Model::Load(manager_, kCorpus + "short_storage.pt");
+  ASSERT_FALSE(short_storage.ok());
+  EXPECT_NE(short_storage.status().message().find("storage record shorter than its tensor"),
+            std::string::npos)
+      << short_storage.status().ToString();
+  for (const char* name : {"truncated.pt", "zip_bomb.pt", "dotdot.pt", "bad_manifest_json.pt"}) {
+    EXPECT_FALSE(Model::Load(manager_, kCorpus + name).ok()) << name;
+  }
+  ModelOptions verify;
+  verify.verify_sha256 = true;
+  StatusOr<std::shared_ptr<Model>> tampered =
+      Model::Load(manager_, kCorpus + "sha256_mismatch.pt", verify);
+  EXPECT_EQ(tampered.status().code(), StatusCode::kDataLoss);
+  auto model = VALUE_OR_FAIL(Model::Load(manager_, kCorpus + "good.pt"));
+  EXPECT_TRUE(model->Forward({at::zeros({1, 4})}).ok());
+}
+
+TEST_F(ModelTest, TorchScriptAndPythonPackagesOfOneModelAgree) {
+  const std::string script_path = kWork + "/tiny_mlp_script.pt";
+  const std::string package_path = kWork + "/tiny_mlp_package.pt";
+  ASSERT_EQ(RunPython(R"(
+import torch
+from chorus.package import create_package
+torch.manual_seed(0)
+model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 2)).eval()
+create_package(")" + package_path + R"(", model, (torch.randn(3, 4),), name="tiny", progress=False)
+torch.jit.save(torch.jit.script(model), ")" + script_path + R"(")
+)"),
+            0);
+  auto python = VALUE_OR_FAIL(Model::Load(manager_, package_path));
+  auto script = VALUE_OR_FAIL(Model::Load(nullptr, script_path));  // no interpreter needed
+  EXPECT_EQ(script->kind(), ArchiveKind::kTorchScript);
+  EXPECT_EQ(python->kind(), ArchiveKind::kTorchPackage);
+  at::manual_seed(5);
+  at::Tensor x = at::randn({6, 4});
+  at::Tensor a = VALUE_OR_FAIL(python->Forward({x})).toTensor();
+  at::Tensor b = VALUE_OR_FAIL(script->Forward({x})).toTensor();
+  EXPECT_TRUE(at::allclose(a, b, 1e-6, 1e-6));
+}
+
+// N = 4 interpreters load a model with 210 MB of weights: the process grows
+// by the weights once, not four times.
+TEST_F(ModelTest, LargeModelCostsItsWeightsOncePerProcess) {
+  const std::string path = kWork + "/large.pt";
+  ASSERT_EQ(RunPython(R"(
+import torch
+from chorus.package import create_package
+torch.manual_seed(0)
+sizes = [4096, 3200, 4096, 3200, 4096]
+layers = []
+for a, b in zip(sizes[:-1], sizes[1:]):
+    layers += [torch.nn.Linear(a, b), torch.nn.ReLU()]
+model = torch.nn.Sequential(*layers[:-1]).eval()
+create_package(")" + path + R"(", model, (torch.randn(1, 4096),), name="large", progress=False)
+)"),
+            0);
+  const double weights_mib = (4.0 * 4096 * 3200 + 2 * 3200 + 2 * 4096) * 4 / (1 << 20);
+  ASSERT_GT(weights_mib, 200.0);
+  // Warm every interpreter's torch first, so only the model counts.
+  for (int i = 0; i < manager_->size(); ++i) {
+    InterpreterSession session = manager_->Acquire(i);
+    Status warmed = session.Exec("import torch\ntorch.ones(64, 64).sum()");
+    ASSERT_TRUE(warmed.ok()) << warmed.ToString();
+  }
+  const double before = ResidentMiB();
+  auto model = VALUE_OR_FAIL(Model::Load(manager_, path));
+  std::set<int64_t> first_weight;
+  for (int i = 0; i < manager_->size(); ++i) {
+    InterpreterSession session = manager_->Acquire(i);
+    Object replica = VALUE_OR_FAIL(model->In(session));
+    // Touch every weight byte in every interpreter.
+    Object touch = VALUE_OR_FAIL(session.Eval(
+        "lambda m: (sum(float(p.double().sum()) for p in m.parameters()), "
+        "next(m.parameters()).data_ptr())"));
+    c10::IValue result = VALUE_OR_FAIL(VALUE_OR_FAIL(touch.CallObjects({replica})).ToIValue());
+    first_weight.insert(result.toTupleRef().elements()[1].toInt());
+  }
+  const double growth = ResidentMiB() - before;
+  RecordProperty("weights_mib", std::to_string(weights_mib));
+  RecordProperty("rss_growth_mib", std::to_string(growth));
+  EXPECT_EQ(first_weight.size(), 1u);
+  EXPECT_LE(growth, 1.05 * weights_mib) << "grew " << growth << " MiB for " << weights_mib;
+  EXPECT_GE(growth, 0.9 * weights_mib) << "the weights were not all touched";
+}
+
+}  // namespace
+}  // namespace chorus
