@@ -1,0 +1,166 @@
+"""chorus-package, end to end: real archives, real subprocesses, real torch."""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import zipfile
+
+import pytest
+import torch
+from torch.package import PackageImporter
+
+BIN_DIR = os.environ["CHORUS_BIN_DIR"]
+TOOL = os.path.join(BIN_DIR, "chorus-package")
+
+MODEL_SOURCE = textwrap.dedent("""
+    import torch
+
+    class TwoLayer(torch.nn.Module):
+        def __init__(self, hidden=16):
+            super().__init__()
+            self.first = torch.nn.Linear(4, hidden)
+            self.second = torch.nn.Linear(hidden, 3)
+
+        def forward(self, features):
+            return self.second(torch.relu(self.first(features)))
+
+    class Noisy(TwoLayer):
+        def forward(self, features):
+            return super().forward(features) + torch.randn(1)
+
+    def build(hidden=16):
+        torch.manual_seed(0)
+        return TwoLayer(hidden)
+
+    def build_noisy():
+        torch.manual_seed(0)
+        return Noisy()
+
+    def build_big():
+        torch.manual_seed(0)
+        return torch.nn.Linear(4, 6_000_000 // 4)
+
+    def example_inputs():
+        torch.manual_seed(1)
+        return (torch.randn(2, 4),)
+""")
+
+
+def run(*args, cwd):
+    return subprocess.run([TOOL, *args], cwd=cwd, capture_output=True, text=True)
+
+
+@pytest.fixture
+def workdir(tmp_path):
+    (tmp_path / "mymodel.py").write_text(MODEL_SOURCE)
+    return tmp_path
+
+
+def create(workdir, *extra, name="model.pt", factory="mymodel:build"):
+    result = run("create", name, "--module", factory, "--example-inputs",
+                 "mymodel:example_inputs", "--quiet", *extra, cwd=workdir)
+    assert result.returncode == 0, result.stderr
+    return workdir / name
+
+
+def test_create_writes_manifest_with_signature_and_hashes(workdir):
+    path = create(workdir, "--name", "two_layer", "--model-version", "7",
+                  "--factory-kwargs", '{"hidden": 8}')
+    with zipfile.ZipFile(path) as archive:
+        names = archive.namelist()
+        manifest = json.loads(archive.read("model/.data/chorus/manifest.json"))
+    assert manifest["model"] == {"name": "two_layer", "version": "7"}
+    assert manifest["inputs"] == [{"name": "features", "dtype": "float32", "shape": [-1, 4]}]
+    assert manifest["outputs"] == [{"name": "output", "dtype": "float32", "shape": [-1, 3]}]
+    assert manifest["batching"] == {"batchable": True, "batch_dim": 0, "max_batch_size": 32}
+    assert manifest["source"] == "mymodel:build"
+    # Every record but the manifest and torch's version marker is hashed.
+    hashed = set(manifest["files"])
+    assert hashed == {n.split("/", 1)[1] for n in names} - {
+        ".data/chorus/manifest.json", ".data/version"}
+    assert "mymodel.py" in hashed  # the user's code is interned
+    extern = zipfile.ZipFile(path).read("model/.data/extern_modules").decode().split()
+    assert "torch" in extern and "mymodel" not in extern
+
+
+def test_stock_importer_loads_the_archive_and_reproduces_the_outputs(workdir):
+    path = create(workdir)
+    sys.modules.pop("mymodel", None)
+    model = PackageImporter(str(path)).load_pickle("model", "model.pkl")
+    with zipfile.ZipFile(path) as archive:
+        inputs = torch.load(archive.open("model/.data/chorus/example_inputs.pt"))
+        outputs = torch.load(archive.open("model/.data/chorus/example_outputs.pt"))
+    with torch.no_grad():
+        assert torch.equal(model(*inputs), outputs[0])
+
+
+def test_check_passes_for_a_faithful_package(workdir):
+    path = create(workdir)
+    result = run("check", str(path), cwd=workdir)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "reproduces its 1 example output" in result.stdout
+
+
+def test_check_fails_when_outputs_differ(workdir):
+    path = create(workdir, factory="mymodel:build_noisy", name="noisy.pt")
+    result = run("check", str(path), cwd=workdir)
+    assert result.returncode == 1
+    assert "output 0 differs" in result.stderr
+
+
+def test_check_rejects_a_tampered_archive(workdir):
+    path = create(workdir)
+    data = bytearray(path.read_bytes())
+    at = data.find(b"class TwoLayer")
+    data[at:at + 5] = b"klass"  # same length: the zip stays consistent but the CRC breaks
+    path.write_bytes(bytes(data))
+    result = run("check", str(path), cwd=workdir)
+    assert result.returncode == 1
+    assert "bad CRC" in result.stderr
+
+
+def test_pickled_module_input(workdir):
+    sys.path.insert(0, str(workdir))
+    try:
+        import mymodel
+        torch.save(mymodel.build(), workdir / "saved.pt")
+        torch.save(mymodel.example_inputs(), workdir / "inputs.pt")
+    finally:
+        sys.path.remove(str(workdir))
+    result = run("create", "from_pickle.pt", "--pickle", "saved.pt", "--example-inputs",
+                 "inputs.pt", "--quiet", cwd=workdir)
+    assert result.returncode == 0, result.stderr
+    assert run("check", "from_pickle.pt", cwd=workdir).returncode == 0
+
+
+def test_inspect_lists_manifest_and_aligned_records(workdir):
+    path = create(workdir)
+    result = run("inspect", str(path), cwd=workdir)
+    assert result.returncode == 0
+    assert "model    mymodel version 1" in result.stdout
+    assert "input    features: float32[-1, 4]" in result.stdout
+    report = json.loads(run("inspect", str(path), "--json", cwd=workdir).stdout)
+    storages = [r for r in report["records"] if r["name"].endswith(".storage")]
+    assert storages and all(r["stored"] and r["data_offset"] % 64 == 0 for r in storages)
+
+
+def test_progress_is_shown_for_large_weights(workdir):
+    result = run("create", "big.pt", "--module", "mymodel:build_big", "--example-inputs",
+                 "mymodel:example_inputs", cwd=workdir)
+    assert result.returncode == 0, result.stderr
+    assert "MiB" in result.stderr
+
+
+def test_exit_codes(workdir):
+    assert run("--help", cwd=workdir).returncode == 0
+    assert run("create", cwd=workdir).returncode == 2  # missing arguments
+    (workdir / "localdep.py").write_text("VALUE = 1\n")
+    (workdir / "needy.py").write_text(MODEL_SOURCE + "\nimport localdep\n")
+    result = run("create", "needy.pt", "--module", "needy:build", "--example-inputs",
+                 "needy:example_inputs", "--intern", "needy", "--quiet", cwd=workdir)
+    assert result.returncode == 3
+    assert "localdep" in result.stderr
+    assert run("inspect", "missing.pt", cwd=workdir).returncode == 3
+    assert run("check", "missing.pt", cwd=workdir).returncode == 1
