@@ -60,18 +60,19 @@ class ModelTest : public ::testing::Test {
   }
 
   // What stock torch.package makes of `path` in a chorus interpreter.
-  static StatusOr<at::Tensor> StockImporterOutput(const std::string& path, const at::Tensor& x) {
+  static StatusOr<at::Tensor> StockImporterOutput(const std::string& path, const at::Tensor& x,
+                                                  const std::string& package = "chorus_model") {
     InterpreterSession session = manager_->AcquireOne();
     CHORUS_RETURN_IF_ERROR(session.Exec(R"(
 import torch
 from torch.package import PackageImporter
-def stock_forward(path, x):
-    model = PackageImporter(path).load_pickle("model", "model.pkl")
+def stock_forward(path, x, package):
+    model = PackageImporter(path).load_pickle(package, "model.pkl")
     with torch.no_grad():
         return model(x)
 )"));
     CHORUS_ASSIGN_OR_RETURN(Object forward, session.Eval("stock_forward"));
-    CHORUS_ASSIGN_OR_RETURN(Object out, forward.Call({path, x}));
+    CHORUS_ASSIGN_OR_RETURN(Object out, forward.Call({path, x, package}));
     CHORUS_ASSIGN_OR_RETURN(c10::IValue value, out.ToIValue());
     return value.toTensor();
   }
@@ -104,7 +105,7 @@ TEST_F(ModelTest, StockTorchPackageArchiveLoadsInChorus) {
   auto model = VALUE_OR_FAIL(Model::Load(manager_, path, options));
   at::Tensor x = at::ones({2, 4});
   at::Tensor ours = VALUE_OR_FAIL(model->Forward({x})).toTensor();
-  EXPECT_TRUE(at::equal(ours, VALUE_OR_FAIL(StockImporterOutput(path, x))));
+  EXPECT_TRUE(at::equal(ours, VALUE_OR_FAIL(StockImporterOutput(path, x, "model"))));
 }
 
 TEST_F(ModelTest, WeightsAreSharedByEveryInterpreter) {

@@ -88,7 +88,9 @@ def test_create_writes_manifest_with_signature_and_hashes(workdir):
 def test_stock_importer_loads_the_archive_and_reproduces_the_outputs(workdir):
     path = create(workdir)
     sys.modules.pop("mymodel", None)
-    model = PackageImporter(str(path)).load_pickle("model", "model.pkl")
+    manifest = json.loads(zipfile.ZipFile(path).read("model/.data/chorus/manifest.json"))
+    entry = manifest["entry_point"]
+    model = PackageImporter(str(path)).load_pickle(entry["package"], entry["resource"])
     with zipfile.ZipFile(path) as archive:
         inputs = torch.load(archive.open("model/.data/chorus/example_inputs.pt"))
         outputs = torch.load(archive.open("model/.data/chorus/example_outputs.pt"))

@@ -112,16 +112,16 @@ def main():
     open(path("not_zip.pt"), "w").write("this is not a zip archive\n")
     good = open(path("good.pt"), "rb").read()
     open(path("truncated.pt"), "wb").write(good[: len(good) * 6 // 10])
-    pickle = zipfile.ZipFile(path("good.pt")).read("good/model/model.pkl")
+    pickle = zipfile.ZipFile(path("good.pt")).read("good/chorus_model/model.pkl")
     marker = pickle[100:116]
     patch("good.pt", "bad_crc.pt", marker, bytes(b ^ 0xFF for b in marker), count=1)
-    patch("good.pt", "dotdot.pt", b"good/model/model.pkl", b"good/model/../de.pkl")
-    patch("good.pt", "absolute.pt", b"good/model/model.pkl", b"/ood/model/model.pkl")
-    patch("good.pt", "nul_name.pt", b"good/model/model.pkl", b"good/model/mo\0el.pkl")
+    patch("good.pt", "dotdot.pt", b"good/chorus_model/model.pkl", b"good/chorus_model/../de.pkl")
+    patch("good.pt", "absolute.pt", b"good/chorus_model/model.pkl", b"/ood/chorus_model/model.pkl")
+    patch("good.pt", "nul_name.pt", b"good/chorus_model/model.pkl", b"good/chorus_model/mo\0el.pkl")
     rebuild("good.pt", "duplicate.pt", lambda n, d: [(n, d)] * (2 if n.endswith("model.pkl") else 1))
     rebuild("good.pt", "zip_bomb.pt", extra=[("good/bomb.bin", bytes(64 << 20), zipfile.ZIP_DEFLATED)])
-    set_flag_bit("good.pt", "encrypted.pt", "good/model/model.pkl")
-    grow_declared_size("good.pt", "size_mismatch.pt", "good/model/model.pkl")
+    set_flag_bit("good.pt", "encrypted.pt", "good/chorus_model/model.pkl")
+    grow_declared_size("good.pt", "size_mismatch.pt", "good/chorus_model/model.pkl")
     rebuild("good.pt", "bad_manifest_json.pt", with_manifest(lambda data: b"{not json"))
 
     def bad_dtype(data):

@@ -30,6 +30,10 @@ inline constexpr char kFormatName[] = "chorus-package";
 inline constexpr int kFormatVersion = 1;
 inline constexpr char kEntryPointPickle[] = "pickle";
 inline constexpr char kEntryPointFactory[] = "factory";
+// Where chorus-package puts the pickled model object (package, resource). A
+// package name of its own: "model" would collide with a user module model.py.
+inline constexpr char kModelPicklePackage[] = "chorus_model";
+inline constexpr char kModelPickleResource[] = "model.pkl";
 
 // Safety limits applied when opening an archive.
 inline constexpr uint64_t kMaxEntries = 1000000;

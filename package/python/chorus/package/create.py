@@ -188,8 +188,8 @@ def create_package(output: str, model: Any, example_inputs: Sequence[torch.Tenso
         "format": fmt.FORMAT_NAME,
         "format_version": fmt.FORMAT_VERSION,
         "model": {"name": name, "version": str(version)},
-        "entry_point": {"kind": fmt.ENTRY_POINT_PICKLE, "package": "model",
-                        "resource": "model.pkl"},
+        "entry_point": {"kind": fmt.ENTRY_POINT_PICKLE, "package": fmt.MODEL_PICKLE_PACKAGE,
+                        "resource": fmt.MODEL_PICKLE_RESOURCE},
         "source": source,
         "inputs": _specs(input_names, example_inputs, batchable, batch_dim),
         "outputs": _specs(output_names, output_tensors, batchable, batch_dim),
@@ -202,7 +202,7 @@ def create_package(output: str, model: Any, example_inputs: Sequence[torch.Tenso
     try:
         with _ChorusExporter(output, bar) as exporter:
             (rules or PackagingRules()).apply(exporter)
-            exporter.save_pickle("model", "model.pkl", model)
+            exporter.save_pickle(fmt.MODEL_PICKLE_PACKAGE, fmt.MODEL_PICKLE_RESOURCE, model)
             exporter._write(fmt.EXAMPLE_INPUTS_RECORD, _torch_save_bytes(list(example_inputs)))
             exporter._write(fmt.EXAMPLE_OUTPUTS_RECORD, _torch_save_bytes(output_tensors))
             exporter.manifest = manifest
