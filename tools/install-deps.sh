@@ -9,7 +9,7 @@ packages=(
   # embedded Python and torch (the pinned interpreter is /usr/bin/python3)
   python3-dev python3-numpy python3-torch python3-torchvision libtorch-dev pybind11-dev
   # packages, RPC and their tools
-  libzip-dev libssl-dev zlib1g-dev libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc
+  libzip-dev libssl-dev zlib1g-dev libgloo-dev libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc
   # C++ libraries
   libgtest-dev libgmock-dev libbenchmark-dev libcli11-dev nlohmann-json3-dev
   libfmt-dev libspdlog-dev libcpp-httplib-dev
