@@ -76,7 +76,14 @@ PyObject* LibraryImplFn(PyObject* /*self*/, PyObject* args) {
   return LibraryImpl(library, name, dispatch_key, fn);
 }
 
+PyObject* RouteAutogradEngine(PyObject* /*self*/, PyObject* /*unused*/) {
+  g_host->RouteAutogradEngine();
+  Py_RETURN_NONE;
+}
+
 PyMethodDef kMethods[] = {
+    {"route_autograd_engine", RouteAutogradEngine, METH_NOARGS,
+     "route_autograd_engine(): make libtorch's default autograd engine per interpreter"},
     {"prepare_extension", PrepareExtension, METH_O,
      "prepare_extension(path) -> path of this interpreter's loaded copy"},
     {"claim_registration", ClaimRegistration, METH_O,

@@ -4,6 +4,7 @@
 #include <Python.h>
 
 #include <ATen/core/ivalue.h>
+#include <torch/csrc/autograd/python_engine.h>
 
 #include <string>
 #include <unordered_map>
@@ -65,6 +66,10 @@ class PySideImpl final : public PySide {
   void IncRef(PyRef* obj) override { Py_INCREF(Raw(obj)); }
   void DecRef(PyRef* obj) override { Py_DECREF(Raw(obj)); }
   bool Interrupt(uint64_t call_token) override;
+  bool ThreadAttached() override { return PyGILState_GetThisThreadState() != nullptr; }
+  void* AutogradEngine() override {
+    return &torch::autograd::python::PythonEngine::get_python_engine();
+  }
 
  private:
   struct ActiveCall {

@@ -11,6 +11,7 @@
 
 #include "chorus/common/logging.h"
 #include "interpreter/src/build_info.h"
+#include "interpreter/src/engine_router.h"
 #include "interpreter/libcache/elf_editor.h"
 
 namespace chorus {
@@ -174,6 +175,8 @@ StatusOr<std::string> InterpreterLoader::PrepareExtension(int slot, const std::s
   Log().debug("interpreter {}: extension {} loaded as {}", slot, path, copy.path);
   return copy.path;
 }
+
+void InterpreterLoader::RouteAutogradEngine() { InstallAutogradEngineRouter(); }
 
 int InterpreterLoader::NewSlot() {
   static std::atomic<int> next{0};

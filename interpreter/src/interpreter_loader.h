@@ -55,6 +55,7 @@ class InterpreterLoader final : public pyside::HostServices {
       EXCLUDES(mu_);
   StatusOr<bool> ClaimRegistration(const std::string& key, int slot) override EXCLUDES(mu_);
   void CompleteRegistration(const std::string& key, int slot, bool made) override EXCLUDES(mu_);
+  void RouteAutogradEngine() override;
   // Forgets every registration `slot` owned (its interpreter was finalized,
   // which removed them from the dispatcher).
   void ReleaseRegistrations(int slot) EXCLUDES(mu_);

@@ -9,6 +9,7 @@
 
 #include "chorus/common/logging.h"
 #include "chorus/common/thread_annotations.h"
+#include "interpreter/src/engine_router.h"
 #include "interpreter/src/interpreter_loader.h"
 #include "interpreter/src/pyside_api.h"
 #include "interpreter/src/slot.h"
@@ -152,6 +153,7 @@ Status InterpreterManagerImpl::StartOne(internal::Slot* slot,
     if (!started.ok()) return started;
   }
   slot->side = std::move(side);
+  RegisterForEngineRouting(slot->library_slot, slot->side.get());
   InterpreterSession session = Acquire(slot->index);
   for (const std::string& module : options.preload_modules) {
     StatusOr<Object> imported = session.Import(module);
@@ -189,6 +191,7 @@ InterpreterManagerImpl::~InterpreterManagerImpl() {
       Log().error("interpreter {} destroyed with {} open sessions", slot->index,
                   slot->users.load());
     }
+    UnregisterFromEngineRouting(slot->library_slot);
     if (slot->side) slot->side->Shutdown();
     loader_->ReleaseRegistrations(slot->library_slot);
   }

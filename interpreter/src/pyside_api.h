@@ -51,6 +51,10 @@ class HostServices {
   // Reports that the owner made registration `key` (or failed to, which
   // frees the key for the next claimant).
   virtual void CompleteRegistration(const std::string& key, int slot, bool made) = 0;
+  // Points libtorch's process-wide autograd engine at chorus' router, which
+  // picks the engine of the interpreter the calling thread is attached to.
+  // Called after each interpreter's torch._C initializes (it resets it).
+  virtual void RouteAutogradEngine() = 0;
 };
 
 struct StartOptions {
@@ -102,6 +106,14 @@ class PySide {
   // GIL. Reference counting.
   virtual void IncRef(PyRef* obj) = 0;
   virtual void DecRef(PyRef* obj) = 0;
+
+  // Any thread: whether the calling thread is attached to this interpreter
+  // (has a Python thread state in it: inside a session, or a Python thread
+  // of it), GIL held or not. torch releases the GIL around its ops.
+  virtual bool ThreadAttached() = 0;
+  // Any thread: this interpreter's autograd engine (its copy of torch's
+  // PythonEngine, as a torch::autograd::Engine*).
+  virtual void* AutogradEngine() = 0;
 
   // Any thread, GIL not held. Raises chorus.DeadlineExceeded inside the call
   // tagged `call_token` if it is still running; returns whether it was.

@@ -94,6 +94,14 @@ def _shim_library(library):
     Library.define = define
     Library.impl = impl
 
+    # Shim 4: libtorch has one default autograd engine per process, and each
+    # interpreter's torch._C makes its own copy of the Python engine that
+    # default when it initializes; the last one would then serve every
+    # interpreter (saved-tensor hooks, C++ backward calls), in the wrong
+    # interpreter. chorus routes the default to the engine of the interpreter
+    # the calling thread is attached to. torch._C is initialized by now.
+    _chorus.route_autograd_engine()
+
 
 @contextlib.contextmanager
 def _claim(key):
