@@ -5,6 +5,7 @@
 global batch with AdamW, and report the global loss of every step.
 """
 
+import time
 from dataclasses import dataclass
 from typing import List, Optional
 
@@ -55,7 +56,8 @@ def train_step(model, optimizer, tokens: torch.Tensor) -> torch.Tensor:
 
 
 def run_rank(dp_handle, tp_handle, config: dict, param_dtype: str = ""):
-    """Trains on this rank; returns {"losses": [global loss per step], "weights": full params}.
+    """Trains on this rank; returns {"losses": [global loss per step], "weights": full params,
+    "step_s": [seconds per step]}.
 
     `dp_handle` / `tp_handle`: the host's communicators (None: no such parallelism).
     """
@@ -73,12 +75,14 @@ def run_rank(dp_handle, tp_handle, config: dict, param_dtype: str = ""):
     if config.global_batch % dp_size:
         raise ValueError(f"global batch {config.global_batch} does not divide among {dp_size} ranks")
     share = config.global_batch // dp_size
-    losses = []
+    losses, step_s = [], []
     for tokens in synthetic_batches(model.args.vocab_size, config):
+        start = time.perf_counter()
         loss = train_step(model, optimizer, tokens[dp_rank * share:(dp_rank + 1) * share])
         if dp is not None:
             dp.all_reduce(loss.reshape(1), "avg")
+        step_s.append(time.perf_counter() - start)
         losses.append(float(loss))
     weights = full_parameters(model, tp) if (dp or tp) else {
         name: p.detach() for name, p in model.named_parameters()}
-    return {"losses": losses, "weights": weights}
+    return {"losses": losses, "weights": weights, "step_s": step_s}

@@ -69,10 +69,16 @@ class Meeting {
         return OkStatus();
       }
     }
-    // Peers usually arrive within microseconds: spin a little before sleeping.
-    for (int i = 0; i < 2000; ++i) {
+    // Peers usually arrive within microseconds: spin (yielding now and then,
+    // in case ranks outnumber cores) for up to 200 us before sleeping.
+    const auto spin_until = std::chrono::steady_clock::now() + std::chrono::microseconds(200);
+    for (int i = 1;; ++i) {
       if (generation_.load(std::memory_order_acquire) != generation) return OkStatus();
-      if (i % 64 == 63) sched_yield();
+      if (i % 256 == 0) {
+        if (std::chrono::steady_clock::now() > spin_until) break;
+        sched_yield();
+      }
+      __builtin_ia32_pause();
     }
     MutexLock lock(&mu_);
     while (generation_.load(std::memory_order_acquire) == generation && broken_.empty()) {

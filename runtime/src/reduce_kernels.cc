@@ -14,25 +14,57 @@ using Acc = std::conditional_t<std::is_same_v<T, c10::BFloat16> || std::is_same_
                                float, T>;
 
 template <typename T>
-void ReduceTyped(ReduceOp op, const std::vector<const void*>& inputs, void* out, int64_t begin,
-                 int64_t end) {
+inline Acc<T> Combine(ReduceOp op, Acc<T> a, Acc<T> b) {
+  return op == ReduceOp::kMax ? std::max(a, b) : a + b;
+}
+
+// Half types: accumulate every rank in float, round once.
+template <typename T>
+void ReduceWidened(ReduceOp op, const std::vector<const void*>& inputs, void* out, int64_t begin,
+                   int64_t end) {
   const size_t n = inputs.size();
   std::vector<const T*> in(n);
   for (size_t k = 0; k < n; ++k) in[k] = static_cast<const T*>(inputs[k]);
   T* result = static_cast<T*>(out);
-  if (op == ReduceOp::kMax) {
-    for (int64_t i = begin; i < end; ++i) {
-      Acc<T> acc = static_cast<Acc<T>>(in[0][i]);
-      for (size_t k = 1; k < n; ++k) acc = std::max(acc, static_cast<Acc<T>>(in[k][i]));
-      result[i] = static_cast<T>(acc);
-    }
-    return;
-  }
   for (int64_t i = begin; i < end; ++i) {
-    Acc<T> acc = static_cast<Acc<T>>(in[0][i]);
-    for (size_t k = 1; k < n; ++k) acc += static_cast<Acc<T>>(in[k][i]);
-    if (op == ReduceOp::kAvg) acc /= static_cast<Acc<T>>(n);
+    float acc = static_cast<float>(in[0][i]);
+    for (size_t k = 1; k < n; ++k) acc = Combine<T>(op, acc, static_cast<float>(in[k][i]));
+    if (op == ReduceOp::kAvg) acc /= static_cast<float>(n);
     result[i] = static_cast<T>(acc);
+  }
+}
+
+// Full-width types: block by block, one flat (vectorizable) pass per input
+// into a small buffer, then one write; reading every input before writing
+// lets `out` be any of them. Rank order is kept, so results equal a one-rank
+// reduction in that order.
+template <typename T>
+void ReduceTyped(ReduceOp op, const std::vector<const void*>& inputs, void* out, int64_t begin,
+                 int64_t end) {
+  if constexpr (!std::is_same_v<Acc<T>, T>) {
+    ReduceWidened<T>(op, inputs, out, begin, end);
+  } else {
+    constexpr int64_t kBlock = 2048;
+    T buffer[kBlock];
+    const size_t n = inputs.size();
+    T* result = static_cast<T*>(out);
+    for (int64_t block = begin; block < end; block += kBlock) {
+      const int64_t length = std::min(kBlock, end - block);
+      const T* first = static_cast<const T*>(inputs[0]) + block;
+      std::copy(first, first + length, buffer);
+      for (size_t k = 1; k < n; ++k) {
+        const T* next = static_cast<const T*>(inputs[k]) + block;
+        if (op == ReduceOp::kMax) {
+          for (int64_t i = 0; i < length; ++i) buffer[i] = std::max(buffer[i], next[i]);
+        } else {
+          for (int64_t i = 0; i < length; ++i) buffer[i] += next[i];
+        }
+      }
+      if (op == ReduceOp::kAvg) {
+        for (int64_t i = 0; i < length; ++i) buffer[i] /= static_cast<T>(n);
+      }
+      std::copy(buffer, buffer + length, result + block);
+    }
   }
 }
 
