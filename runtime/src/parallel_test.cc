@@ -151,6 +151,20 @@ TEST_F(ParallelTest, FsdpTimesTensorParallelTwoByTwoMatchesOneRank) {
   ExpectMatchesSingleRank(Run(2, 2), "fsdp2xtp2");
 }
 
+// bf16 parameters for compute, fp32 gradient reduction and fp32 shards.
+TEST_F(ParallelTest, FsdpMixedPrecisionTrainsCloseToFp32) {
+  Result result = Run(2, 1, "bfloat16");
+  ASSERT_EQ(result.error, "");
+  for (size_t step = 0; step < result.losses.size(); ++step) {
+    EXPECT_LE(std::abs(result.losses[step] - single_->losses[step]) / single_->losses[step], 0.03)
+        << "step " << step;
+  }
+  EXPECT_LT(result.losses.back(), result.losses.front());
+  for (const auto& [name, weight] : result.weights) {
+    EXPECT_EQ(weight.scalar_type(), at::kBFloat16) << name << " (gathered in param_dtype)";
+  }
+}
+
 TEST_F(ParallelTest, TensorParallelDegreeMustDivideTheHeads) {
   Result result = Run(1, 3);
   EXPECT_NE(result.error.find("must divide n_heads"), std::string::npos) << result.error;
