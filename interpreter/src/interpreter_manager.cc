@@ -101,6 +101,15 @@ class InterpreterManagerImpl final : public InterpreterManager {
     return InterpreterSession(slot);
   }
 
+  std::vector<InterpreterStats> Stats() const override {
+    std::vector<InterpreterStats> stats;
+    for (const auto& slot : core_->slots) {
+      stats.push_back({slot->busy_ns.load(std::memory_order_relaxed) / 1e9,
+                       slot->users.load(std::memory_order_relaxed)});
+    }
+    return stats;
+  }
+
   ReplicatedObject Replicate(
       std::function<StatusOr<Object>(InterpreterSession&)> factory) override {
     auto rep = std::make_shared<internal::Replicated>();
@@ -200,18 +209,24 @@ InterpreterManagerImpl::~InterpreterManagerImpl() {
 // ---------------------------------------------------------------------------
 // InterpreterSession
 
-InterpreterSession::InterpreterSession(internal::Slot* slot) : slot_(slot) {
+InterpreterSession::InterpreterSession(internal::Slot* slot)
+    : slot_(slot), opened_(std::chrono::steady_clock::now()) {
   slot_->side->AcquireGil();
 }
 
 InterpreterSession::InterpreterSession(InterpreterSession&& other) noexcept
-    : slot_(other.slot_) {
+    : slot_(other.slot_), opened_(other.opened_) {
   other.slot_ = nullptr;
 }
 
 InterpreterSession::~InterpreterSession() {
   if (slot_ == nullptr) return;
   slot_->side->ReleaseGil();
+  slot_->busy_ns.fetch_add(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() -
+                                                           opened_)
+          .count(),
+      std::memory_order_relaxed);
   slot_->users.fetch_sub(1, std::memory_order_release);
 }
 

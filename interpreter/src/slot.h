@@ -19,6 +19,7 @@ struct alignas(64) Slot {
   std::unique_ptr<pyside::PySide> side;
   // Sessions currently open on this interpreter (claimed or direct).
   std::atomic<int> users{0};
+  std::atomic<int64_t> busy_ns{0};  // total time sessions held this interpreter
   Watchdog* watchdog = nullptr;  // owned by the manager
 };
 

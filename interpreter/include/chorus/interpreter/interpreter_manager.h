@@ -110,6 +110,14 @@ class InterpreterManager {
   virtual ReplicatedObject Replicate(
       std::function<StatusOr<Object>(InterpreterSession&)> factory) = 0;
 
+  // Per interpreter: how long sessions have held it, in total, and how many
+  // sessions are open on it now. Any thread; a snapshot.
+  struct InterpreterStats {
+    double busy_seconds = 0;
+    int sessions = 0;
+  };
+  virtual std::vector<InterpreterStats> Stats() const = 0;
+
  protected:
   InterpreterManager() = default;
 };
@@ -151,6 +159,7 @@ class InterpreterSession {
   Object Wrap(pyside::PyRef* ref);
 
   internal::Slot* slot_;
+  std::chrono::steady_clock::time_point opened_;
 };
 
 // A strong reference to a Python object in one interpreter. Use it only on the

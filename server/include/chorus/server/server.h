@@ -1,0 +1,65 @@
+// chorus' inference server: the Open Inference Protocol (KServe v2 / Triton
+// gRPC) over a Triton-style model repository, served by N interpreters in one
+// process, with dynamic batching, Prometheus metrics on HTTP and health.
+//
+//   chorus::ServerOptions options;
+//   options.model_repository = "/models";
+//   auto server = chorus::Server::Start(options).value();
+//   ...                      // serving
+//   server->Shutdown();      // stop accepting, drain in-flight requests, stop
+#ifndef CHORUS_SERVER_SERVER_H_
+#define CHORUS_SERVER_SERVER_H_
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "chorus/common/status.h"
+
+namespace chorus {
+
+struct ServerOptions {
+  std::string model_repository;      // <model>/<version>/<archive>.pt
+  int interpreters = 0;              // 0: one per hardware thread
+  std::string host = "0.0.0.0";
+  int port = 8001;                   // gRPC; 0 picks a free port
+  int metrics_port = 8002;           // HTTP /metrics; 0 picks a free port, -1 disables
+  int64_t max_message_bytes = 64 << 20;  // larger requests: RESOURCE_EXHAUSTED
+  size_t max_queue = 1024;           // per model; beyond it: UNAVAILABLE
+  std::chrono::milliseconds request_timeout{0};  // 0: only the client's deadline
+  std::string tls_cert;              // PEM files; both or neither
+  std::string tls_key;
+  std::string auth_token;            // non-empty: every model call needs "authorization: Bearer <token>"
+  std::chrono::milliseconds drain_timeout{30000};  // how long Shutdown waits for in-flight requests
+  std::string cache_dir;             // interpreters' library cache ("" = default)
+};
+
+// Interface/implementation split as leveldb's DB/DBImpl: Start returns the
+// implementation (ServerImpl).
+class Server {
+ public:
+  // Creates the interpreters, loads every model of the repository (a model
+  // that fails to load is reported UNAVAILABLE; the others serve), and starts
+  // serving. Errors: bad options, unusable repository, port in use, TLS files.
+  static StatusOr<std::unique_ptr<Server>> Start(const ServerOptions& options);
+
+  // Shuts down if Shutdown() was not called.
+  virtual ~Server() = default;
+
+  // The gRPC and metrics ports actually bound (useful with port 0).
+  virtual int port() const = 0;
+  virtual int metrics_port() const = 0;
+
+  // Stops accepting new calls (ServerReady and health turn false), waits up to
+  // drain_timeout for in-flight requests to finish, then stops. Idempotent;
+  // any thread.
+  virtual void Shutdown() = 0;
+
+ protected:
+  Server() = default;
+};
+
+}  // namespace chorus
+
+#endif  // CHORUS_SERVER_SERVER_H_

@@ -1,0 +1,91 @@
+// The GRPCInferenceService handlers. Each is short: authorize, convert the
+// request, hand it to the core (repository, scheduler), convert back. None
+// blocks its reactor thread: inference completes from a scheduler worker;
+// repository loads and unloads run on a background thread.
+#ifndef CHORUS_SERVER_INFERENCE_SERVICE_H_
+#define CHORUS_SERVER_INFERENCE_SERVICE_H_
+
+#include <atomic>
+#include <chrono>
+#include <deque>
+#include <functional>
+#include <string>
+#include <thread>
+
+#include "chorus/common/thread_annotations.h"
+#include "chorus/inference/grpc_service.grpc.pb.h"
+#include "chorus/interpreter/interpreter_manager.h"
+#include "server/src/model_repository.h"
+
+namespace chorus {
+
+// Runs blocking work (model loads) off the reactor threads, in order.
+class BackgroundRunner {
+ public:
+  BackgroundRunner();
+  // Finishes the queued work, then joins.
+  ~BackgroundRunner();
+  void Post(std::function<void()> work) EXCLUDES(mu_);
+
+ private:
+  Mutex mu_;
+  CondVar changed_;
+  std::deque<std::function<void()>> work_ GUARDED_BY(mu_);
+  bool stopping_ GUARDED_BY(mu_) = false;
+  std::thread thread_;
+};
+
+// What the handlers need from the server; owned by it.
+struct ServiceContext {
+  ModelRepository* repository;
+  InterpreterManager* manager;
+  BackgroundRunner* background;
+  std::string auth_token;
+  std::chrono::milliseconds request_timeout{0};
+  std::atomic<bool> ready{false};
+};
+
+class InferenceService final : public inference::GRPCInferenceService::CallbackService {
+ public:
+  explicit InferenceService(ServiceContext* context) : context_(context) {}
+
+  grpc::ServerUnaryReactor* ServerLive(grpc::CallbackServerContext* ctx,
+                                       const inference::ServerLiveRequest* request,
+                                       inference::ServerLiveResponse* response) override;
+  grpc::ServerUnaryReactor* ServerReady(grpc::CallbackServerContext* ctx,
+                                        const inference::ServerReadyRequest* request,
+                                        inference::ServerReadyResponse* response) override;
+  grpc::ServerUnaryReactor* ModelReady(grpc::CallbackServerContext* ctx,
+                                       const inference::ModelReadyRequest* request,
+                                       inference::ModelReadyResponse* response) override;
+  grpc::ServerUnaryReactor* ServerMetadata(grpc::CallbackServerContext* ctx,
+                                           const inference::ServerMetadataRequest* request,
+                                           inference::ServerMetadataResponse* response) override;
+  grpc::ServerUnaryReactor* ModelMetadata(grpc::CallbackServerContext* ctx,
+                                          const inference::ModelMetadataRequest* request,
+                                          inference::ModelMetadataResponse* response) override;
+  grpc::ServerUnaryReactor* ModelInfer(grpc::CallbackServerContext* ctx,
+                                       const inference::ModelInferRequest* request,
+                                       inference::ModelInferResponse* response) override;
+  grpc::ServerUnaryReactor* ModelStatistics(grpc::CallbackServerContext* ctx,
+                                            const inference::ModelStatisticsRequest* request,
+                                            inference::ModelStatisticsResponse* response) override;
+  grpc::ServerUnaryReactor* RepositoryIndex(grpc::CallbackServerContext* ctx,
+                                            const inference::RepositoryIndexRequest* request,
+                                            inference::RepositoryIndexResponse* response) override;
+  grpc::ServerUnaryReactor* RepositoryModelLoad(
+      grpc::CallbackServerContext* ctx, const inference::RepositoryModelLoadRequest* request,
+      inference::RepositoryModelLoadResponse* response) override;
+  grpc::ServerUnaryReactor* RepositoryModelUnload(
+      grpc::CallbackServerContext* ctx, const inference::RepositoryModelUnloadRequest* request,
+      inference::RepositoryModelUnloadResponse* response) override;
+
+ private:
+  Status Authorize(grpc::CallbackServerContext* ctx) const;
+
+  ServiceContext* const context_;
+};
+
+}  // namespace chorus
+
+#endif  // CHORUS_SERVER_INFERENCE_SERVICE_H_

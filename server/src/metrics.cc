@@ -1,0 +1,89 @@
+#include "server/src/metrics.h"
+
+#include <sstream>
+
+namespace chorus {
+namespace {
+
+void Header(std::ostringstream& out, const char* name, const char* type, const char* help) {
+  out << "# HELP " << name << " " << help << "\n# TYPE " << name << " " << type << "\n";
+}
+
+std::string Labels(const LoadedModel& model) {
+  return "{model=\"" + model.name() + "\",version=\"" + model.version() + "\"}";
+}
+
+}  // namespace
+
+std::string RenderMetrics(const ModelRepository& repository, const InterpreterManager& manager) {
+  std::ostringstream out;
+  const auto models = repository.Loaded();
+  std::vector<ModelStatsSnapshot> stats;
+  for (const auto& model : models) stats.push_back(model->Snapshot());
+
+  auto per_model = [&](const char* name, const char* type, const char* help, auto value) {
+    Header(out, name, type, help);
+    for (size_t i = 0; i < models.size(); ++i) {
+      out << name << Labels(*models[i]) << " " << value(stats[i]) << "\n";
+    }
+  };
+  per_model("nv_inference_request_success", "counter", "Successful inference requests",
+            [](const ModelStatsSnapshot& s) { return s.success.count; });
+  per_model("nv_inference_request_failure", "counter", "Failed inference requests",
+            [](const ModelStatsSnapshot& s) { return s.fail.count; });
+  per_model("nv_inference_count", "counter", "Inferences performed (batched samples count each)",
+            [](const ModelStatsSnapshot& s) { return s.inference_count; });
+  per_model("nv_inference_exec_count", "counter", "Model executions (a batch counts once)",
+            [](const ModelStatsSnapshot& s) { return s.execution_count; });
+  per_model("nv_inference_request_duration_us", "counter",
+            "Cumulative end-to-end request duration, microseconds",
+            [](const ModelStatsSnapshot& s) { return (s.success.ns + s.fail.ns) / 1000; });
+  per_model("nv_inference_queue_duration_us", "counter",
+            "Cumulative time requests waited in the queue, microseconds",
+            [](const ModelStatsSnapshot& s) { return s.queue.ns / 1000; });
+  per_model("nv_inference_compute_infer_duration_us", "counter",
+            "Cumulative model execution time, microseconds",
+            [](const ModelStatsSnapshot& s) { return s.compute_infer.ns / 1000; });
+  per_model("nv_inference_pending_request_count", "gauge",
+            "Requests queued or running",
+            [](const ModelStatsSnapshot& s) { return s.pending; });
+
+  Header(out, "chorus_batch_size", "histogram", "Samples per model execution");
+  const int64_t bounds[] = {1, 2, 4, 8, 16, 32, 64, 128};
+  for (size_t i = 0; i < models.size(); ++i) {
+    const std::string labels = "model=\"" + models[i]->name() + "\",version=\"" +
+                               models[i]->version() + "\"";
+    uint64_t cumulative = 0, total = 0, sum = 0;
+    for (const auto& [size, duration] : stats[i].batches) {
+      total += duration.count;
+      sum += duration.count * size;
+    }
+    for (int64_t bound : bounds) {
+      cumulative = 0;
+      for (const auto& [size, duration] : stats[i].batches) {
+        if (size <= bound) cumulative += duration.count;
+      }
+      out << "chorus_batch_size_bucket{" << labels << ",le=\"" << bound << "\"} " << cumulative
+          << "\n";
+    }
+    out << "chorus_batch_size_bucket{" << labels << ",le=\"+Inf\"} " << total << "\n";
+    out << "chorus_batch_size_sum{" << labels << "} " << sum << "\n";
+    out << "chorus_batch_size_count{" << labels << "} " << total << "\n";
+  }
+
+  const auto interpreters = manager.Stats();
+  Header(out, "chorus_interpreter_busy_seconds_total", "counter",
+         "Time sessions held each interpreter, seconds");
+  for (size_t i = 0; i < interpreters.size(); ++i) {
+    out << "chorus_interpreter_busy_seconds_total{interpreter=\"" << i << "\"} "
+        << interpreters[i].busy_seconds << "\n";
+  }
+  Header(out, "chorus_interpreter_sessions", "gauge", "Sessions open on each interpreter");
+  for (size_t i = 0; i < interpreters.size(); ++i) {
+    out << "chorus_interpreter_sessions{interpreter=\"" << i << "\"} " << interpreters[i].sessions
+        << "\n";
+  }
+  return out.str();
+}
+
+}  // namespace chorus

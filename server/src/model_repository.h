@@ -1,0 +1,117 @@
+// The models a server serves: a Triton-style repository on disk,
+//   <root>/<model>/<version>/<archive>.pt      (versions are integers; the
+//   <root>/<model>/config.json                 highest is served; config.json
+// optionally overrides batching), loaded onto the server's interpreters, each
+// with its scheduler and statistics. Loads and unloads happen while other
+// models serve; a failed reload keeps the version that was serving.
+#ifndef CHORUS_SERVER_MODEL_REPOSITORY_H_
+#define CHORUS_SERVER_MODEL_REPOSITORY_H_
+
+#include <chrono>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "chorus/common/status.h"
+#include "chorus/common/thread_annotations.h"
+#include "chorus/interpreter/interpreter_manager.h"
+#include "chorus/package/model.h"
+#include "chorus/runtime/scheduler.h"
+
+namespace chorus {
+
+// Cumulative statistics of one loaded model version (Triton's).
+struct ModelStatsSnapshot {
+  struct Duration {
+    uint64_t count = 0;
+    uint64_t ns = 0;
+  };
+  Duration success, fail, queue, compute_infer;
+  uint64_t inference_count = 0;  // samples
+  uint64_t execution_count = 0;  // model runs
+  uint64_t last_inference_ms = 0;
+  std::map<int64_t, Duration> batches;  // by batch size: executions and their compute
+  size_t pending = 0;
+};
+
+class LoadedModel {
+ public:
+  LoadedModel(std::string name, std::string version, std::shared_ptr<Model> model,
+              const SchedulerOptions& options);
+  ~LoadedModel();
+
+  const std::string& name() const { return name_; }
+  const std::string& version() const { return version_; }
+  const Model& model() const { return *model_; }
+  const Manifest& manifest() const { return *model_->manifest(); }
+  ModelScheduler& scheduler() { return *scheduler_; }
+
+  // Records one answered request (from the server's completion path).
+  void RecordRequest(const InferenceResult& result, std::chrono::nanoseconds total) EXCLUDES(mu_);
+  ModelStatsSnapshot Snapshot() const EXCLUDES(mu_);
+
+ private:
+  void RecordExecution(const ExecutionStats& stats) EXCLUDES(mu_);
+
+  const std::string name_;
+  const std::string version_;
+  const std::shared_ptr<Model> model_;
+  mutable Mutex mu_;
+  ModelStatsSnapshot stats_ GUARDED_BY(mu_);
+  std::unique_ptr<ModelScheduler> scheduler_;  // last: its workers record into stats_
+};
+
+struct RepositoryOptions {
+  size_t max_queue = 1024;  // per model
+  int workers = 1;          // per model; the server uses its interpreter count
+  std::chrono::milliseconds drain_timeout{30000};  // for unloads
+};
+
+// One line of the repository index.
+struct RepositoryEntry {
+  std::string name;
+  std::string version;
+  std::string state;   // READY or UNAVAILABLE
+  std::string reason;  // why UNAVAILABLE
+};
+
+class ModelRepository {
+ public:
+  // `manager` outlives the repository.
+  ModelRepository(std::string root, InterpreterManager* manager, RepositoryOptions options);
+  // Unloads everything (queued requests fail, running ones finish).
+  ~ModelRepository();
+
+  // Loads every model under the root. A model that fails is listed
+  // UNAVAILABLE with the reason; the others serve. Errors: unreadable root.
+  Status LoadAll() EXCLUDES(mu_);
+  // Loads (or reloads) the highest version of `name`. On failure whatever was
+  // serving keeps serving. Blocks while the model loads: not for reactors.
+  Status Load(const std::string& name) EXCLUDES(mu_);
+  // Stops serving `name`: new requests get NOT_FOUND, queued and running ones
+  // finish (up to the drain timeout). NOT_FOUND if it is not loaded. Blocks.
+  Status Unload(const std::string& name) EXCLUDES(mu_);
+
+  // The loaded model; `version` "" means the served one. NOT_FOUND otherwise.
+  StatusOr<std::shared_ptr<LoadedModel>> Find(const std::string& name,
+                                              const std::string& version) const EXCLUDES(mu_);
+  std::vector<std::shared_ptr<LoadedModel>> Loaded() const EXCLUDES(mu_);
+  std::vector<RepositoryEntry> Index() const EXCLUDES(mu_);
+  // Drains every model's queue until `deadline` (server shutdown).
+  void DrainAll(std::chrono::steady_clock::time_point deadline) EXCLUDES(mu_);
+
+ private:
+  StatusOr<std::shared_ptr<LoadedModel>> LoadVersion(const std::string& name);
+
+  const std::string root_;
+  InterpreterManager* const manager_;
+  const RepositoryOptions options_;
+  mutable Mutex mu_;
+  std::map<std::string, std::shared_ptr<LoadedModel>> loaded_ GUARDED_BY(mu_);
+  std::map<std::string, std::string> failures_ GUARDED_BY(mu_);  // name -> reason
+};
+
+}  // namespace chorus
+
+#endif  // CHORUS_SERVER_MODEL_REPOSITORY_H_

@@ -1,0 +1,150 @@
+#include <grpcpp/grpcpp.h>
+#include <grpcpp/health_check_service_interface.h>
+#include <httplib.h>
+
+#include <mutex>
+#include <thread>
+
+#include "chorus/common/file_util.h"
+#include "chorus/common/logging.h"
+#include "chorus/server/server.h"
+#include "server/src/inference_service.h"
+#include "server/src/metrics.h"
+
+namespace chorus {
+namespace {
+
+class ServerImpl final : public Server {
+ public:
+  ~ServerImpl() override {
+    Shutdown();
+  }
+
+  Status Initialize(const ServerOptions& options);
+  int port() const override { return port_; }
+  int metrics_port() const override { return metrics_port_; }
+  void Shutdown() override;
+
+ private:
+  Status StartGrpc(const ServerOptions& options);
+  Status StartMetrics(const ServerOptions& options);
+
+  ServerOptions options_;
+  std::unique_ptr<InterpreterManager> manager_;
+  std::unique_ptr<ModelRepository> repository_;
+  std::unique_ptr<BackgroundRunner> background_;
+  ServiceContext context_;
+  std::unique_ptr<InferenceService> service_;
+  std::unique_ptr<grpc::Server> grpc_;
+  std::unique_ptr<httplib::Server> metrics_;
+  std::thread metrics_thread_;
+  int port_ = 0;
+  int metrics_port_ = -1;
+  std::once_flag shutdown_once_;
+};
+
+Status ServerImpl::Initialize(const ServerOptions& options) {
+  options_ = options;
+  if (options.tls_cert.empty() != options.tls_key.empty()) {
+    return InvalidArgumentError("--tls-cert and --tls-key go together");
+  }
+  InterpreterManagerOptions interpreters;
+  interpreters.num_interpreters = options.interpreters;
+  interpreters.cache_dir = options.cache_dir;
+  CHORUS_ASSIGN_OR_RETURN(manager_, InterpreterManager::Create(interpreters));
+  RepositoryOptions repository;
+  repository.max_queue = options.max_queue;
+  repository.workers = manager_->size();
+  repository.drain_timeout = options.drain_timeout;
+  repository_ = std::make_unique<ModelRepository>(options.model_repository, manager_.get(),
+                                                  repository);
+  CHORUS_RETURN_IF_ERROR(repository_->LoadAll());
+  background_ = std::make_unique<BackgroundRunner>();
+  context_.repository = repository_.get();
+  context_.manager = manager_.get();
+  context_.background = background_.get();
+  context_.auth_token = options.auth_token;
+  context_.request_timeout = options.request_timeout;
+  service_ = std::make_unique<InferenceService>(&context_);
+  CHORUS_RETURN_IF_ERROR(StartGrpc(options));
+  CHORUS_RETURN_IF_ERROR(StartMetrics(options));
+  context_.ready = true;
+  Log().info("serving {} model(s) on port {} with {} interpreters; metrics on {}",
+             repository_->Loaded().size(), port_, manager_->size(), metrics_port_);
+  return OkStatus();
+}
+
+Status ServerImpl::StartGrpc(const ServerOptions& options) {
+  std::shared_ptr<grpc::ServerCredentials> credentials = grpc::InsecureServerCredentials();
+  if (!options.tls_cert.empty()) {
+    CHORUS_ASSIGN_OR_RETURN(std::string cert, ReadFile(options.tls_cert));
+    CHORUS_ASSIGN_OR_RETURN(std::string key, ReadFile(options.tls_key));
+    grpc::SslServerCredentialsOptions ssl;
+    ssl.pem_key_cert_pairs.push_back({key, cert});
+    credentials = grpc::SslServerCredentials(ssl);
+  }
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort(options.host + ":" + std::to_string(options.port), credentials, &port_);
+  builder.SetMaxReceiveMessageSize(static_cast<int>(options.max_message_bytes));
+  builder.SetMaxSendMessageSize(static_cast<int>(options.max_message_bytes));
+  builder.RegisterService(service_.get());
+  grpc_ = builder.BuildAndStart();
+  if (grpc_ == nullptr || port_ == 0) {
+    return UnavailableError("cannot listen on " + options.host + ":" +
+                            std::to_string(options.port));
+  }
+  return OkStatus();
+}
+
+Status ServerImpl::StartMetrics(const ServerOptions& options) {
+  if (options.metrics_port < 0) return OkStatus();
+  metrics_ = std::make_unique<httplib::Server>();
+  metrics_->Get("/metrics", [this](const httplib::Request&, httplib::Response& response) {
+    response.set_content(RenderMetrics(*repository_, *manager_), "text/plain; version=0.0.4");
+  });
+  metrics_port_ = options.metrics_port == 0 ? metrics_->bind_to_any_port(options.host)
+                                            : (metrics_->bind_to_port(options.host,
+                                                                      options.metrics_port)
+                                                   ? options.metrics_port
+                                                   : -1);
+  if (metrics_port_ < 0) {
+    return UnavailableError("cannot listen for metrics on port " +
+                            std::to_string(options.metrics_port));
+  }
+  metrics_thread_ = std::thread([this] { metrics_->listen_after_bind(); });
+  return OkStatus();
+}
+
+void ServerImpl::Shutdown() {
+  std::call_once(shutdown_once_, [this] {
+    context_.ready = false;
+    if (grpc_) {
+      grpc_->GetHealthCheckService()->SetServingStatus(false);
+      // Stops accepting; waits for in-flight calls (their models keep running)
+      // until the drain deadline, then cancels what is left.
+      grpc_->Shutdown(std::chrono::system_clock::now() + options_.drain_timeout);
+      grpc_->Wait();
+    }
+    if (repository_) repository_->DrainAll(std::chrono::steady_clock::now());
+    if (metrics_) {
+      metrics_->stop();
+      if (metrics_thread_.joinable()) metrics_thread_.join();
+    }
+    background_.reset();
+    grpc_.reset();
+    repository_.reset();
+    manager_.reset();
+    Log().info("server stopped");
+  });
+}
+
+}  // namespace
+
+StatusOr<std::unique_ptr<Server>> Server::Start(const ServerOptions& options) {
+  auto server = std::make_unique<ServerImpl>();
+  CHORUS_RETURN_IF_ERROR(server->Initialize(options));
+  return std::unique_ptr<Server>(std::move(server));
+}
+
+}  // namespace chorus

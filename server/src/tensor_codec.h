@@ -1,0 +1,37 @@
+// Tensors on the wire (Open Inference Protocol) <-> at::Tensor, validated
+// against a model's manifest before the model ever sees them.
+#ifndef CHORUS_SERVER_TENSOR_CODEC_H_
+#define CHORUS_SERVER_TENSOR_CODEC_H_
+
+#include <ATen/ATen.h>
+
+#include <string>
+#include <vector>
+
+#include "chorus/common/status.h"
+#include "chorus/inference/grpc_service.pb.h"
+#include "chorus/package/manifest.h"
+
+namespace chorus {
+
+// KServe datatype name of a manifest dtype ("float32" -> "FP32"), or "".
+std::string WireDatatype(const std::string& manifest_dtype);
+
+// The request's inputs as tensors in the manifest's order. INVALID_ARGUMENT,
+// naming the input, for: an unknown, duplicate or missing input; a datatype
+// or shape that does not match the signature (or a batch over the model's
+// maximum); raw and typed contents together; raw contents of the wrong size;
+// typed contents of the wrong kind or count.
+StatusOr<std::vector<at::Tensor>> DecodeInputs(const inference::ModelInferRequest& request,
+                                               const Manifest& manifest);
+
+// Fills `response` with `outputs` (manifest order) as raw contents, keeping
+// only those the request asked for (all when it asked for none).
+// INVALID_ARGUMENT for a requested output the model does not have.
+Status EncodeOutputs(const std::vector<at::Tensor>& outputs, const Manifest& manifest,
+                     const inference::ModelInferRequest& request,
+                     inference::ModelInferResponse* response);
+
+}  // namespace chorus
+
+#endif  // CHORUS_SERVER_TENSOR_CODEC_H_
