@@ -33,7 +33,9 @@ struct BatchingOptions {
   bool enabled = false;
   int64_t batch_dim = 0;
   int64_t max_batch_size = 1;
-  std::chrono::microseconds max_queue_delay{1000};
+  // How long a batch may wait for more requests; 0 batches only what is
+  // already queued (Triton's default). config.json: max_queue_delay_us.
+  std::chrono::microseconds max_queue_delay{0};
   std::vector<int64_t> preferred_batch_sizes;  // stop gathering at any of these
 };
 

@@ -1,0 +1,112 @@
+"""Fixtures: packaged models, model repositories and real chorus-server processes."""
+
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+import grpc
+import pytest
+import torch
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+BIN_DIR = os.environ["CHORUS_BIN_DIR"]
+
+import servable_models  # noqa: E402
+from chorus.client import Client  # noqa: E402
+from chorus.package import create_package  # noqa: E402
+
+
+def package(path, model, example, name, **kwargs):
+    create_package(str(path), model, (example,), name=name, progress=False, **kwargs)
+
+
+class ServerProcess:
+    """A chorus-server subprocess on a free port; stopped with SIGTERM."""
+
+    def __init__(self, repository, *args, interpreters=2):
+        self.log = open(os.path.join(str(repository), "..", f"server-{time.time_ns()}.log"), "w+")
+        command = [os.path.join(BIN_DIR, "chorus-server"), "--model-repository", str(repository),
+                   "--port", "0", "--metrics-port", "0", "--interpreters", str(interpreters),
+                   "--host", "127.0.0.1", *args]
+        self.process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=self.log, text=True)
+        line = self.process.stdout.readline()
+        match = re.search(r"port (\d+) \(metrics (-?\d+)\)", line)
+        if not match:
+            self.process.kill()
+            self.log.seek(0)
+            raise RuntimeError(f"chorus-server did not start: {line!r}\n{self.log.read()}")
+        self.port, self.metrics_port = int(match.group(1)), int(match.group(2))
+        self.address = f"127.0.0.1:{self.port}"
+
+    def client(self, **kwargs):
+        return Client(self.address, **kwargs)
+
+    def metrics(self):
+        import urllib.request
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics") as response:
+            return response.read().decode()
+
+    def log_text(self):
+        self.log.flush()
+        self.log.seek(0)
+        return self.log.read()
+
+    def stop(self, timeout=60):
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+        return self.process.wait(timeout)
+
+
+@pytest.fixture(scope="session")
+def repository(tmp_path_factory):
+    """A repository with the models every server test uses, and spares to load later."""
+    root = tmp_path_factory.mktemp("models")
+    repo = root / "repository"
+    spares = root / "spares"
+    for directory in (repo, spares):
+        directory.mkdir()
+
+    def add(where, name, model, example, config=None, **kwargs):
+        (where / name / "1").mkdir(parents=True)
+        package(where / name / "1" / "model.pt", model, example, name, **kwargs)
+        if config:
+            (where / name / "config.json").write_text(config)
+
+    add(repo, "mlp", servable_models.TwoLayer(), torch.randn(2, 4), max_batch_size=64,
+        config='{"max_queue_delay_us": 20000}')
+    add(repo, "raiser", servable_models.Raiser(), torch.zeros(1, 4), batchable=False)
+    add(repo, "hanger", servable_models.Hanger(), torch.zeros(1, 4), batchable=False)
+    add(repo, "sleeper", servable_models.Sleeper(0.05), torch.zeros(1, 4), batchable=False)
+    add(repo, "identity", servable_models.Identity(), torch.zeros(1, 4), max_batch_size=32,
+        config='{"dynamic_batching": false}')
+    add(spares, "scale", servable_models.Scale(3.0), torch.zeros(1, 4), batchable=False)
+    add(spares, "slow", servable_models.Sleeper(0.5), torch.zeros(1, 4), batchable=False)
+    return repo, spares
+
+
+@pytest.fixture(scope="module")
+def server(repository):
+    process = ServerProcess(repository[0])
+    yield process
+    assert process.stop() == 0
+
+
+def copy_model(spares, repo, name):
+    shutil.copytree(spares / name, repo / name)
+
+
+def rpc_code(callable_):
+    """The grpc.StatusCode a call fails with (None if it succeeds)."""
+    from chorus.client import ClientError
+    try:
+        callable_()
+    except ClientError as e:
+        return e.code
+    except grpc.RpcError as e:
+        return e.code()
+    return None

@@ -1,0 +1,59 @@
+"""Small models the server tests package and serve (plain nn.Modules)."""
+
+import time
+
+import torch
+
+
+class TwoLayer(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.first = torch.nn.Linear(4, 8)
+        self.second = torch.nn.Linear(8, 3)
+
+    def forward(self, x):
+        return self.second(torch.relu(self.first(x)))
+
+
+class Scale(torch.nn.Module):
+    """y = x * factor: the second model, loaded and unloaded while others serve."""
+
+    def __init__(self, factor=3.0):
+        super().__init__()
+        self.factor = factor
+
+    def forward(self, x):
+        return x * self.factor
+
+
+class Raiser(torch.nn.Module):
+    def forward(self, x):
+        if float(x.sum()) > 0:
+            raise ValueError(f"refusing a positive input (sum {float(x.sum()):.1f})")
+        return x
+
+
+class Hanger(torch.nn.Module):
+    """Spins forever on a positive input (a model bug); echoes otherwise."""
+
+    def forward(self, x):
+        if float(x.sum()) > 0:
+            while True:
+                pass
+        return x + 1
+
+
+class Sleeper(torch.nn.Module):
+    def __init__(self, seconds):
+        super().__init__()
+        self.seconds = seconds
+
+    def forward(self, x):
+        time.sleep(self.seconds)
+        return x * 2
+
+
+class Identity(torch.nn.Module):
+    def forward(self, x):
+        return x
