@@ -49,7 +49,7 @@ test-asan: configure
 	done
 
 demo: build
-	@$(BUILD)/bin/bench_interpreter --quick --out $(BUILD)/bench/interpreter-demo.json
+	@CHORUS_PYTHON=$(PYTHON) tools/demo.sh $(BUILD)
 
 bench-%: build
 	@$(BUILD)/bin/bench_$* --out $(BUILD)/bench/$*.json

@@ -49,16 +49,16 @@ class InterpreterLoader final : public pyside::HostServices {
                                                              std::string cache_root);
 
   // Prepares and loads slot `slot`'s Python side (not yet started).
-  StatusOr<std::unique_ptr<pyside::PySide>> Load(int slot) EXCLUDES(mu_);
+  StatusOr<std::unique_ptr<pyside::PySide>> Load(int slot) CHORUS_EXCLUDES(mu_);
 
   StatusOr<std::string> PrepareExtension(int slot, const std::string& path) override
-      EXCLUDES(mu_);
-  StatusOr<bool> ClaimRegistration(const std::string& key, int slot) override EXCLUDES(mu_);
-  void CompleteRegistration(const std::string& key, int slot, bool made) override EXCLUDES(mu_);
+      CHORUS_EXCLUDES(mu_);
+  StatusOr<bool> ClaimRegistration(const std::string& key, int slot) override CHORUS_EXCLUDES(mu_);
+  void CompleteRegistration(const std::string& key, int slot, bool made) override CHORUS_EXCLUDES(mu_);
   void RouteAutogradEngine() override;
   // Forgets every registration `slot` owned (its interpreter was finalized,
   // which removed them from the dispatcher).
-  void ReleaseRegistrations(int slot) EXCLUDES(mu_);
+  void ReleaseRegistrations(int slot) CHORUS_EXCLUDES(mu_);
 
   // A library slot no interpreter of this process has used.
   static int NewSlot();
@@ -79,7 +79,7 @@ class InterpreterLoader final : public pyside::HostServices {
   StatusOr<std::map<std::string, std::string>> Renames(int slot) const;
   StatusOr<SlotLibraries> PrepareSlot(int slot);
   // dlopen()s a scope object over `paths`; keeps the handle for the process.
-  Status LoadScope(const std::vector<std::string>& paths, void** handle) EXCLUDES(mu_);
+  Status LoadScope(const std::vector<std::string>& paths, void** handle) CHORUS_EXCLUDES(mu_);
 
   const PythonInstallation installation_;
   LibraryCache cache_;
@@ -87,13 +87,13 @@ class InterpreterLoader final : public pyside::HostServices {
   const std::string torch_python_soname_;
 
   Mutex mu_;
-  std::map<int, SlotLibraries> slots_ GUARDED_BY(mu_);
-  std::vector<void*> handles_ GUARDED_BY(mu_);
+  std::map<int, SlotLibraries> slots_ CHORUS_GUARDED_BY(mu_);
+  std::vector<void*> handles_ CHORUS_GUARDED_BY(mu_);
   struct Registration {
     int owner;
     bool made;  // false while the owner is still making it
   };
-  std::unordered_map<std::string, Registration> registrations_ GUARDED_BY(mu_);
+  std::unordered_map<std::string, Registration> registrations_ CHORUS_GUARDED_BY(mu_);
   CondVar registration_made_;  // signalled when a registration is made or freed
 };
 

@@ -30,21 +30,21 @@ class Watchdog {
 
   // Interrupts the call tagged `call_token` in `side` at `deadline` unless
   // Disarm(call_token) comes first. `side` must outlive the arming.
-  void Arm(Clock::time_point deadline, pyside::PySide* side, uint64_t call_token) EXCLUDES(mu_);
+  void Arm(Clock::time_point deadline, pyside::PySide* side, uint64_t call_token) CHORUS_EXCLUDES(mu_);
   // Cancels the deadline of `call_token`; no-op if it already fired.
-  void Disarm(uint64_t call_token) EXCLUDES(mu_);
+  void Disarm(uint64_t call_token) CHORUS_EXCLUDES(mu_);
 
  private:
   struct Entry {
     Clock::time_point deadline;
     pyside::PySide* side;
   };
-  void Run() EXCLUDES(mu_);
+  void Run() CHORUS_EXCLUDES(mu_);
 
   Mutex mu_;
   CondVar wake_;
-  std::map<uint64_t, Entry> armed_ GUARDED_BY(mu_);  // by call token
-  bool stopping_ GUARDED_BY(mu_) = false;
+  std::map<uint64_t, Entry> armed_ CHORUS_GUARDED_BY(mu_);  // by call token
+  bool stopping_ CHORUS_GUARDED_BY(mu_) = false;
   std::thread thread_;
 };
 

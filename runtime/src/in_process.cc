@@ -109,9 +109,9 @@ class Meeting {
   Mutex mu_;
   CondVar everyone_;
   std::atomic<uint64_t> generation_{0};  // written under mu_, read without it
-  int arrived_ GUARDED_BY(mu_) = 0;
-  std::vector<bool> present_ GUARDED_BY(mu_);
-  std::string broken_ GUARDED_BY(mu_);
+  int arrived_ CHORUS_GUARDED_BY(mu_) = 0;
+  std::vector<bool> present_ CHORUS_GUARDED_BY(mu_);
+  std::string broken_ CHORUS_GUARDED_BY(mu_);
 };
 
 class Group;

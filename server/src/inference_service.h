@@ -25,13 +25,13 @@ class BackgroundRunner {
   BackgroundRunner();
   // Finishes the queued work, then joins.
   ~BackgroundRunner();
-  void Post(std::function<void()> work) EXCLUDES(mu_);
+  void Post(std::function<void()> work) CHORUS_EXCLUDES(mu_);
 
  private:
   Mutex mu_;
   CondVar changed_;
-  std::deque<std::function<void()>> work_ GUARDED_BY(mu_);
-  bool stopping_ GUARDED_BY(mu_) = false;
+  std::deque<std::function<void()>> work_ CHORUS_GUARDED_BY(mu_);
+  bool stopping_ CHORUS_GUARDED_BY(mu_) = false;
   std::thread thread_;
 };
 

@@ -48,17 +48,17 @@ class LoadedModel {
   ModelScheduler& scheduler() { return *scheduler_; }
 
   // Records one answered request (from the server's completion path).
-  void RecordRequest(const InferenceResult& result, std::chrono::nanoseconds total) EXCLUDES(mu_);
-  ModelStatsSnapshot Snapshot() const EXCLUDES(mu_);
+  void RecordRequest(const InferenceResult& result, std::chrono::nanoseconds total) CHORUS_EXCLUDES(mu_);
+  ModelStatsSnapshot Snapshot() const CHORUS_EXCLUDES(mu_);
 
  private:
-  void RecordExecution(const ExecutionStats& stats) EXCLUDES(mu_);
+  void RecordExecution(const ExecutionStats& stats) CHORUS_EXCLUDES(mu_);
 
   const std::string name_;
   const std::string version_;
   const std::shared_ptr<Model> model_;
   mutable Mutex mu_;
-  ModelStatsSnapshot stats_ GUARDED_BY(mu_);
+  ModelStatsSnapshot stats_ CHORUS_GUARDED_BY(mu_);
   std::unique_ptr<ModelScheduler> scheduler_;  // last: its workers record into stats_
 };
 
@@ -85,21 +85,21 @@ class ModelRepository {
 
   // Loads every model under the root. A model that fails is listed
   // UNAVAILABLE with the reason; the others serve. Errors: unreadable root.
-  Status LoadAll() EXCLUDES(mu_);
+  Status LoadAll() CHORUS_EXCLUDES(mu_);
   // Loads (or reloads) the highest version of `name`. On failure whatever was
   // serving keeps serving. Blocks while the model loads: not for reactors.
-  Status Load(const std::string& name) EXCLUDES(mu_);
+  Status Load(const std::string& name) CHORUS_EXCLUDES(mu_);
   // Stops serving `name`: new requests get NOT_FOUND, queued and running ones
   // finish (up to the drain timeout). NOT_FOUND if it is not loaded. Blocks.
-  Status Unload(const std::string& name) EXCLUDES(mu_);
+  Status Unload(const std::string& name) CHORUS_EXCLUDES(mu_);
 
   // The loaded model; `version` "" means the served one. NOT_FOUND otherwise.
   StatusOr<std::shared_ptr<LoadedModel>> Find(const std::string& name,
-                                              const std::string& version) const EXCLUDES(mu_);
-  std::vector<std::shared_ptr<LoadedModel>> Loaded() const EXCLUDES(mu_);
-  std::vector<RepositoryEntry> Index() const EXCLUDES(mu_);
+                                              const std::string& version) const CHORUS_EXCLUDES(mu_);
+  std::vector<std::shared_ptr<LoadedModel>> Loaded() const CHORUS_EXCLUDES(mu_);
+  std::vector<RepositoryEntry> Index() const CHORUS_EXCLUDES(mu_);
   // Drains every model's queue until `deadline` (server shutdown).
-  void DrainAll(std::chrono::steady_clock::time_point deadline) EXCLUDES(mu_);
+  void DrainAll(std::chrono::steady_clock::time_point deadline) CHORUS_EXCLUDES(mu_);
 
  private:
   StatusOr<std::shared_ptr<LoadedModel>> LoadVersion(const std::string& name);
@@ -108,8 +108,8 @@ class ModelRepository {
   InterpreterManager* const manager_;
   const RepositoryOptions options_;
   mutable Mutex mu_;
-  std::map<std::string, std::shared_ptr<LoadedModel>> loaded_ GUARDED_BY(mu_);
-  std::map<std::string, std::string> failures_ GUARDED_BY(mu_);  // name -> reason
+  std::map<std::string, std::shared_ptr<LoadedModel>> loaded_ CHORUS_GUARDED_BY(mu_);
+  std::map<std::string, std::string> failures_ CHORUS_GUARDED_BY(mu_);  // name -> reason
 };
 
 }  // namespace chorus

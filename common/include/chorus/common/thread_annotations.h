@@ -1,7 +1,8 @@
 // Clang thread-safety annotations and an annotated mutex.
 //
-// Lock discipline is declared with GUARDED_BY / REQUIRES / EXCLUDES; clang builds
-// (the sanitizer build in CI) check it with -Wthread-safety. GCC ignores them.
+// Lock discipline is declared with CHORUS_GUARDED_BY, CHORUS_REQUIRES and
+// CHORUS_EXCLUDES; clang builds (the sanitizer build in CI) check it with
+// -Wthread-safety. GCC ignores them.
 #ifndef CHORUS_COMMON_THREAD_ANNOTATIONS_H_
 #define CHORUS_COMMON_THREAD_ANNOTATIONS_H_
 
@@ -15,26 +16,27 @@
 #define CHORUS_TSA_(x)
 #endif
 
-#define CAPABILITY(x) CHORUS_TSA_(capability(x))
-#define SCOPED_CAPABILITY CHORUS_TSA_(scoped_lockable)
-#define GUARDED_BY(x) CHORUS_TSA_(guarded_by(x))
-#define PT_GUARDED_BY(x) CHORUS_TSA_(pt_guarded_by(x))
-#define REQUIRES(...) CHORUS_TSA_(requires_capability(__VA_ARGS__))
-#define ACQUIRE(...) CHORUS_TSA_(acquire_capability(__VA_ARGS__))
-#define RELEASE(...) CHORUS_TSA_(release_capability(__VA_ARGS__))
-#define EXCLUDES(...) CHORUS_TSA_(locks_excluded(__VA_ARGS__))
-#define NO_THREAD_SAFETY_ANALYSIS CHORUS_TSA_(no_thread_safety_analysis)
+// Prefixed: abseil (which gRPC headers bring) defines the bare names.
+#define CHORUS_CAPABILITY(x) CHORUS_TSA_(capability(x))
+#define CHORUS_SCOPED_CAPABILITY CHORUS_TSA_(scoped_lockable)
+#define CHORUS_GUARDED_BY(x) CHORUS_TSA_(guarded_by(x))
+#define CHORUS_PT_GUARDED_BY(x) CHORUS_TSA_(pt_guarded_by(x))
+#define CHORUS_REQUIRES(...) CHORUS_TSA_(requires_capability(__VA_ARGS__))
+#define CHORUS_ACQUIRE(...) CHORUS_TSA_(acquire_capability(__VA_ARGS__))
+#define CHORUS_RELEASE(...) CHORUS_TSA_(release_capability(__VA_ARGS__))
+#define CHORUS_EXCLUDES(...) CHORUS_TSA_(locks_excluded(__VA_ARGS__))
+#define CHORUS_NO_THREAD_SAFETY_ANALYSIS CHORUS_TSA_(no_thread_safety_analysis)
 
 namespace chorus {
 
 // std::mutex with capability annotations (libstdc++'s is not annotated).
-class CAPABILITY("mutex") Mutex {
+class CHORUS_CAPABILITY("mutex") Mutex {
  public:
   Mutex() = default;
   Mutex(const Mutex&) = delete;
   Mutex& operator=(const Mutex&) = delete;
-  void Lock() ACQUIRE() { mu_.lock(); }
-  void Unlock() RELEASE() { mu_.unlock(); }
+  void Lock() CHORUS_ACQUIRE() { mu_.lock(); }
+  void Unlock() CHORUS_RELEASE() { mu_.unlock(); }
 
  private:
   friend class CondVar;
@@ -42,10 +44,10 @@ class CAPABILITY("mutex") Mutex {
 };
 
 // Holds a Mutex for its scope.
-class SCOPED_CAPABILITY MutexLock {
+class CHORUS_SCOPED_CAPABILITY MutexLock {
  public:
-  explicit MutexLock(Mutex* mu) ACQUIRE(mu) : mu_(mu) { mu_->Lock(); }
-  ~MutexLock() RELEASE() { mu_->Unlock(); }
+  explicit MutexLock(Mutex* mu) CHORUS_ACQUIRE(mu) : mu_(mu) { mu_->Lock(); }
+  ~MutexLock() CHORUS_RELEASE() { mu_->Unlock(); }
   MutexLock(const MutexLock&) = delete;
   MutexLock& operator=(const MutexLock&) = delete;
 
@@ -57,14 +59,14 @@ class SCOPED_CAPABILITY MutexLock {
 class CondVar {
  public:
   // Precondition: the caller holds *mu. Returns with *mu held.
-  void Wait(Mutex* mu) REQUIRES(mu) {
+  void Wait(Mutex* mu) CHORUS_REQUIRES(mu) {
     std::unique_lock<std::mutex> lock(mu->mu_, std::adopt_lock);
     cv_.wait(lock);
     lock.release();
   }
   // As Wait, returning false on timeout.
   template <typename Clock, typename Duration>
-  bool WaitUntil(Mutex* mu, const std::chrono::time_point<Clock, Duration>& deadline) REQUIRES(mu) {
+  bool WaitUntil(Mutex* mu, const std::chrono::time_point<Clock, Duration>& deadline) CHORUS_REQUIRES(mu) {
     std::unique_lock<std::mutex> lock(mu->mu_, std::adopt_lock);
     bool notified = cv_.wait_until(lock, deadline) == std::cv_status::no_timeout;
     lock.release();

@@ -81,14 +81,14 @@ class ModelScheduler {
 
   // Queues `request`; `done` is called exactly once, from a worker thread, or
   // right away (UNAVAILABLE: queue full or draining). Thread-safe.
-  void Submit(InferenceRequest request, Done done) EXCLUDES(mu_);
+  void Submit(InferenceRequest request, Done done) CHORUS_EXCLUDES(mu_);
 
   // Stops accepting; waits until `deadline` for queued and running requests
   // to finish, then fails what is still queued with UNAVAILABLE. Thread-safe.
-  void Drain(std::chrono::steady_clock::time_point deadline) EXCLUDES(mu_);
+  void Drain(std::chrono::steady_clock::time_point deadline) CHORUS_EXCLUDES(mu_);
 
   // Queued plus running requests.
-  size_t pending() const EXCLUDES(mu_);
+  size_t pending() const CHORUS_EXCLUDES(mu_);
   const std::shared_ptr<Model>& model() const { return model_; }
 
  private:
@@ -99,9 +99,9 @@ class ModelScheduler {
     int64_t batch_size;  // along batch_dim (1 when not batching)
   };
 
-  void WorkerLoop() EXCLUDES(mu_);
+  void WorkerLoop() CHORUS_EXCLUDES(mu_);
   // Takes the next batch from the queue, waiting for stragglers as allowed.
-  std::vector<Pending> NextBatch() REQUIRES(mu_);
+  std::vector<Pending> NextBatch() CHORUS_REQUIRES(mu_);
   bool Compatible(const Pending& a, const Pending& b) const;
   void Execute(std::vector<Pending> batch);
   // Answers requests that expired or were cancelled while queued.
@@ -113,10 +113,10 @@ class ModelScheduler {
 
   mutable Mutex mu_;
   CondVar changed_;  // queue grew, or stopping
-  std::deque<Pending> queue_ GUARDED_BY(mu_);
-  size_t running_ GUARDED_BY(mu_) = 0;
-  bool accepting_ GUARDED_BY(mu_) = true;
-  bool stopping_ GUARDED_BY(mu_) = false;
+  std::deque<Pending> queue_ CHORUS_GUARDED_BY(mu_);
+  size_t running_ CHORUS_GUARDED_BY(mu_) = 0;
+  bool accepting_ CHORUS_GUARDED_BY(mu_) = true;
+  bool stopping_ CHORUS_GUARDED_BY(mu_) = false;
   std::vector<std::thread> workers_;
 };
 
