@@ -30,13 +30,27 @@ StatusOr<PyRef*> Result(PyObject* obj) {
 
 // Nested AcquireGil() calls on this thread, innermost last.
 thread_local std::vector<PyGILState_STATE> tls_gil_states;
+// Whether this thread keeps a thread state in this interpreter between
+// sessions (see AcquireGil).
+thread_local bool tls_retained = false;
 
 class PySideImpl final : public PySide {
  public:
   Status Start(const StartOptions& options) override;
   void Shutdown() override;
 
-  void AcquireGil() override { tls_gil_states.push_back(PyGILState_Ensure()); }
+  // A thread's first session makes it a Python thread state and keeps it
+  // (one extra PyGILState reference), so later sessions on that thread only
+  // take the GIL: no thread state is created and destroyed per session.
+  // Finalization deletes the retained states.
+  void AcquireGil() override {
+    if (!tls_retained) {
+      PyGILState_Ensure();
+      PyEval_SaveThread();
+      tls_retained = true;
+    }
+    tls_gil_states.push_back(PyGILState_Ensure());
+  }
   void ReleaseGil() override {
     PyGILState_STATE state = tls_gil_states.back();
     tls_gil_states.pop_back();
@@ -66,7 +80,12 @@ class PySideImpl final : public PySide {
   void IncRef(PyRef* obj) override { Py_INCREF(Raw(obj)); }
   void DecRef(PyRef* obj) override { Py_DECREF(Raw(obj)); }
   bool Interrupt(uint64_t call_token) override;
-  bool ThreadAttached() override { return PyGILState_GetThisThreadState() != nullptr; }
+  // In a session now, or a thread Python itself runs (not one merely keeping
+  // a retained thread state between sessions).
+  bool ThreadAttached() override {
+    return !tls_gil_states.empty() ||
+           (!tls_retained && PyGILState_GetThisThreadState() != nullptr);
+  }
   void* AutogradEngine() override {
     return &torch::autograd::python::PythonEngine::get_python_engine();
   }

@@ -1,0 +1,287 @@
+// make bench-serve: a load generator against real chorus-server processes.
+//
+//   overhead_us_p50         p50 latency of a trivial (identity) model at
+//                           concurrency 1 over loopback: the server's own cost
+//   sweep                   throughput and p50/p90/p99 latency for the trivial
+//                           and a Python-heavy model, concurrency 1..16
+//   throughput_ratio_n_vs_1 Python-heavy model, 2 interpreters vs 1, same load
+//                           (the load generator shares the 2 cores)
+//   soak                    64 clients for --soak-seconds on a batching MLP:
+//                           errors and server RSS growth
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <atomic>
+#include <cstdio>
+#include <fstream>
+#include <grpcpp/grpcpp.h>
+#include <iostream>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "chorus/inference/grpc_service.grpc.pb.h"
+#include "tests/bench/bench_util.h"
+
+namespace chorus::bench {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+std::string g_bin;  // directory of chorus' binaries
+
+// A chorus-server child process.
+class ServerProcess {
+ public:
+  ServerProcess(const std::string& repository, int interpreters) {
+    int out[2];
+    if (pipe(out) != 0) throw std::runtime_error("pipe");
+    pid_ = fork();
+    if (pid_ == 0) {
+      dup2(out[1], 1);
+      close(out[0]);
+      std::string server = g_bin + "/chorus-server";
+      std::string n = std::to_string(interpreters);
+      std::freopen((repository + "/../server.log").c_str(), "a", stderr);
+      execl(server.c_str(), server.c_str(), "--model-repository", repository.c_str(), "--host",
+            "127.0.0.1", "--port", "0", "--metrics-port", "-1", "--interpreters", n.c_str(),
+            "--max-queue", "100000", nullptr);
+      _exit(127);
+    }
+    close(out[1]);
+    FILE* stream = fdopen(out[0], "r");
+    char line[512] = {0};
+    if (!fgets(line, sizeof(line), stream) || sscanf(line, "chorus-server listening on port %d", &port_) != 1) {
+      throw std::runtime_error("chorus-server did not start");
+    }
+    fclose(stream);
+  }
+  ~ServerProcess() {
+    kill(pid_, SIGTERM);
+    waitpid(pid_, nullptr, 0);
+  }
+  int port() const { return port_; }
+  double ResidentMiB() const {
+    std::ifstream status("/proc/" + std::to_string(pid_) + "/status");
+    std::string text;
+    while (std::getline(status, text)) {
+      if (text.rfind("VmRSS:", 0) == 0) return std::stod(text.substr(6)) / 1024.0;
+    }
+    return 0;
+  }
+
+ private:
+  pid_t pid_ = -1;
+  int port_ = 0;
+};
+
+struct LoadResult {
+  double throughput = 0;
+  double p50_us = 0, p90_us = 0, p99_us = 0;
+  int64_t requests = 0, errors = 0;
+  nlohmann::json Json() const {
+    return {{"throughput_per_s", throughput}, {"p50_us", p50_us}, {"p90_us", p90_us},
+            {"p99_us", p99_us}, {"requests", requests}, {"errors", errors}};
+  }
+};
+
+inference::ModelInferRequest MakeRequest(const std::string& model, int64_t rows) {
+  inference::ModelInferRequest request;
+  request.set_model_name(model);
+  auto* input = request.add_inputs();
+  input->set_name("x");
+  input->set_datatype("FP32");
+  input->add_shape(rows);
+  input->add_shape(4);
+  std::string raw(rows * 4 * sizeof(float), '\0');
+  for (size_t i = 0; i < raw.size() / sizeof(float); ++i) {
+    reinterpret_cast<float*>(raw.data())[i] = 0.25f * (i % 7);
+  }
+  request.add_raw_input_contents(raw);
+  return request;
+}
+
+// p50 latency of ServerLive (no model): gRPC's own floor on this machine.
+double GrpcFloorUs(int port, int calls) {
+  auto stub = inference::GRPCInferenceService::NewStub(grpc::CreateChannel(
+      "127.0.0.1:" + std::to_string(port), grpc::InsecureChannelCredentials()));
+  std::vector<double> latencies;
+  for (int i = 0; i < calls; ++i) {
+    grpc::ClientContext context;
+    inference::ServerLiveRequest request;
+    inference::ServerLiveResponse response;
+    auto sent = Clock::now();
+    stub->ServerLive(&context, request, &response);
+    latencies.push_back(std::chrono::duration<double, std::micro>(Clock::now() - sent).count());
+  }
+  return Median(latencies);
+}
+
+// `clients` threads send `model` requests back to back for `seconds`.
+LoadResult Load(int port, const std::string& model, int clients, double seconds) {
+  const int channels = std::min(clients, 8);
+  std::vector<std::unique_ptr<inference::GRPCInferenceService::Stub>> stubs;
+  for (int c = 0; c < channels; ++c) {
+    grpc::ChannelArguments args;
+    args.SetInt("grpc.channel_id", c);  // separate connections
+    stubs.push_back(inference::GRPCInferenceService::NewStub(grpc::CreateCustomChannel(
+        "127.0.0.1:" + std::to_string(port), grpc::InsecureChannelCredentials(), args)));
+  }
+  const inference::ModelInferRequest request = MakeRequest(model, 1);
+  std::mutex mu;
+  std::vector<double> latencies;
+  std::atomic<int64_t> errors{0};
+  const Clock::time_point end = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                                   std::chrono::duration<double>(seconds));
+  auto start = Clock::now();
+  std::vector<std::thread> threads;
+  for (int t = 0; t < clients; ++t) {
+    threads.emplace_back([&, t] {
+      std::vector<double> mine;
+      inference::ModelInferResponse response;
+      while (Clock::now() < end) {
+        grpc::ClientContext context;
+        context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
+        auto sent = Clock::now();
+        grpc::Status status = stubs[t % channels]->ModelInfer(&context, request, &response);
+        mine.push_back(std::chrono::duration<double, std::micro>(Clock::now() - sent).count());
+        if (!status.ok()) ++errors;
+      }
+      std::lock_guard<std::mutex> lock(mu);
+      latencies.insert(latencies.end(), mine.begin(), mine.end());
+    });
+  }
+  for (auto& thread : threads) thread.join();
+  const double elapsed = SecondsSince(start);
+  std::sort(latencies.begin(), latencies.end());
+  auto at = [&](double q) { return latencies.empty() ? 0 : latencies[static_cast<size_t>(q * (latencies.size() - 1))]; };
+  LoadResult result;
+  result.requests = static_cast<int64_t>(latencies.size());
+  result.errors = errors;
+  result.throughput = latencies.size() / elapsed;
+  result.p50_us = at(0.5);
+  result.p90_us = at(0.9);
+  result.p99_us = at(0.99);
+  return result;
+}
+
+const char kModels[] = R"(
+import torch
+
+class Trivial(torch.nn.Module):
+    def forward(self, x):
+        return x
+
+class PythonHeavy(torch.nn.Module):
+    """About a millisecond of pure Python per call: the GIL-bound case."""
+    def forward(self, x):
+        total = 0
+        for i in range(20000):
+            total += i % 7
+        return x + total
+
+class Mlp(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.net = torch.nn.Sequential(torch.nn.Linear(4, 64), torch.nn.ReLU(), torch.nn.Linear(64, 4))
+    def forward(self, x):
+        return self.net(x)
+
+def trivial(): return Trivial()
+def heavy(): return PythonHeavy()
+def mlp(): return Mlp()
+def example_inputs(): return (torch.zeros(1, 4),)
+)";
+
+std::string MakeRepository(const std::string& relative) {
+  std::system(("rm -rf '" + relative + "' && mkdir -p '" + relative + "/repo'").c_str());
+  char absolute[4096];
+  if (realpath(relative.c_str(), absolute) == nullptr) throw std::runtime_error("no " + relative);
+  const std::string dir = absolute;
+  std::ofstream(dir + "/bench_models.py") << kModels;
+  for (auto [name, extra] : {std::pair<const char*, const char*>{"trivial", "--no-batching"},
+                             {"heavy", "--no-batching"}, {"mlp", "--max-batch-size 64"}}) {
+    std::string folder = dir + "/repo/" + name + "/1";
+    std::string command = "mkdir -p '" + folder + "' && cd '" + dir + "' && " + g_bin +
+                          "/chorus-package create '" + folder + "/model.pt' --module bench_models:" +
+                          name + " --example-inputs bench_models:example_inputs --name " + name +
+                          " " + extra + " --quiet > /dev/null";
+    if (std::system(command.c_str()) != 0) throw std::runtime_error("packaging failed: " + command);
+  }
+  std::ofstream(dir + "/repo/mlp/config.json") << R"({"max_queue_delay_us": 2000})";
+  return dir + "/repo";
+}
+
+}  // namespace
+}  // namespace chorus::bench
+
+int main(int argc, char** argv) {
+  using namespace chorus::bench;
+  CLI::App app{"chorus serving benchmark (a load generator against chorus-server)"};
+  std::string out = "build/bench/serve.json", data = "build/bench-data/serve";
+  double soak_seconds = 60, seconds = 3;
+  int rounds = 3;
+  app.add_option("--out", out, "where to write the JSON result");
+  app.add_option("--data", data, "scratch directory for the model repository");
+  app.add_option("--seconds", seconds, "seconds per measured load");
+  app.add_option("--rounds", rounds, "interleaved rounds for the 2-vs-1 comparison");
+  app.add_option("--soak-seconds", soak_seconds, "soak duration (>= 60 for the report)");
+  CLI11_PARSE(app, argc, argv);
+  char self[4096] = {0};
+  if (readlink("/proc/self/exe", self, sizeof(self) - 1) <= 0) return 1;
+  g_bin = std::string(self).substr(0, std::string(self).rfind('/'));
+  const std::string repository = MakeRepository(data);
+
+  nlohmann::json result;
+  {
+    ServerProcess two(repository, 2);
+    Load(two.port(), "trivial", 1, 0.5);  // warm-up
+    LoadResult overhead = Load(two.port(), "trivial", 1, seconds);
+    result["overhead_us_p50"] = overhead.p50_us;
+    result["grpc_floor_us_p50"] = GrpcFloorUs(two.port(), 3000);
+    std::printf("\ntrivial model, concurrency 1: p50 %.0f us, p99 %.0f us (gRPC alone: %.0f us)\n",
+                overhead.p50_us, overhead.p99_us, result["grpc_floor_us_p50"].get<double>());
+    std::printf("%-8s %6s %12s %9s %9s %9s\n", "model", "conc", "requests/s", "p50 us", "p90 us",
+                "p99 us");
+    for (const char* model : {"trivial", "heavy"}) {
+      for (int concurrency : {1, 2, 4, 8, 16}) {
+        LoadResult r = Load(two.port(), model, concurrency, std::max(1.0, seconds / 2));
+        result["sweep"][model][std::to_string(concurrency)] = r.Json();
+        std::printf("%-8s %6d %12.1f %9.0f %9.0f %9.0f\n", model, concurrency, r.throughput,
+                    r.p50_us, r.p90_us, r.p99_us);
+      }
+    }
+  }
+  {
+    ServerProcess one(repository, 1), two(repository, 2);
+    Load(one.port(), "heavy", 4, 0.5);
+    Load(two.port(), "heavy", 4, 0.5);
+    std::vector<double> medians = InterleavedMedians(
+        rounds, {[&] { return Load(one.port(), "heavy", 4, seconds).throughput; },
+                 [&] { return Load(two.port(), "heavy", 4, seconds).throughput; }});
+    result["heavy_throughput_per_s"] = {{"interpreters_1", medians[0]}, {"interpreters_2", medians[1]}};
+    result["throughput_ratio_n_vs_1"] = medians[1] / medians[0];
+    std::printf("Python-heavy model: %.1f req/s with 1 interpreter, %.1f with 2 (%.2fx)\n",
+                medians[0], medians[1], medians[1] / medians[0]);
+  }
+  {
+    ServerProcess server(repository, 2);
+    Load(server.port(), "mlp", 64, 5);  // warm-up: allocator and caches settle
+    const double rss_start = server.ResidentMiB();
+    LoadResult soak = Load(server.port(), "mlp", 64, soak_seconds);
+    const double rss_end = server.ResidentMiB();
+    result["soak"] = {{"clients", 64}, {"seconds", soak_seconds}, {"errors", soak.errors},
+                      {"requests", soak.requests}, {"throughput_per_s", soak.throughput},
+                      {"p99_us", soak.p99_us}, {"rss_start_mib", rss_start},
+                      {"rss_end_mib", rss_end},
+                      {"rss_growth_pct", 100.0 * (rss_end - rss_start) / rss_start}};
+    std::printf("soak: 64 clients, %.0f s, %lld requests, %lld errors, RSS %.1f -> %.1f MiB\n\n",
+                soak_seconds, static_cast<long long>(soak.requests),
+                static_cast<long long>(soak.errors), rss_start, rss_end);
+  }
+  return WriteJson(out, result) ? 0 : 1;
+}
