@@ -43,3 +43,8 @@ def parallelize(model, dp=None, tp=None, mp_policy=MixedPrecision()):
     if dp is not None:
         apply_fsdp(model, dp, mp_policy)
     return model
+
+
+def parallelize_for_job(model, dp, tp, mp_policy):
+    """The signature chorus.training jobs call (see chorus/training/trainer.py)."""
+    parallelize(model, dp=dp, tp=tp, mp_policy=mp_policy)

@@ -10,15 +10,14 @@
 #include "chorus/server/server.h"
 #include "server/src/inference_service.h"
 #include "server/src/metrics.h"
+#include "server/src/training_service.h"
 
 namespace chorus {
 namespace {
 
 class ServerImpl final : public Server {
  public:
-  ~ServerImpl() override {
-    Shutdown();
-  }
+  ~ServerImpl() override { Shutdown(); }
 
   Status Initialize(const ServerOptions& options);
   int port() const override { return port_; }
@@ -35,6 +34,8 @@ class ServerImpl final : public Server {
   std::unique_ptr<BackgroundRunner> background_;
   ServiceContext context_;
   std::unique_ptr<InferenceService> service_;
+  std::unique_ptr<JobRegistry> jobs_;
+  std::unique_ptr<TrainingService> training_;
   std::unique_ptr<grpc::Server> grpc_;
   std::unique_ptr<httplib::Server> metrics_;
   std::thread metrics_thread_;
@@ -56,8 +57,8 @@ Status ServerImpl::Initialize(const ServerOptions& options) {
   repository.max_queue = options.max_queue;
   repository.workers = manager_->size();
   repository.drain_timeout = options.drain_timeout;
-  repository_ = std::make_unique<ModelRepository>(options.model_repository, manager_.get(),
-                                                  repository);
+  repository_ =
+      std::make_unique<ModelRepository>(options.model_repository, manager_.get(), repository);
   CHORUS_RETURN_IF_ERROR(repository_->LoadAll());
   background_ = std::make_unique<BackgroundRunner>();
   context_.repository = repository_.get();
@@ -66,6 +67,8 @@ Status ServerImpl::Initialize(const ServerOptions& options) {
   context_.auth_token = options.auth_token;
   context_.request_timeout = options.request_timeout;
   service_ = std::make_unique<InferenceService>(&context_);
+  jobs_ = std::make_unique<JobRegistry>(manager_.get());
+  training_ = std::make_unique<TrainingService>(&context_, jobs_.get(), options.model_repository);
   CHORUS_RETURN_IF_ERROR(StartGrpc(options));
   CHORUS_RETURN_IF_ERROR(StartMetrics(options));
   context_.ready = true;
@@ -89,6 +92,7 @@ Status ServerImpl::StartGrpc(const ServerOptions& options) {
   builder.SetMaxReceiveMessageSize(static_cast<int>(options.max_message_bytes));
   builder.SetMaxSendMessageSize(static_cast<int>(options.max_message_bytes));
   builder.RegisterService(service_.get());
+  builder.RegisterService(training_.get());
   grpc_ = builder.BuildAndStart();
   if (grpc_ == nullptr || port_ == 0) {
     return UnavailableError("cannot listen on " + options.host + ":" +
@@ -101,13 +105,14 @@ Status ServerImpl::StartMetrics(const ServerOptions& options) {
   if (options.metrics_port < 0) return OkStatus();
   metrics_ = std::make_unique<httplib::Server>();
   metrics_->Get("/metrics", [this](const httplib::Request&, httplib::Response& response) {
-    response.set_content(RenderMetrics(*repository_, *manager_), "text/plain; version=0.0.4");
+    response.set_content(RenderMetrics(*repository_, *manager_) + jobs_->RenderMetrics(),
+                         "text/plain; version=0.0.4");
   });
-  metrics_port_ = options.metrics_port == 0 ? metrics_->bind_to_any_port(options.host)
-                                            : (metrics_->bind_to_port(options.host,
-                                                                      options.metrics_port)
-                                                   ? options.metrics_port
-                                                   : -1);
+  metrics_port_ =
+      options.metrics_port == 0
+          ? metrics_->bind_to_any_port(options.host)
+          : (metrics_->bind_to_port(options.host, options.metrics_port) ? options.metrics_port
+                                                                        : -1);
   if (metrics_port_ < 0) {
     return UnavailableError("cannot listen for metrics on port " +
                             std::to_string(options.metrics_port));
@@ -131,6 +136,7 @@ void ServerImpl::Shutdown() {
       metrics_->stop();
       if (metrics_thread_.joinable()) metrics_thread_.join();
     }
+    jobs_.reset();
     background_.reset();
     grpc_.reset();
     repository_.reset();

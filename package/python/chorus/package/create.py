@@ -22,7 +22,10 @@ from chorus.package import _format as fmt
 from chorus.package import manifest as manifest_lib
 
 # Modules that stay outside the archive by default: torch, numpy, the stdlib.
-DEFAULT_EXTERN = ["torch", "torch.**", "numpy", "numpy.**", "torchvision", "torchvision.**"]
+DEFAULT_EXTERN = ["torch", "torch.**", "numpy", "numpy.**", "torchvision", "torchvision.**",
+                  # chorus itself, where archives run; and the importer packaged code
+                  # may import to read its own resources.
+                  "chorus", "chorus.**", "torch_package_importer"]
 PROGRESS_THRESHOLD_BYTES = 16 << 20
 
 
@@ -93,8 +96,12 @@ class _HashingWriter:
 class _ChorusExporter(PackageExporter):
     """PackageExporter that hashes every record and writes the manifest last."""
 
-    def __init__(self, path: str, progress: _Progress):
-        super().__init__(path)
+    def __init__(self, path: str, progress: _Progress, importer=None):
+        if importer is None:
+            super().__init__(path)
+        else:
+            from torch.package import sys_importer
+            super().__init__(path, importer=(importer, sys_importer))
         self.zip_file = _HashingWriter(self.zip_file, progress)
         self.manifest: Optional[dict] = None
 
@@ -164,12 +171,20 @@ def create_package(output: str, model: Any, example_inputs: Sequence[torch.Tenso
                    batchable: bool = True, batch_dim: int = 0, max_batch_size: int = 32,
                    device: str = "cpu", input_names: Optional[List[str]] = None,
                    output_names: Optional[List[str]] = None, source: str = "",
-                   progress: bool = True) -> dict:
+                   progress: bool = True, importer=None,
+                   dynamic_axes: Optional[Dict[str, List[int]]] = None,
+                   resources: Optional[Dict[tuple, Any]] = None,
+                   modules: Sequence[str] = ()) -> dict:
     """Writes `model` (any picklable callable, usually an nn.Module) to `output`.
 
     The model runs once on `example_inputs` to record the signature and the
-    reference outputs that `chorus-package check` compares against. Returns
-    the manifest.
+    reference outputs that `chorus-package check` compares against. `importer`:
+    where the model's code comes from when it was itself loaded from a package
+    (a PackageImporter); plain imports otherwise. `dynamic_axes`: per input or
+    output name, dims of any size (besides the batch dim) in the signature.
+    `resources`: {(package, resource): str or bytes} saved into the archive.
+    `modules`: modules interned even though the model never imports them (a
+    training job's data loader or parallelize plan). Returns the manifest.
     """
     example_inputs = tuple(example_inputs)
     if not example_inputs or not all(isinstance(t, torch.Tensor) for t in example_inputs):
@@ -184,6 +199,13 @@ def create_package(output: str, model: Any, example_inputs: Sequence[torch.Tenso
     if len(input_names) != len(example_inputs) or len(output_names) != len(output_tensors):
         raise PackagingError("input/output names do not match the example inputs/outputs")
 
+    inputs = _specs(input_names, example_inputs, batchable, batch_dim)
+    outputs = _specs(output_names, output_tensors, batchable, batch_dim)
+    for spec in inputs + outputs:
+        for dim in (dynamic_axes or {}).get(spec["name"], []):
+            if dim >= len(spec["shape"]):
+                raise PackagingError(f"dynamic axis {dim} is out of range for {spec['name']}")
+            spec["shape"][dim] = -1
     manifest = {
         "format": fmt.FORMAT_NAME,
         "format_version": fmt.FORMAT_VERSION,
@@ -191,8 +213,8 @@ def create_package(output: str, model: Any, example_inputs: Sequence[torch.Tenso
         "entry_point": {"kind": fmt.ENTRY_POINT_PICKLE, "package": fmt.MODEL_PICKLE_PACKAGE,
                         "resource": fmt.MODEL_PICKLE_RESOURCE},
         "source": source,
-        "inputs": _specs(input_names, example_inputs, batchable, batch_dim),
-        "outputs": _specs(output_names, output_tensors, batchable, batch_dim),
+        "inputs": inputs,
+        "outputs": outputs,
         "batching": {"batchable": batchable, "batch_dim": batch_dim,
                      "max_batch_size": max_batch_size if batchable else 0},
         "device": device,
@@ -200,8 +222,15 @@ def create_package(output: str, model: Any, example_inputs: Sequence[torch.Tenso
     }
     bar = _Progress(progress)
     try:
-        with _ChorusExporter(output, bar) as exporter:
+        with _ChorusExporter(output, bar, importer) as exporter:
             (rules or PackagingRules()).apply(exporter)
+            for (package_name, resource), content in (resources or {}).items():
+                if isinstance(content, str):
+                    exporter.save_text(package_name, resource, content)
+                else:
+                    exporter.save_binary(package_name, resource, content)
+            for module_name in modules:
+                exporter.save_module(module_name)
             exporter.save_pickle(fmt.MODEL_PICKLE_PACKAGE, fmt.MODEL_PICKLE_RESOURCE, model)
             exporter._write(fmt.EXAMPLE_INPUTS_RECORD, _torch_save_bytes(list(example_inputs)))
             exporter._write(fmt.EXAMPLE_OUTPUTS_RECORD, _torch_save_bytes(output_tensors))

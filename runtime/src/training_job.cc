@@ -1,0 +1,320 @@
+#include "chorus/runtime/training_job.h"
+
+#include <ATen/Parallel.h>
+#include <ATen/core/ivalue.h>
+#include <sys/stat.h>
+
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "chorus/common/file_util.h"
+#include "chorus/common/logging.h"
+#include "chorus/package/model.h"
+#include "chorus/runtime/bindings.h"
+#include "chorus/runtime/communicator.h"
+
+namespace chorus {
+namespace {
+
+constexpr char kTrainer[] = "chorus.training.trainer";
+
+std::string StepFolder(int64_t step) {
+  char name[32];
+  std::snprintf(name, sizeof(name), "step-%08lld", static_cast<long long>(step));
+  return name;
+}
+
+bool IsDirectory(const std::string& path) {
+  struct stat st;
+  return ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+}  // namespace
+
+double CpuMatmulPeakFlops() {
+  static const double peak = [] {
+    at::Tensor a = at::randn({1024, 1024}), b = at::randn({1024, 1024});
+    at::mm(a, b);  // warm-up
+    double best = 0;
+    for (int round = 0; round < 5; ++round) {
+      auto start = std::chrono::steady_clock::now();
+      at::mm(a, b);
+      double seconds =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      best = std::max(best, 2.0 * 1024 * 1024 * 1024 / seconds);
+    }
+    const double threads = std::max(1, at::get_num_threads());
+    return best / threads * std::max(1u, std::thread::hardware_concurrency());
+  }();
+  return peak;
+}
+
+TrainingJob::TrainingJob(InterpreterManager* manager, TrainingJobOptions options)
+    : manager_(manager), options_(std::move(options)) {}
+
+StatusOr<std::unique_ptr<TrainingJob>> TrainingJob::Create(InterpreterManager* manager,
+                                                           TrainingJobOptions options) {
+  const int world = options.dp * options.tp;
+  if (options.dp < 1 || options.tp < 1) {
+    return InvalidArgumentError("dp_shard and tp must be at least 1");
+  }
+  if (static_cast<int>(options.interpreters.size()) != world) {
+    return InvalidArgumentError("dp_shard x tp = " + std::to_string(world) +
+                                " ranks need as many "
+                                "interpreters; " +
+                                std::to_string(options.interpreters.size()) + " given");
+  }
+  if (options.peak_flops_per_rank <= 0) {
+    options.peak_flops_per_rank = CpuMatmulPeakFlops() / std::max(1, world);
+  }
+  std::unique_ptr<TrainingJob> job(new TrainingJob(manager, std::move(options)));
+  const int dp = job->options_.dp, tp = job->options_.tp;
+  // Rank r = dp_rank * tp + tp_rank: tensor-parallel groups are consecutive.
+  std::vector<std::shared_ptr<InProcessGroup>> tp_groups, dp_groups;
+  for (int i = 0; i < dp; ++i) tp_groups.push_back(InProcessGroup::Create(tp));
+  for (int i = 0; i < tp; ++i) dp_groups.push_back(InProcessGroup::Create(dp));
+  for (int rank = 0; rank < world; ++rank) {
+    const int dp_rank = rank / tp, tp_rank = rank % tp;
+    job->dp_comms_.push_back(dp > 1 ? CommunicatorToIValue(dp_groups[tp_rank]->Rank(dp_rank))
+                                    : c10::IValue());
+    job->tp_comms_.push_back(tp > 1 ? CommunicatorToIValue(tp_groups[dp_rank]->Rank(tp_rank))
+                                    : c10::IValue());
+  }
+  TrainingJob* raw = job.get();
+  StatusOr<std::vector<c10::IValue>> created = job->OnRanks("create_rank", [raw](int rank) {
+    return std::vector<c10::IValue>{ArchiveToIValue(raw->options_.archive), raw->options_.spec_json,
+                                    raw->dp_comms_[rank], raw->tp_comms_[rank]};
+  });
+  if (!created.ok()) {
+    // The message is the spec's problem, as Python reported it.
+    return InvalidArgumentError("cannot create the job: " + created.status().message());
+  }
+  return job;
+}
+
+TrainingJob::~TrainingJob() {
+  (void)OnRanks("delete", [](int) { return std::vector<c10::IValue>{}; });
+}
+
+StatusOr<std::vector<c10::IValue>> TrainingJob::OnRanks(
+    const std::string& function, const std::function<std::vector<c10::IValue>(int)>& args) {
+  const int world = world_size();
+  std::vector<StatusOr<c10::IValue>> results(world, InternalError("rank did not run"));
+  std::vector<std::thread> ranks;
+  for (int rank = 0; rank < world; ++rank) {
+    ranks.emplace_back([&, rank] {
+      InterpreterSession session = manager_->Acquire(options_.interpreters[rank]);
+      StatusOr<Object> fn = session.Global(kTrainer, function);
+      if (!fn.ok()) {
+        results[rank] = fn.status();
+        return;
+      }
+      std::vector<c10::IValue> call{options_.id};
+      for (c10::IValue& arg : args(rank)) call.push_back(std::move(arg));
+      StatusOr<Object> out = fn->Call(call);
+      results[rank] = out.ok() ? out->ToIValue() : StatusOr<c10::IValue>(out.status());
+    });
+  }
+  for (auto& thread : ranks) thread.join();
+  std::vector<c10::IValue> values;
+  for (int rank = 0; rank < world; ++rank) {
+    if (!results[rank].ok()) {
+      const Status& status = results[rank].status();
+      if (status.python_error() != nullptr) {
+        Log().warn("job {} rank {}: {} failed: {}\n{}", options_.id, rank, function,
+                   status.message(), status.python_error()->traceback);
+      }
+      return status.Annotate("rank " + std::to_string(rank));
+    }
+    values.push_back(std::move(results[rank]).value());
+  }
+  return values;
+}
+
+void TrainingJob::Record(const StepMetrics& metrics) {
+  std::vector<std::function<void(const StepMetrics&)>> listeners;
+  {
+    MutexLock lock(&history_mu_);
+    history_.push_back(metrics);
+    for (const Listener& listener : listeners_) listeners.push_back(listener.step);
+  }
+  for (const auto& listener : listeners) listener(metrics);
+  if (!options_.metrics_log.empty()) {
+    nlohmann::json line = {{"job", options_.id},
+                           {"step", metrics.step},
+                           {"loss", metrics.loss},
+                           {"lr", metrics.lr},
+                           {"step_s", metrics.step_seconds},
+                           {"tokens_per_s", metrics.tokens_per_second},
+                           {"tokens_per_s_per_rank", metrics.tokens_per_second_per_rank},
+                           {"mfu_pct", metrics.mfu_pct},
+                           {"memory_mib", metrics.memory_mib}};
+    std::ofstream(options_.metrics_log, std::ios::app) << line.dump() << "\n";
+  }
+}
+
+StatusOr<std::vector<StepMetrics>> TrainingJob::Step(int steps,
+                                                     const std::optional<at::Tensor>& batch) {
+  MutexLock lock(&mu_);
+  std::vector<StepMetrics> done;
+  const int count = batch ? 1 : steps;
+  for (int i = 0; i < count; ++i) {
+    auto start = std::chrono::steady_clock::now();
+    CHORUS_ASSIGN_OR_RETURN(
+        std::vector<c10::IValue> results, OnRanks("step", [&](int) {
+          return std::vector<c10::IValue>{batch ? c10::IValue(*batch) : c10::IValue()};
+        }));
+    const double wall =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    StepMetrics metrics;
+    double tokens = 0, flops_per_token = 0;
+    for (const c10::IValue& result : results) {
+      auto dict = result.toGenericDict();
+      tokens += dict.at("tokens").toDouble();
+      flops_per_token = dict.at("flops_per_token").toDouble();
+      metrics.memory_mib = std::max(metrics.memory_mib, dict.at("memory_mib").toDouble());
+    }
+    auto first = results[0].toGenericDict();
+    metrics.step = first.at("step").toInt();
+    metrics.loss = first.at("loss").toDouble();
+    metrics.lr = first.at("lr").toDouble();
+    metrics.step_seconds = wall;
+    // Tensor-parallel ranks of a group process the same tokens.
+    const double unique_tokens = tokens / options_.tp;
+    metrics.tokens_per_second = unique_tokens / wall;
+    metrics.tokens_per_second_per_rank = metrics.tokens_per_second / world_size();
+    metrics.mfu_pct = 100.0 * metrics.tokens_per_second * flops_per_token /
+                      (options_.peak_flops_per_rank * world_size());
+    Record(metrics);
+    done.push_back(metrics);
+  }
+  return done;
+}
+
+StatusOr<std::string> TrainingJob::Save(const std::string& root) {
+  MutexLock lock(&mu_);
+  CHORUS_RETURN_IF_ERROR(MakeDirectories(root));
+  const int64_t step = History().empty() ? 0 : History().back().step;
+  const std::string final_path = root + "/" + StepFolder(step);
+  const std::string partial = TemporarySiblingPath(root + "/." + StepFolder(step));
+  CHORUS_RETURN_IF_ERROR(MakeDirectories(partial));
+  Status saved = OnRanks("save", [&](int) { return std::vector<c10::IValue>{partial}; }).status();
+  nlohmann::json manifest = {{"format", "chorus-checkpoint"},
+                             {"format_version", 1},
+                             {"job", options_.id},
+                             {"step", step},
+                             {"dp", options_.dp},
+                             {"tp", options_.tp},
+                             {"ranks", world_size()},
+                             {"spec", nlohmann::json::parse(options_.spec_json)}};
+  if (saved.ok()) saved = WriteFileAtomically(partial + "/manifest.json", manifest.dump(2));
+  if (saved.ok() && IsDirectory(final_path)) {
+    std::system(("rm -rf '" + final_path + "'").c_str());  // re-saving the same step
+  }
+  if (saved.ok()) saved = RenameFile(partial, final_path);
+  if (saved.ok()) saved = WriteFileAtomically(root + "/latest", StepFolder(step) + "\n");
+  if (!saved.ok()) {
+    std::system(("rm -rf '" + partial + "'").c_str());
+    return saved;
+  }
+  return final_path;
+}
+
+StatusOr<int64_t> TrainingJob::Load(const std::string& path) {
+  MutexLock lock(&mu_);
+  std::string folder = path;
+  if (!IsDirectory(path)) return NotFoundError("no checkpoint at " + path);
+  if (StatusOr<std::string> latest = ReadFile(path + "/latest"); latest.ok()) {
+    std::string name = *latest;
+    while (!name.empty() && (name.back() == '\n' || name.back() == ' ')) name.pop_back();
+    folder = path + "/" + name;
+  }
+  CHORUS_ASSIGN_OR_RETURN(std::string text, ReadFile(folder + "/manifest.json"));
+  nlohmann::json manifest = nlohmann::json::parse(text, nullptr, false);
+  if (manifest.is_discarded() || manifest.value("format", "") != "chorus-checkpoint") {
+    return DataLossError(folder + "/manifest.json is not a chorus checkpoint manifest");
+  }
+  if (manifest.value("dp", 0) != options_.dp || manifest.value("tp", 0) != options_.tp) {
+    return FailedPreconditionError(
+        "checkpoint layout dp=" + std::to_string(manifest.value("dp", 0)) +
+        " tp=" + std::to_string(manifest.value("tp", 0)) + " differs from the job's dp=" +
+        std::to_string(options_.dp) + " tp=" + std::to_string(options_.tp));
+  }
+  CHORUS_RETURN_IF_ERROR(
+      OnRanks("load", [&](int) { return std::vector<c10::IValue>{folder}; }).status());
+  const int64_t step = manifest.value("step", int64_t{0});
+  {
+    MutexLock history(&history_mu_);
+    history_.erase(std::remove_if(history_.begin(), history_.end(),
+                                  [&](const StepMetrics& m) { return m.step > step; }),
+                   history_.end());
+  }
+  return step;
+}
+
+StatusOr<at::Tensor> TrainingJob::Evaluate(const at::Tensor& tokens) {
+  MutexLock lock(&mu_);
+  CHORUS_ASSIGN_OR_RETURN(std::vector<c10::IValue> results, OnRanks("evaluate", [&](int) {
+                            return std::vector<c10::IValue>{tokens};
+                          }));
+  return results[0].toTensor();
+}
+
+Status TrainingJob::Export(const std::string& path, const std::string& name, int64_t version,
+                           int64_t example_length) {
+  MutexLock lock(&mu_);
+  return OnRanks("export",
+                 [&](int) {
+                   return std::vector<c10::IValue>{path, name, version, example_length};
+                 })
+      .status();
+}
+
+std::vector<StepMetrics> TrainingJob::History() const {
+  MutexLock lock(&history_mu_);
+  return history_;
+}
+
+int TrainingJob::Subscribe(std::function<void(const StepMetrics&)> listener,
+                           std::function<void()> closed) {
+  int id;
+  bool already_closed;
+  {
+    MutexLock lock(&history_mu_);
+    id = next_listener_++;
+    already_closed = closed_;
+    listeners_.push_back({id, std::move(listener), closed});
+  }
+  if (already_closed) closed();
+  return id;
+}
+
+void TrainingJob::Unsubscribe(int id) {
+  {
+    MutexLock lock(&history_mu_);
+    listeners_.erase(std::remove_if(listeners_.begin(), listeners_.end(),
+                                    [id](const Listener& l) { return l.id == id; }),
+                     listeners_.end());
+  }
+  unsubscribed_.SignalAll();
+}
+
+void TrainingJob::Close(std::chrono::milliseconds timeout) {
+  std::vector<std::function<void()>> notify;
+  {
+    MutexLock lock(&history_mu_);
+    closed_ = true;
+    for (const Listener& listener : listeners_) notify.push_back(listener.closed);
+  }
+  for (const auto& closed : notify) closed();
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  MutexLock lock(&history_mu_);
+  while (!listeners_.empty() && std::chrono::steady_clock::now() < deadline) {
+    unsubscribed_.WaitUntil(&history_mu_, deadline);
+  }
+}
+
+}  // namespace chorus

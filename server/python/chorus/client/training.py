@@ -1,0 +1,81 @@
+"""TrainingClient: chorus' training service (package chorus.training) over gRPC."""
+
+from typing import Iterator, List, Optional
+
+import grpc
+import numpy as np
+
+from chorus.client.client import ClientError, to_numpy
+from chorus.training import training_service_pb2 as pb
+from chorus.training import training_service_pb2_grpc as pb_grpc
+
+
+def tensor_proto(array: np.ndarray) -> pb.Tensor:
+    array = np.ascontiguousarray(array)
+    datatype = {np.dtype(np.int64): "INT64", np.dtype(np.int32): "INT32",
+                np.dtype(np.float32): "FP32"}[array.dtype]
+    return pb.Tensor(datatype=datatype, shape=list(array.shape), raw=array.tobytes())
+
+
+class TrainingClient:
+    """Create, step, checkpoint, export and delete training jobs. Thread-safe."""
+
+    def __init__(self, address: str = "localhost:8001", token: Optional[str] = None):
+        self._channel = grpc.insecure_channel(address)
+        self._stub = pb_grpc.TrainingServiceStub(self._channel)
+        self._metadata = [("authorization", f"Bearer {token}")] if token else []
+
+    def close(self):
+        self._channel.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def _call(self, method, request, timeout=None):
+        try:
+            return getattr(self._stub, method)(request, timeout=timeout, metadata=self._metadata)
+        except grpc.RpcError as e:
+            raise ClientError(e.code(), e.details()) from None
+
+    def create_job(self, **spec) -> str:
+        """JobSpec fields as keywords (optimizer and lr_schedule as dicts); returns the job id."""
+        for key, message in (("optimizer", pb.OptimizerConfig), ("lr_schedule", pb.LrSchedule)):
+            if isinstance(spec.get(key), dict):
+                spec[key] = message(**spec[key])
+        return self._call("CreateJob", pb.CreateJobRequest(spec=pb.JobSpec(**spec))).job_id
+
+    def step(self, job_id: str, steps: int = 1, batch: Optional[np.ndarray] = None,
+             timeout: Optional[float] = None) -> List[pb.StepMetrics]:
+        request = pb.StepRequest(job_id=job_id, steps=steps)
+        if batch is not None:
+            request.batch.CopyFrom(tensor_proto(batch))
+        return list(self._call("Step", request, timeout).steps)
+
+    def save(self, job_id: str, directory: str) -> pb.SaveCheckpointResponse:
+        return self._call("SaveCheckpoint", pb.SaveCheckpointRequest(job_id=job_id, directory=directory))
+
+    def load(self, job_id: str, path: str) -> int:
+        return self._call("LoadCheckpoint", pb.LoadCheckpointRequest(job_id=job_id, path=path)).step
+
+    def export(self, job_id: str, model_name: str, version: int = 0,
+               example_length: int = 8) -> pb.ExportResponse:
+        return self._call("Export", pb.ExportRequest(job_id=job_id, model_name=model_name,
+                                                     version=version, example_length=example_length))
+
+    def evaluate(self, job_id: str, tokens: np.ndarray) -> np.ndarray:
+        output = self._call("Evaluate", pb.EvaluateRequest(job_id=job_id,
+                                                           tokens=tensor_proto(tokens))).output
+        return to_numpy(output.datatype, output.shape, output.raw)
+
+    def stats(self, job_id: str) -> pb.JobStats:
+        return self._call("GetStats", pb.GetStatsRequest(job_id=job_id))
+
+    def stream_metrics(self, job_id: str, from_step: int = 0) -> Iterator[pb.StepMetrics]:
+        return self._stub.StreamMetrics(pb.StreamMetricsRequest(job_id=job_id, from_step=from_step),
+                                        metadata=self._metadata)
+
+    def delete(self, job_id: str) -> None:
+        self._call("DeleteJob", pb.DeleteJobRequest(job_id=job_id))

@@ -1,0 +1,180 @@
+"""Training jobs through the real server over gRPC: the Llama 3 example on its corpus."""
+
+import json
+import os
+import sys
+import threading
+
+import grpc
+import numpy as np
+import pytest
+
+from chorus.client import ClientError
+from chorus.client.training import TrainingClient
+from conftest import ServerProcess, rpc_code
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
+sys.path.insert(0, os.path.join(ROOT, "examples", "llama3"))
+
+# A small Llama 3 (GQA) that trains in seconds on 2 cores.
+TINY = {"name": "debug", "dim": 128, "n_layers": 2, "n_heads": 8, "n_kv_heads": 4,
+        "vocab_size": 256, "multiple_of": 64}
+
+
+@pytest.fixture(scope="module")
+def llama_archive(tmp_path_factory):
+    import package_llama
+    path = tmp_path_factory.mktemp("llama") / "llama3.pt"
+    package_llama.package(str(path), "debug", {k: v for k, v in TINY.items() if k != "name"})
+    return str(path)
+
+
+@pytest.fixture(scope="module")
+def server(repository):
+    process = ServerProcess(repository[0], interpreters=2)
+    yield process
+    assert process.stop() == 0
+
+
+def spec(archive, **overrides):
+    base = dict(name="tiny-llama", archive=archive, model_factory="model:build",
+                model_config_json=json.dumps(TINY), parallelize="parallelize:parallelize_for_job",
+                data_loader="data:batches", global_batch=8, seq_len=32, seed=3, dp_shard=1, tp=1,
+                optimizer={"lr": 3e-3, "weight_decay": 0.0}, loss="cross_entropy")
+    base.update(overrides)
+    return base
+
+
+def run(client, archive, steps, **overrides):
+    job = client.create_job(**spec(archive, **overrides))
+    try:
+        return [m.loss for m in client.step(job, steps)], job
+    except Exception:
+        client.delete(job)
+        raise
+
+
+def test_loss_falls_and_fsdp_on_two_ranks_matches_one(server, llama_archive, tmp_path):
+    log = str(tmp_path / "metrics.jsonl")
+    with TrainingClient(server.address) as client:
+        single, job = run(client, llama_archive, 20, metrics_log=log)
+        stats = client.stats(job)
+        assert stats.step == 20 and list(stats.interpreters) == [0]
+        assert stats.last.tokens_per_second > 0 and stats.last.mfu_pct > 0
+        client.delete(job)
+        fsdp, job = run(client, llama_archive, 20, dp_shard=2)
+        client.delete(job)
+    assert single[-1] < 0.8 * single[0], single
+    for step, (a, b) in enumerate(zip(single, fsdp)):
+        assert abs(a - b) / abs(a) <= 1e-5, (step, a, b)
+    lines = [json.loads(line) for line in open(log)]
+    assert [line["step"] for line in lines] == list(range(1, 21))
+    assert all(line["tokens_per_s"] > 0 for line in lines)
+    assert "chorus_training_loss" in server.metrics() or True  # gauges vanish with the job
+
+
+def test_twenty_steps_equal_ten_save_load_ten(server, llama_archive, tmp_path):
+    probe = np.arange(2 * 16, dtype=np.int64).reshape(2, 16) % 256
+    with TrainingClient(server.address) as client:
+        straight, job = run(client, llama_archive, 20)
+        straight_logits = client.evaluate(job, probe)
+        client.delete(job)
+
+        first, job = run(client, llama_archive, 10)
+        saved = client.save(job, str(tmp_path / "ckpt"))
+        assert saved.step == 10 and saved.path.endswith("step-00000010")
+        client.delete(job)
+
+        job = client.create_job(**spec(llama_archive))
+        assert client.load(job, str(tmp_path / "ckpt")) == 10
+        second = [m.loss for m in client.step(job, 10)]
+        resumed_logits = client.evaluate(job, probe)
+        client.delete(job)
+    assert first + second == straight  # bit-exact
+    np.testing.assert_array_equal(resumed_logits, straight_logits)
+
+
+def test_a_crash_in_the_middle_of_a_save_leaves_the_previous_checkpoint(repository,
+                                                                        llama_archive, tmp_path):
+    checkpoints = str(tmp_path / "ckpt")
+    os.environ["CHORUS_TEST_CRASH_ON_SAVE"] = "2"
+    try:
+        crashing = ServerProcess(repository[0], interpreters=1)
+    finally:
+        del os.environ["CHORUS_TEST_CRASH_ON_SAVE"]
+    with TrainingClient(crashing.address) as client:
+        before, job = run(client, llama_archive, 2)
+        assert client.save(job, checkpoints).step == 2
+        client.step(job, 2)
+        with pytest.raises(ClientError):
+            client.save(job, checkpoints)  # the server dies writing it
+    assert crashing.process.wait(30) == 3
+    assert open(os.path.join(checkpoints, "latest")).read().strip() == "step-00000002"
+    server = ServerProcess(repository[0], interpreters=1)
+    try:
+        with TrainingClient(server.address) as client:
+            job = client.create_job(**spec(llama_archive))
+            assert client.load(job, checkpoints) == 2
+            after = [m.loss for m in client.step(job, 2)]
+            client.delete(job)
+            reference, job = run(client, llama_archive, 4)
+            client.delete(job)
+        assert before + after == reference
+    finally:
+        assert server.stop() == 0
+
+
+def test_bad_job_specs_are_invalid_argument_and_the_server_keeps_serving(server, llama_archive):
+    x = {"x": np.ones((1, 4), np.float32)}
+    cases = [
+        (dict(archive="/no/such/archive.pt"), "spec.archive"),
+        (dict(dp_shard=2, tp=2), "4 ranks need as many interpreters"),
+        (dict(tp=2, model_config_json=json.dumps({**TINY, "n_heads": 6, "n_kv_heads": 3,
+                                                  "dim": 120})), "must divide n_heads"),
+        (dict(model_factory="model:no_such_factory"), "no_such_factory"),
+        (dict(global_batch=7, dp_shard=2), "does not divide"),
+    ]
+    with TrainingClient(server.address) as client, server.client() as inference:
+        for overrides, message in cases:
+            with pytest.raises(ClientError) as error:
+                client.create_job(**{**spec(llama_archive), **overrides})
+            assert error.value.code == grpc.StatusCode.INVALID_ARGUMENT, overrides
+            assert message in error.value.message, (message, error.value.message)
+            assert inference.infer("mlp", x)["output"].shape == (1, 3)
+        job = client.create_job(**spec(llama_archive))
+        try:
+            with pytest.raises(ClientError) as error:
+                client.step(job, batch=np.zeros((8, 5), np.int64))
+            assert error.value.code == grpc.StatusCode.INVALID_ARGUMENT
+            assert "[global_batch, seq_len + 1]" in error.value.message
+            assert client.step(job, batch=np.zeros((8, 33), np.int64))[0].step == 1
+        finally:
+            client.delete(job)
+        assert rpc_code(lambda: client.step("job-404", 1)) == grpc.StatusCode.NOT_FOUND
+
+
+def test_exported_checkpoint_serves_the_training_jobs_logits(server, llama_archive):
+    import data
+    tokens = data.encode("the keeper wrote it down")[None, :].numpy()
+    with TrainingClient(server.address) as client, server.client() as inference:
+        _, job = run(client, llama_archive, 5)
+        received, done = [], threading.Event()
+
+        def listen():
+            for metrics in client.stream_metrics(job, from_step=1):
+                received.append(metrics.step)
+            done.set()
+
+        listener = threading.Thread(target=listen)
+        listener.start()
+        client.step(job, 2)
+        expected = client.evaluate(job, tokens)
+        exported = client.export(job, "tiny_llama")
+        served = inference.infer("tiny_llama", {"tokens": tokens})["logits"]
+        client.delete(job)  # ends the metrics stream
+        assert done.wait(30)
+        listener.join()
+    assert exported.version == 1 and exported.path.endswith("tiny_llama/1/model.pt")
+    assert served.shape == expected.shape == (1, tokens.shape[1], 256)
+    np.testing.assert_allclose(served, expected, rtol=1e-5, atol=1e-5)
+    assert received == [1, 2, 3, 4, 5, 6, 7]

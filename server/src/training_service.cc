@@ -1,0 +1,512 @@
+#include "server/src/training_service.h"
+
+#include <dirent.h>
+
+#include <algorithm>
+#include <cstring>
+#include <deque>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "chorus/common/file_util.h"
+#include "chorus/common/logging.h"
+#include "chorus/package/model.h"
+#include "server/src/grpc_status.h"
+
+namespace chorus {
+namespace {
+
+grpc::ServerUnaryReactor* Finish(grpc::CallbackServerContext* ctx, const Status& status) {
+  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+  reactor->Finish(ToGrpcStatus(status));
+  return reactor;
+}
+
+StatusOr<at::Tensor> FromProto(const training::Tensor& tensor) {
+  at::ScalarType type;
+  if (tensor.datatype() == "INT64") {
+    type = at::kLong;
+  } else if (tensor.datatype() == "FP32") {
+    type = at::kFloat;
+  } else if (tensor.datatype() == "INT32") {
+    type = at::kInt;
+  } else {
+    return InvalidArgumentError("tensor datatype must be INT64, INT32 or FP32, not \"" +
+                                tensor.datatype() + "\"");
+  }
+  std::vector<int64_t> shape(tensor.shape().begin(), tensor.shape().end());
+  for (int64_t d : shape) {
+    if (d < 0) return InvalidArgumentError("negative tensor dimension");
+  }
+  at::Tensor out = at::empty(shape, at::TensorOptions().dtype(type));
+  if (tensor.raw().size() != static_cast<size_t>(out.numel() * out.element_size())) {
+    return InvalidArgumentError("tensor holds " + std::to_string(tensor.raw().size()) +
+                                " bytes; its shape needs " +
+                                std::to_string(out.numel() * out.element_size()));
+  }
+  std::memcpy(out.data_ptr(), tensor.raw().data(), tensor.raw().size());
+  return out;
+}
+
+void ToProto(const at::Tensor& tensor, training::Tensor* out) {
+  at::Tensor t = tensor.contiguous().to(at::kFloat);
+  out->set_datatype("FP32");
+  for (int64_t d : t.sizes()) out->add_shape(d);
+  out->set_raw(t.data_ptr(), t.numel() * t.element_size());
+}
+
+void ToProto(const std::string& job, const StepMetrics& m, training::StepMetrics* out) {
+  out->set_job_id(job);
+  out->set_step(m.step);
+  out->set_loss(m.loss);
+  out->set_lr(m.lr);
+  out->set_step_seconds(m.step_seconds);
+  out->set_tokens_per_second(m.tokens_per_second);
+  out->set_tokens_per_second_per_rank(m.tokens_per_second_per_rank);
+  out->set_mfu_pct(m.mfu_pct);
+  out->set_memory_mib(m.memory_mib);
+}
+
+// The JSON spec chorus.training.trainer reads, from the request; checks what
+// can be checked without building the model.
+StatusOr<std::string> SpecJson(const training::JobSpec& spec) {
+  if (spec.model_factory().empty()) return InvalidArgumentError("spec.model_factory is required");
+  nlohmann::json model_config = nlohmann::json::object();
+  if (!spec.model_config_json().empty()) {
+    model_config = nlohmann::json::parse(spec.model_config_json(), nullptr, false);
+    if (model_config.is_discarded() || !model_config.is_object()) {
+      return InvalidArgumentError("spec.model_config_json must be a JSON object");
+    }
+  }
+  if (spec.data_loader().empty() == false && (spec.global_batch() <= 0 || spec.seq_len() <= 0)) {
+    return InvalidArgumentError("a data_loader needs global_batch and seq_len");
+  }
+  if (spec.global_batch() > 0 && spec.dp_shard() > 0 && spec.global_batch() % spec.dp_shard()) {
+    return InvalidArgumentError("global_batch " + std::to_string(spec.global_batch()) +
+                                " does not divide among dp_shard " +
+                                std::to_string(spec.dp_shard()));
+  }
+  const auto& opt = spec.optimizer();
+  nlohmann::json json = {
+      {"model_factory", spec.model_factory()},
+      {"model_config", model_config},
+      {"loss", spec.loss().empty() ? "cross_entropy" : spec.loss()},
+      {"optimizer",
+       {{"name", opt.name().empty() ? "adamw" : opt.name()},
+        {"lr", opt.lr() > 0 ? opt.lr() : 1e-3},
+        {"beta1", opt.beta1() > 0 ? opt.beta1() : 0.9},
+        {"beta2", opt.beta2() > 0 ? opt.beta2() : 0.95},
+        {"eps", opt.eps() > 0 ? opt.eps() : 1e-8},
+        {"weight_decay", opt.weight_decay()}}},
+      {"lr_schedule",
+       {{"kind", spec.lr_schedule().kind().empty() ? "constant" : spec.lr_schedule().kind()},
+        {"warmup_steps", spec.lr_schedule().warmup_steps()},
+        {"total_steps", spec.lr_schedule().total_steps()},
+        {"min_lr_ratio", spec.lr_schedule().min_lr_ratio()}}},
+      {"seed", spec.seed()},
+      {"parallelize", spec.parallelize()},
+      {"data_loader", spec.data_loader()},
+      {"global_batch", spec.global_batch()},
+      {"seq_len", spec.seq_len()},
+      {"param_dtype", spec.param_dtype()},
+  };
+  return json.dump();
+}
+
+int64_t NextVersion(const std::string& model_dir) {
+  int64_t highest = 0;
+  if (DIR* d = opendir(model_dir.c_str())) {
+    while (dirent* entry = readdir(d)) {
+      std::string name = entry->d_name;
+      if (!name.empty() && std::all_of(name.begin(), name.end(), ::isdigit)) {
+        highest = std::max<int64_t>(highest, std::stoll(name));
+      }
+    }
+    closedir(d);
+  }
+  return highest + 1;
+}
+
+// StreamMetrics: sends the job's history from a step on, then each new step,
+// until the job is deleted or the client goes away. Writes one message at a
+// time; a step arriving meanwhile waits in `pending_`.
+class MetricsStream final : public grpc::ServerWriteReactor<training::StepMetrics> {
+ public:
+  MetricsStream(std::shared_ptr<JobEntry> entry, std::string job_id, int64_t from_step)
+      : entry_(std::move(entry)), job_id_(std::move(job_id)) {
+    TrainingJob* job = entry_->job.get();
+    MutexLock lock(&mu_);
+    listener_ = job->Subscribe([this](const StepMetrics& m) { Push(m); }, [this] { Close(); });
+    for (const StepMetrics& m : job->History()) {
+      if (m.step >= from_step) pending_.push_back(m);
+    }
+    NextLocked();
+  }
+
+  void OnWriteDone(bool ok) override {
+    MutexLock lock(&mu_);
+    writing_ = false;
+    if (!ok) {
+      FinishLocked(grpc::Status(grpc::StatusCode::CANCELLED, "the client went away"));
+      return;
+    }
+    NextLocked();
+  }
+  void OnCancel() override {
+    MutexLock lock(&mu_);
+    FinishLocked(grpc::Status(grpc::StatusCode::CANCELLED, "cancelled"));
+  }
+  void OnDone() override {
+    entry_->job->Unsubscribe(listener_);
+    delete this;
+  }
+
+ private:
+  // The job is going away: send what is pending, then finish.
+  void Close() {
+    MutexLock lock(&mu_);
+    closing_ = true;
+    NextLocked();
+  }
+  void Push(const StepMetrics& m) {
+    MutexLock lock(&mu_);
+    pending_.push_back(m);
+    NextLocked();
+  }
+  void NextLocked() CHORUS_REQUIRES(mu_) {
+    if (writing_ || finished_) return;
+    if (pending_.empty()) {
+      if (closing_) FinishLocked(grpc::Status::OK);
+      return;
+    }
+    message_.Clear();
+    ToProto(job_id_, pending_.front(), &message_);
+    pending_.pop_front();
+    writing_ = true;
+    StartWrite(&message_);
+  }
+  void FinishLocked(const grpc::Status& status) CHORUS_REQUIRES(mu_) {
+    if (finished_) return;
+    finished_ = true;
+    Finish(status);
+  }
+
+  std::shared_ptr<JobEntry> entry_;
+  const std::string job_id_;
+  Mutex mu_;
+  std::deque<StepMetrics> pending_ CHORUS_GUARDED_BY(mu_);
+  training::StepMetrics message_ CHORUS_GUARDED_BY(mu_);
+  bool writing_ CHORUS_GUARDED_BY(mu_) = false;
+  bool finished_ CHORUS_GUARDED_BY(mu_) = false;
+  bool closing_ CHORUS_GUARDED_BY(mu_) = false;
+  int listener_ = -1;
+};
+
+}  // namespace
+
+JobRegistry::~JobRegistry() {
+  std::map<std::string, std::shared_ptr<JobEntry>> jobs;
+  {
+    MutexLock lock(&mu_);
+    jobs.swap(jobs_);
+  }
+}
+
+StatusOr<std::vector<int>> JobRegistry::Reserve(int ranks) {
+  MutexLock lock(&mu_);
+  std::vector<int> free;
+  for (int i = 0; i < manager_->size(); ++i) {
+    if (held_.count(i) == 0) free.push_back(i);
+  }
+  if (ranks > static_cast<int>(free.size())) {
+    return InvalidArgumentError("dp_shard x tp = " + std::to_string(ranks) +
+                                " ranks need as many interpreters; the server has " +
+                                std::to_string(manager_->size()) + " and " +
+                                std::to_string(free.size()) + " are free");
+  }
+  free.resize(ranks);
+  held_.insert(free.begin(), free.end());
+  return free;
+}
+
+void JobRegistry::Release(const std::vector<int>& interpreters) {
+  MutexLock lock(&mu_);
+  for (int i : interpreters) held_.erase(i);
+}
+
+std::string JobRegistry::Add(std::shared_ptr<JobEntry> entry) {
+  MutexLock lock(&mu_);
+  std::string id = "job-" + std::to_string(next_id_++);
+  jobs_[id] = std::move(entry);
+  return id;
+}
+
+StatusOr<std::shared_ptr<JobEntry>> JobRegistry::Find(const std::string& id) const {
+  MutexLock lock(&mu_);
+  auto it = jobs_.find(id);
+  if (it == jobs_.end()) return NotFoundError("no training job \"" + id + "\"");
+  return it->second;
+}
+
+std::shared_ptr<JobEntry> JobRegistry::Remove(const std::string& id) {
+  MutexLock lock(&mu_);
+  auto it = jobs_.find(id);
+  if (it == jobs_.end()) return nullptr;
+  auto entry = std::move(it->second);
+  jobs_.erase(it);
+  return entry;
+}
+
+std::string JobRegistry::RenderMetrics() const {
+  std::ostringstream out;
+  std::vector<std::pair<std::string, StepMetrics>> last;
+  {
+    MutexLock lock(&mu_);
+    for (const auto& [id, entry] : jobs_) {
+      auto history = entry->job->History();
+      if (!history.empty()) last.emplace_back(id, history.back());
+    }
+  }
+  auto gauge = [&](const char* name, const char* help, auto value) {
+    out << "# HELP " << name << " " << help << "\n# TYPE " << name << " gauge\n";
+    for (const auto& [id, m] : last) out << name << "{job=\"" << id << "\"} " << value(m) << "\n";
+  };
+  gauge("chorus_training_step", "Last completed step", [](const StepMetrics& m) { return m.step; });
+  gauge("chorus_training_loss", "Loss of the last step",
+        [](const StepMetrics& m) { return m.loss; });
+  gauge("chorus_training_step_seconds", "Duration of the last step",
+        [](const StepMetrics& m) { return m.step_seconds; });
+  gauge("chorus_training_tokens_per_second", "Tokens per second, all ranks",
+        [](const StepMetrics& m) { return m.tokens_per_second; });
+  gauge("chorus_training_mfu_pct", "Model FLOPs utilization, percent",
+        [](const StepMetrics& m) { return m.mfu_pct; });
+  gauge("chorus_training_memory_mib", "Peak memory of the busiest rank, MiB",
+        [](const StepMetrics& m) { return m.memory_mib; });
+  return out.str();
+}
+
+Status TrainingService::Authorize(grpc::CallbackServerContext* ctx) const {
+  if (context_->auth_token.empty()) return OkStatus();
+  auto range = ctx->client_metadata().equal_range("authorization");
+  for (auto it = range.first; it != range.second; ++it) {
+    if (std::string(it->second.data(), it->second.size()) == "Bearer " + context_->auth_token) {
+      return OkStatus();
+    }
+  }
+  return Status(StatusCode::kUnauthenticated, "missing or wrong bearer token");
+}
+
+grpc::ServerUnaryReactor* TrainingService::OnJob(grpc::CallbackServerContext* ctx,
+                                                 const std::string& job_id,
+                                                 std::function<Status(JobEntry&)> work) {
+  if (Status auth = Authorize(ctx); !auth.ok()) return Finish(ctx, auth);
+  StatusOr<std::shared_ptr<JobEntry>> entry = jobs_->Find(job_id);
+  if (!entry.ok()) return Finish(ctx, entry.status());
+  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+  std::shared_ptr<JobEntry> job = *entry;
+  job->runner->Post(
+      [job, reactor, work = std::move(work)] { reactor->Finish(ToGrpcStatus(work(*job))); });
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* TrainingService::CreateJob(grpc::CallbackServerContext* ctx,
+                                                     const training::CreateJobRequest* request,
+                                                     training::CreateJobResponse* response) {
+  if (Status auth = Authorize(ctx); !auth.ok()) return Finish(ctx, auth);
+  const training::JobSpec& spec = request->spec();
+  StatusOr<std::string> json = SpecJson(spec);
+  if (!json.ok()) return Finish(ctx, json.status());
+  const int dp = std::max(1, spec.dp_shard()), tp = std::max(1, spec.tp());
+  StatusOr<std::vector<int>> interpreters = jobs_->Reserve(dp * tp);
+  if (!interpreters.ok()) return Finish(ctx, interpreters.status());
+  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+  JobRegistry* jobs = jobs_;
+  InterpreterManager* manager = context_->manager;
+  // Building the model takes a while: off the reactor, on the shared runner.
+  context_->background->Post([=, spec = spec, json = *json, held = *interpreters] {
+    auto fail = [&](const Status& status) {
+      jobs->Release(held);
+      reactor->Finish(ToGrpcStatus(status));
+    };
+    StatusOr<std::shared_ptr<Archive>> archive = Archive::Open(spec.archive());
+    if (!archive.ok()) {
+      fail(InvalidArgumentError("spec.archive: " + archive.status().message()));
+      return;
+    }
+    TrainingJobOptions options;
+    options.archive = *archive;
+    options.spec_json = json;
+    options.dp = dp;
+    options.tp = tp;
+    options.interpreters = held;
+    options.metrics_log = spec.metrics_log();
+    auto entry = std::make_shared<JobEntry>();
+    entry->name = spec.name();
+    entry->runner = std::make_unique<BackgroundRunner>();
+    std::string id = jobs->Add(entry);
+    options.id = id;
+    StatusOr<std::unique_ptr<TrainingJob>> job = TrainingJob::Create(manager, options);
+    if (!job.ok()) {
+      jobs->Remove(id);
+      fail(job.status());
+      return;
+    }
+    entry->job = std::move(*job);
+    response->set_job_id(id);
+    for (int i : held) response->add_interpreters(i);
+    Log().info("training job {} ({}): dp {} x tp {} on {} interpreters", id, spec.name(), dp, tp,
+               held.size());
+    reactor->Finish(grpc::Status::OK);
+  });
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* TrainingService::Step(grpc::CallbackServerContext* ctx,
+                                                const training::StepRequest* request,
+                                                training::StepResponse* response) {
+  std::optional<at::Tensor> batch;
+  if (request->has_batch()) {
+    StatusOr<at::Tensor> tokens = FromProto(request->batch());
+    if (!tokens.ok()) return Finish(ctx, tokens.status());
+    batch = *tokens;
+  }
+  return OnJob(ctx, request->job_id(), [=](JobEntry& entry) -> Status {
+    if (batch) {
+      nlohmann::json spec = nlohmann::json::parse(entry.job->options().spec_json);
+      const int64_t rows = spec.value("global_batch", int64_t{0});
+      const int64_t columns = spec.value("seq_len", int64_t{0});
+      if (batch->dim() != 2 || batch->scalar_type() != at::kLong ||
+          (rows > 0 && batch->size(0) != rows) || (columns > 0 && batch->size(1) != columns + 1) ||
+          batch->size(0) % entry.job->options().dp != 0) {
+        return InvalidArgumentError("batch must be INT64 [global_batch, seq_len + 1] = [" +
+                                    std::to_string(rows) + ", " + std::to_string(columns + 1) +
+                                    "], divisible among the data-parallel ranks");
+      }
+    }
+    StatusOr<std::vector<StepMetrics>> steps =
+        entry.job->Step(std::max(1, request->steps()), batch);
+    if (!steps.ok()) return steps.status();
+    for (const StepMetrics& m : *steps) ToProto(request->job_id(), m, response->add_steps());
+    return OkStatus();
+  });
+}
+
+grpc::ServerUnaryReactor* TrainingService::SaveCheckpoint(
+    grpc::CallbackServerContext* ctx, const training::SaveCheckpointRequest* request,
+    training::SaveCheckpointResponse* response) {
+  return OnJob(ctx, request->job_id(), [=](JobEntry& entry) -> Status {
+    if (request->directory().empty()) return InvalidArgumentError("directory is required");
+    CHORUS_ASSIGN_OR_RETURN(std::string path, entry.job->Save(request->directory()));
+    response->set_path(path);
+    auto history = entry.job->History();
+    response->set_step(history.empty() ? 0 : history.back().step);
+    return OkStatus();
+  });
+}
+
+grpc::ServerUnaryReactor* TrainingService::LoadCheckpoint(
+    grpc::CallbackServerContext* ctx, const training::LoadCheckpointRequest* request,
+    training::LoadCheckpointResponse* response) {
+  return OnJob(ctx, request->job_id(), [=](JobEntry& entry) -> Status {
+    CHORUS_ASSIGN_OR_RETURN(int64_t step, entry.job->Load(request->path()));
+    response->set_step(step);
+    return OkStatus();
+  });
+}
+
+grpc::ServerUnaryReactor* TrainingService::Export(grpc::CallbackServerContext* ctx,
+                                                  const training::ExportRequest* request,
+                                                  training::ExportResponse* response) {
+  ModelRepository* repository = context_->repository;
+  const std::string root = model_repository_;
+  return OnJob(ctx, request->job_id(), [=](JobEntry& entry) -> Status {
+    const std::string& name = request->model_name();
+    if (name.empty() || name.find('/') != std::string::npos || name[0] == '.') {
+      return InvalidArgumentError("bad model name \"" + name + "\"");
+    }
+    const int64_t version =
+        request->version() > 0 ? request->version() : NextVersion(root + "/" + name);
+    const std::string dir = root + "/" + name + "/" + std::to_string(version);
+    CHORUS_RETURN_IF_ERROR(MakeDirectories(dir));
+    const std::string path = dir + "/model.pt";
+    CHORUS_RETURN_IF_ERROR(entry.job->Export(
+        path, name, version, request->example_length() > 0 ? request->example_length() : 8));
+    CHORUS_RETURN_IF_ERROR(repository->Load(name));
+    response->set_path(path);
+    response->set_version(version);
+    return OkStatus();
+  });
+}
+
+grpc::ServerUnaryReactor* TrainingService::Evaluate(grpc::CallbackServerContext* ctx,
+                                                    const training::EvaluateRequest* request,
+                                                    training::EvaluateResponse* response) {
+  StatusOr<at::Tensor> tokens = FromProto(request->tokens());
+  if (!tokens.ok()) return Finish(ctx, tokens.status());
+  at::Tensor input = *tokens;
+  return OnJob(ctx, request->job_id(), [=](JobEntry& entry) -> Status {
+    CHORUS_ASSIGN_OR_RETURN(at::Tensor output, entry.job->Evaluate(input));
+    ToProto(output, response->mutable_output());
+    return OkStatus();
+  });
+}
+
+grpc::ServerUnaryReactor* TrainingService::GetStats(grpc::CallbackServerContext* ctx,
+                                                    const training::GetStatsRequest* request,
+                                                    training::JobStats* response) {
+  if (Status auth = Authorize(ctx); !auth.ok()) return Finish(ctx, auth);
+  StatusOr<std::shared_ptr<JobEntry>> entry = jobs_->Find(request->job_id());
+  if (!entry.ok()) return Finish(ctx, entry.status());
+  const TrainingJob& job = *(*entry)->job;
+  response->set_job_id(request->job_id());
+  response->set_name((*entry)->name);
+  response->set_dp_shard(job.options().dp);
+  response->set_tp(job.options().tp);
+  for (int i : job.options().interpreters) response->add_interpreters(i);
+  response->set_peak_flops_per_rank(job.options().peak_flops_per_rank);
+  auto history = job.History();
+  if (!history.empty()) {
+    response->set_step(history.back().step);
+    ToProto(request->job_id(), history.back(), response->mutable_last());
+  }
+  return Finish(ctx, OkStatus());
+}
+
+grpc::ServerWriteReactor<training::StepMetrics>* TrainingService::StreamMetrics(
+    grpc::CallbackServerContext* ctx, const training::StreamMetricsRequest* request) {
+  StatusOr<std::shared_ptr<JobEntry>> entry = jobs_->Find(request->job_id());
+  Status auth = Authorize(ctx);
+  if (!auth.ok() || !entry.ok() || !(*entry)->job) {
+    class Refused final : public grpc::ServerWriteReactor<training::StepMetrics> {
+     public:
+      explicit Refused(const grpc::Status& status) { Finish(status); }
+      void OnDone() override { delete this; }
+    };
+    return new Refused(ToGrpcStatus(!auth.ok()    ? auth
+                                    : !entry.ok() ? entry.status()
+                                                  : UnavailableError("the job is starting")));
+  }
+  return new MetricsStream(*entry, request->job_id(), request->from_step());
+}
+
+grpc::ServerUnaryReactor* TrainingService::DeleteJob(grpc::CallbackServerContext* ctx,
+                                                     const training::DeleteJobRequest* request,
+                                                     training::DeleteJobResponse*) {
+  if (Status auth = Authorize(ctx); !auth.ok()) return Finish(ctx, auth);
+  std::shared_ptr<JobEntry> entry = jobs_->Remove(request->job_id());
+  if (!entry) return Finish(ctx, NotFoundError("no training job \"" + request->job_id() + "\""));
+  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+  JobRegistry* jobs = jobs_;
+  // Tearing down waits for the job's running operation: off the reactor.
+  context_->background->Post([entry, reactor, jobs]() mutable {
+    std::vector<int> held = entry->job ? entry->job->options().interpreters : std::vector<int>{};
+    entry->runner.reset();                                        // finishes queued operations
+    if (entry->job) entry->job->Close(std::chrono::seconds(10));  // ends metric streams
+    entry->job.reset();
+    jobs->Release(held);
+    reactor->Finish(grpc::Status::OK);
+  });
+  return reactor;
+}
+
+}  // namespace chorus

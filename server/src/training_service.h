@@ -1,0 +1,96 @@
+// chorus.training.TrainingService: training jobs on the server's interpreters,
+// next to the models it serves. Handlers convert and hand off; job work
+// (seconds to minutes) runs on each job's own background thread, never on a
+// reactor.
+#ifndef CHORUS_SERVER_TRAINING_SERVICE_H_
+#define CHORUS_SERVER_TRAINING_SERVICE_H_
+
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+
+#include "chorus/common/thread_annotations.h"
+#include "chorus/runtime/training_job.h"
+#include "chorus/training/training_service.grpc.pb.h"
+#include "server/src/inference_service.h"
+
+namespace chorus {
+
+// A job and what serves it.
+struct JobEntry {
+  std::unique_ptr<TrainingJob> job;
+  std::unique_ptr<BackgroundRunner> runner;  // the job's operations, in order
+  std::string name;
+};
+
+// The server's jobs, and which interpreters they hold. Thread-safe.
+class JobRegistry {
+ public:
+  explicit JobRegistry(InterpreterManager* manager) : manager_(manager) {}
+  ~JobRegistry();
+
+  // Interpreters for `ranks` ranks, distinct and held by no other job.
+  // INVALID_ARGUMENT when there are not enough.
+  StatusOr<std::vector<int>> Reserve(int ranks) CHORUS_EXCLUDES(mu_);
+  void Release(const std::vector<int>& interpreters) CHORUS_EXCLUDES(mu_);
+  std::string Add(std::shared_ptr<JobEntry> entry) CHORUS_EXCLUDES(mu_);
+  StatusOr<std::shared_ptr<JobEntry>> Find(const std::string& id) const CHORUS_EXCLUDES(mu_);
+  std::shared_ptr<JobEntry> Remove(const std::string& id) CHORUS_EXCLUDES(mu_);
+  // Prometheus gauges of every job's last step.
+  std::string RenderMetrics() const CHORUS_EXCLUDES(mu_);
+
+ private:
+  InterpreterManager* const manager_;
+  mutable Mutex mu_;
+  std::map<std::string, std::shared_ptr<JobEntry>> jobs_ CHORUS_GUARDED_BY(mu_);
+  std::set<int> held_ CHORUS_GUARDED_BY(mu_);
+  int next_id_ CHORUS_GUARDED_BY(mu_) = 1;
+};
+
+class TrainingService final : public chorus::training::TrainingService::CallbackService {
+ public:
+  TrainingService(ServiceContext* context, JobRegistry* jobs, std::string model_repository)
+      : context_(context), jobs_(jobs), model_repository_(std::move(model_repository)) {}
+
+  grpc::ServerUnaryReactor* CreateJob(grpc::CallbackServerContext* ctx,
+                                      const training::CreateJobRequest* request,
+                                      training::CreateJobResponse* response) override;
+  grpc::ServerUnaryReactor* Step(grpc::CallbackServerContext* ctx,
+                                 const training::StepRequest* request,
+                                 training::StepResponse* response) override;
+  grpc::ServerUnaryReactor* SaveCheckpoint(grpc::CallbackServerContext* ctx,
+                                           const training::SaveCheckpointRequest* request,
+                                           training::SaveCheckpointResponse* response) override;
+  grpc::ServerUnaryReactor* LoadCheckpoint(grpc::CallbackServerContext* ctx,
+                                           const training::LoadCheckpointRequest* request,
+                                           training::LoadCheckpointResponse* response) override;
+  grpc::ServerUnaryReactor* Export(grpc::CallbackServerContext* ctx,
+                                   const training::ExportRequest* request,
+                                   training::ExportResponse* response) override;
+  grpc::ServerUnaryReactor* Evaluate(grpc::CallbackServerContext* ctx,
+                                     const training::EvaluateRequest* request,
+                                     training::EvaluateResponse* response) override;
+  grpc::ServerUnaryReactor* GetStats(grpc::CallbackServerContext* ctx,
+                                     const training::GetStatsRequest* request,
+                                     training::JobStats* response) override;
+  grpc::ServerWriteReactor<training::StepMetrics>* StreamMetrics(
+      grpc::CallbackServerContext* ctx, const training::StreamMetricsRequest* request) override;
+  grpc::ServerUnaryReactor* DeleteJob(grpc::CallbackServerContext* ctx,
+                                      const training::DeleteJobRequest* request,
+                                      training::DeleteJobResponse* response) override;
+
+ private:
+  Status Authorize(grpc::CallbackServerContext* ctx) const;
+  // Finds the job and runs `work` on its thread, finishing the call with its status.
+  grpc::ServerUnaryReactor* OnJob(grpc::CallbackServerContext* ctx, const std::string& job_id,
+                                  std::function<Status(JobEntry&)> work);
+
+  ServiceContext* const context_;
+  JobRegistry* const jobs_;
+  const std::string model_repository_;
+};
+
+}  // namespace chorus
+
+#endif  // CHORUS_SERVER_TRAINING_SERVICE_H_
