@@ -278,6 +278,8 @@ std::string JobRegistry::RenderMetrics() const {
         [](const StepMetrics& m) { return m.step_seconds; });
   gauge("chorus_training_tokens_per_second", "Tokens per second, all ranks",
         [](const StepMetrics& m) { return m.tokens_per_second; });
+  gauge("chorus_training_tokens_per_second_per_rank", "Tokens per second, one rank",
+        [](const StepMetrics& m) { return m.tokens_per_second_per_rank; });
   gauge("chorus_training_mfu_pct", "Model FLOPs utilization, percent",
         [](const StepMetrics& m) { return m.mfu_pct; });
   gauge("chorus_training_memory_mib", "Peak memory of the busiest rank, MiB",
