@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <cerrno>
+#include <filesystem>
 
 namespace chorus {
 
@@ -92,6 +93,13 @@ Status RenameFile(const std::string& from, const std::string& to) {
     ::unlink(from.c_str());
     return ErrnoError("rename " + from + " to " + to, error);
   }
+  return OkStatus();
+}
+
+Status RemoveTree(const std::string& path) {
+  std::error_code error;
+  std::filesystem::remove_all(path, error);
+  if (error) return ErrnoError("remove " + path, error.value());
   return OkStatus();
 }
 

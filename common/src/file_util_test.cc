@@ -31,6 +31,17 @@ TEST_F(FileUtilTest, WriteAtomicallyThenRead) {
   EXPECT_EQ(*ReadFile(path), "second");
 }
 
+TEST_F(FileUtilTest, RemoveTreeRemovesEverythingButFollowsNoLink) {
+  ASSERT_TRUE(MakeDirectories(dir_ + "/tree/a/b").ok());
+  ASSERT_TRUE(WriteFileAtomically(dir_ + "/tree/a/b/file", "x").ok());
+  ASSERT_TRUE(WriteFileAtomically(dir_ + "/outside", "kept").ok());
+  ASSERT_EQ(::symlink((dir_ + "/outside").c_str(), (dir_ + "/tree/link").c_str()), 0);
+  ASSERT_TRUE(RemoveTree(dir_ + "/tree").ok());
+  EXPECT_FALSE(ReadFile(dir_ + "/tree/a/b/file").ok());
+  EXPECT_EQ(*ReadFile(dir_ + "/outside"), "kept");
+  EXPECT_TRUE(RemoveTree(dir_ + "/tree").ok());  // already gone
+}
+
 TEST_F(FileUtilTest, CopyPreservesBytesAndMode) {
   std::string from = dir_ + "/from", to = dir_ + "/to";
   std::string data(200000, 'x');

@@ -33,6 +33,9 @@ class ModelArgs:
 
 CONFIGS = {
     "debug": ModelArgs(dim=256, n_layers=6, n_heads=16, vocab_size=2048, multiple_of=256),
+    # Llama 3.2 1B's shape: 1.50B parameters here (its output layer is untied; 1.24B tied).
+    "1B": ModelArgs(dim=2048, n_layers=16, n_heads=32, n_kv_heads=8, ffn_dim_multiplier=1.5,
+                    multiple_of=256, vocab_size=128256),
     "8B": ModelArgs(dim=4096, n_layers=32, n_heads=32, n_kv_heads=8, ffn_dim_multiplier=1.3,
                     multiple_of=1024, vocab_size=128256),
 }

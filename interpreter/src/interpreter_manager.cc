@@ -24,25 +24,34 @@ struct ManagerCore {
   std::atomic<size_t> next_claim{0};
   std::atomic<bool> alive{true};
 
-  // An idle slot, claimed with a compare-and-swap (starting from a rotating
-  // position so claimers spread out); if none is idle, the least busy one.
-  // Either way the slot's user count includes the caller on return.
+  // An idle unreserved slot, claimed with a compare-and-swap (starting from a
+  // rotating position so claimers spread out); if none is idle, the least busy
+  // unreserved one; reserved slots only when every slot is reserved. Either way
+  // the slot's user count includes the caller on return.
   Slot* Claim() {
     const size_t n = slots.size();
     const size_t start = next_claim.fetch_add(1, std::memory_order_relaxed);
+    Slot* least = nullptr;
     for (size_t i = 0; i < n; ++i) {
       Slot* slot = slots[(start + i) % n].get();
+      if (slot->reserved.load(std::memory_order_relaxed)) continue;
       int idle = 0;
       if (slot->users.load(std::memory_order_relaxed) == 0 &&
           slot->users.compare_exchange_strong(idle, 1, std::memory_order_acquire)) {
         return slot;
       }
+      if (least == nullptr || slot->users.load(std::memory_order_relaxed) <
+                                  least->users.load(std::memory_order_relaxed)) {
+        least = slot;
+      }
     }
-    Slot* least = slots[start % n].get();
-    for (const auto& slot : slots) {
-      if (slot->users.load(std::memory_order_relaxed) <
-          least->users.load(std::memory_order_relaxed)) {
-        least = slot.get();
+    if (least == nullptr) {  // every slot is reserved
+      least = slots[start % n].get();
+      for (const auto& slot : slots) {
+        if (slot->users.load(std::memory_order_relaxed) <
+            least->users.load(std::memory_order_relaxed)) {
+          least = slot.get();
+        }
       }
     }
     least->users.fetch_add(1, std::memory_order_acquire);
@@ -99,6 +108,10 @@ class InterpreterManagerImpl final : public InterpreterManager {
     internal::Slot* slot = core_->slots.at(static_cast<size_t>(index)).get();
     slot->users.fetch_add(1, std::memory_order_acquire);
     return InterpreterSession(slot);
+  }
+
+  void SetReserved(int index, bool reserved) override {
+    core_->slots.at(static_cast<size_t>(index))->reserved.store(reserved, std::memory_order_relaxed);
   }
 
   std::vector<InterpreterStats> Stats() const override {

@@ -346,6 +346,38 @@ TEST_F(InterpreterTest, ReplicatedObjectServesConcurrentCallersOnManyInterpreter
   EXPECT_EQ(factory_runs.load(), static_cast<int>(all.size()));
 }
 
+TEST_F(InterpreterTest, AcquireOneAvoidsReservedInterpretersUntilAllAreReserved) {
+  // A session holds its interpreter's GIL on the calling thread, so a thread
+  // holds one session at a time here.
+  auto acquire_one = [&] { return manager().AcquireOne().index(); };
+  manager().SetReserved(0, true);
+  manager().SetReserved(2, true);
+  std::set<int> idle_choices;
+  for (int i = 0; i < 2 * kInterpreters; ++i) idle_choices.insert(acquire_one());
+  EXPECT_EQ(idle_choices, (std::set<int>{1, 3}));
+
+  // Both unreserved ones busy: still one of them (the least busy), not an idle reserved one.
+  std::vector<std::thread> holders;
+  for (int index : {1, 3}) {
+    holders.emplace_back([&, index] {
+      InterpreterSession held = manager().Acquire(index);
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    });
+  }
+  while (manager().Stats()[1].sessions == 0 || manager().Stats()[3].sessions == 0) {
+    std::this_thread::yield();
+  }
+  const int busy_choice = acquire_one();  // waits for a holder to finish
+  for (auto& holder : holders) holder.join();
+  EXPECT_TRUE(busy_choice == 1 || busy_choice == 3) << busy_choice;
+
+  for (int i = 0; i < kInterpreters; ++i) manager().SetReserved(i, true);
+  std::set<int> all_reserved_choices;
+  for (int i = 0; i < kInterpreters; ++i) all_reserved_choices.insert(acquire_one());
+  EXPECT_EQ(all_reserved_choices.size(), static_cast<size_t>(kInterpreters));
+  for (int i = 0; i < kInterpreters; ++i) manager().SetReserved(i, false);
+}
+
 TEST_F(InterpreterTest, InstalledModulesImportInEveryInterpreter) {
   // Standard-library C extensions (lib-dynload), numpy, torch, torchvision.
   const char* kCheck = R"(

@@ -20,6 +20,7 @@ struct alignas(64) Slot {
   // Sessions currently open on this interpreter (claimed or direct).
   std::atomic<int> users{0};
   std::atomic<int64_t> busy_ns{0};  // total time sessions held this interpreter
+  std::atomic<bool> reserved{false};  // AcquireOne avoids it (a training job holds it)
   Watchdog* watchdog = nullptr;  // owned by the manager
 };
 

@@ -211,13 +211,11 @@ StatusOr<std::string> TrainingJob::Save(const std::string& root) {
                              {"ranks", world_size()},
                              {"spec", nlohmann::json::parse(options_.spec_json)}};
   if (saved.ok()) saved = WriteFileAtomically(partial + "/manifest.json", manifest.dump(2));
-  if (saved.ok() && IsDirectory(final_path)) {
-    std::system(("rm -rf '" + final_path + "'").c_str());  // re-saving the same step
-  }
+  if (saved.ok()) saved = RemoveTree(final_path);  // re-saving the same step
   if (saved.ok()) saved = RenameFile(partial, final_path);
   if (saved.ok()) saved = WriteFileAtomically(root + "/latest", StepFolder(step) + "\n");
   if (!saved.ok()) {
-    std::system(("rm -rf '" + partial + "'").c_str());
+    (void)RemoveTree(partial);
     return saved;
   }
   return final_path;

@@ -109,6 +109,7 @@ StatusOr<std::string> SpecJson(const training::JobSpec& spec) {
       {"global_batch", spec.global_batch()},
       {"seq_len", spec.seq_len()},
       {"param_dtype", spec.param_dtype()},
+      {"devices", std::vector<std::string>(spec.devices().begin(), spec.devices().end())},
   };
   return json.dump();
 }
@@ -226,12 +227,17 @@ StatusOr<std::vector<int>> JobRegistry::Reserve(int ranks) {
   }
   free.resize(ranks);
   held_.insert(free.begin(), free.end());
+  // Inference moves off them while any interpreter is left to serve.
+  for (int i : free) manager_->SetReserved(i, true);
   return free;
 }
 
 void JobRegistry::Release(const std::vector<int>& interpreters) {
   MutexLock lock(&mu_);
-  for (int i : interpreters) held_.erase(i);
+  for (int i : interpreters) {
+    held_.erase(i);
+    manager_->SetReserved(i, false);
+  }
 }
 
 std::string JobRegistry::Add(std::shared_ptr<JobEntry> entry) {

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # For a lent GPU machine (the device tool): builds chorus' NCCL transport and
-# its test against that machine's torch and NCCL, then runs it. Finishes well
+# its test against that machine's torch and NCCL, runs it, then measures Llama 3 ~1B
+# training tokens/s and MFU (tests/gpu/llama_1b_mfu.py). Finishes well
 # within 10 minutes. Usage, from the repository root: tests/gpu/run.sh
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
@@ -13,3 +14,5 @@ cmake -S "$root/tests/gpu" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
   -DCMAKE_PREFIX_PATH="$torch_prefix" -DNCCL_ROOT="$nccl_root" >/dev/null
 cmake --build "$build" -j "$(nproc)"
 LD_LIBRARY_PATH="$nccl_root/lib:${LD_LIBRARY_PATH:-}" "$build/nccl_test"
+# Training throughput of the Llama 3 example at ~1B parameters, bf16 (a few minutes).
+python3 "$root/tests/gpu/llama_1b_mfu.py" --out "${OUT:-$build}/gpu-train.json"

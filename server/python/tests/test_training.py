@@ -144,6 +144,8 @@ def test_bad_job_specs_are_invalid_argument_and_the_server_keeps_serving(server,
                                                   "dim": 120})), "must divide n_heads"),
         (dict(model_factory="model:no_such_factory"), "no_such_factory"),
         (dict(global_batch=7, dp_shard=2), "does not divide"),
+        (dict(devices=["cpu", "cpu"]), "lists 2 devices for 1 ranks"),
+        (dict(devices=["cuda:7"]), "cuda:7 is not available"),
     ]
     with TrainingClient(server.address) as client, server.client() as inference:
         for overrides, message in cases:
@@ -189,3 +191,42 @@ def test_exported_checkpoint_serves_the_training_jobs_logits(server, llama_archi
     assert served.shape == expected.shape == (1, tokens.shape[1], 256)
     np.testing.assert_allclose(served, expected, rtol=1e-5, atol=1e-5)
     assert received == [1, 2, 3, 4, 5, 6, 7]
+
+
+def test_bf16_mixed_precision_on_one_and_two_ranks(server, llama_archive):
+    with TrainingClient(server.address) as client:
+        reference, job = run(client, llama_archive, 6)
+        client.delete(job)
+        for dp in (1, 2):
+            losses, job = run(client, llama_archive, 6, param_dtype="bfloat16", dp_shard=dp)
+            client.delete(job)
+            assert losses != reference, dp  # the compute really was bf16
+            for a, b in zip(losses, reference):
+                assert abs(a - b) / b < 0.03, (dp, losses, reference)
+            assert losses[-1] < 0.8 * losses[0], (dp, losses)
+
+
+def busy_seconds(text):
+    prefix = 'chorus_interpreter_busy_seconds_total{interpreter="'
+    return {int(line[len(prefix):].split('"')[0]): float(line.split()[-1])
+            for line in text.splitlines() if line.startswith(prefix)}
+
+
+def test_inference_moves_off_the_interpreters_a_job_holds(server, llama_archive):
+    x = {"x": np.ones((4, 4), np.float32)}
+    with TrainingClient(server.address) as client, server.client() as inference:
+        _, job = run(client, llama_archive, 1)
+        training = list(client.stats(job).interpreters)
+        assert len(training) == 1
+        serving = 1 - training[0]
+        before = busy_seconds(server.metrics())
+        for _ in range(300):
+            assert inference.infer("mlp", x)["output"].shape == (4, 3)
+        during = busy_seconds(server.metrics())
+        client.delete(job)
+        for _ in range(300):
+            inference.infer("mlp", x)
+        after = busy_seconds(server.metrics())
+    assert during[training[0]] == before[training[0]]  # not one request ran there
+    assert during[serving] > before[serving]
+    assert after[training[0]] > during[training[0]]  # serving again once the job is gone

@@ -49,6 +49,10 @@ Status CopyFile(const std::string& from, const std::string& to);
 // Renames `from` over `to` atomically.
 Status RenameFile(const std::string& from, const std::string& to);
 
+// Removes `path` and, when it is a directory, everything under it; OK if it
+// does not exist. Symbolic links are removed, never followed.
+Status RemoveTree(const std::string& path);
+
 // Reads a whole file.
 StatusOr<std::string> ReadFile(const std::string& path);
 

@@ -98,11 +98,17 @@ class InterpreterManager {
   virtual int size() const = 0;
 
   // A session on an idle interpreter, claimed without locks; if all are busy,
-  // on the least busy one (its GIL then serializes the callers). Never fails.
+  // on the least busy one (its GIL then serializes the callers). Reserved
+  // interpreters are chosen only when all are reserved. Never fails.
   virtual InterpreterSession AcquireOne() = 0;
 
   // A session on interpreter `index`. Precondition: 0 <= index < size().
   virtual InterpreterSession Acquire(int index) = 0;
+
+  // Marks interpreter `index` reserved (for a training job): AcquireOne, and so
+  // ReplicatedObject calls, avoid it while any interpreter is not reserved.
+  // Sessions already open are unaffected. Any thread.
+  virtual void SetReserved(int index, bool reserved) = 0;
 
   // An object that exists once per interpreter, made by `factory` the first
   // time it is needed there. `factory` runs inside a session on that

@@ -43,6 +43,21 @@ def _default_parallelize(model, dp, tp, mp_policy):
     fully_shard(model, dp, mp_policy=mp_policy)
 
 
+def _rank_device(devices, rank, world):
+    """The device of `rank`: devices[rank], or the CPU when none are listed."""
+    if not devices:
+        return torch.device("cpu")
+    if len(devices) != world:
+        raise ValueError(f"devices lists {len(devices)} devices for {world} ranks")
+    device = torch.device(devices[rank])
+    if device.type == "cuda" and (not torch.cuda.is_available() or
+                                  (device.index or 0) >= torch.cuda.device_count()):
+        raise ValueError(f"device {devices[rank]} is not available on this server")
+    if device.type not in ("cpu", "cuda"):
+        raise ValueError(f"device {devices[rank]} is not supported (cpu, cuda:N)")
+    return device
+
+
 def _lr_lambda(schedule):
     kind = schedule.get("kind", "constant")
     if kind == "constant":
@@ -70,7 +85,8 @@ class Job:
         factory = _resolve(self.importer, spec["model_factory"], "model_factory")
         self.model = factory(seed=int(spec.get("seed", 0)), **spec.get("model_config", {}))
         self.flops_per_token = self._flops_per_token()  # on the whole model, before sharding
-        self.device = torch.device(spec.get("device", "cpu"))
+        self.device = _rank_device(spec.get("devices") or [], self.rank,
+                                   (dp.size if dp else 1) * (tp.size if tp else 1))
         self.model.to(self.device)
         param_dtype = spec.get("param_dtype", "")
         mp = MixedPrecision(param_dtype=getattr(torch, param_dtype) if param_dtype else None,
@@ -78,6 +94,9 @@ class Job:
         parallelize = (_resolve(self.importer, spec["parallelize"], "parallelize")
                        if spec.get("parallelize") else _default_parallelize)
         parallelize(self.model, dp, tp, mp)
+        # FSDP casts parameters itself; without it, autocast gives the same
+        # low-precision compute with fp32 master weights.
+        self.autocast_dtype = mp.param_dtype if dp is None else None
         self.data = _resolve(self.importer, spec["data_loader"], "data_loader") \
             if spec.get("data_loader") else None
         opt = spec.get("optimizer", {})
@@ -123,15 +142,17 @@ class Job:
         local = self._local_batch(tokens)
         start = time.perf_counter()
         self.model.train()
-        if self.loss == "cross_entropy":
-            inputs, targets = local[:, :-1], local[:, 1:]
-            logits = self.model(inputs)
-            loss = F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten())
-            local_tokens = targets.numel()
-        else:
-            inputs, targets = local[..., :-1], local[..., -1:]
-            loss = F.mse_loss(self.model(inputs).float(), targets.float())
-            local_tokens = inputs.shape[0]
+        with torch.autocast(self.device.type, dtype=self.autocast_dtype or torch.bfloat16,
+                            enabled=self.autocast_dtype is not None):
+            if self.loss == "cross_entropy":
+                inputs, targets = local[:, :-1], local[:, 1:]
+                logits = self.model(inputs)
+                loss = F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten())
+                local_tokens = targets.numel()
+            else:
+                inputs, targets = local[..., :-1], local[..., -1:]
+                loss = F.mse_loss(self.model(inputs).float(), targets.float())
+                local_tokens = inputs.shape[0]
         loss.backward()
         self.optimizer.step()
         self.optimizer.zero_grad()
