@@ -5,6 +5,9 @@
 #   make test          deps + build + every test through CTest, then the
 #                      sanitizer build of the torch-free core (build-asan/)
 #   make demo          deps + build + the main job
+#   make bench         deps + build + the benchmark suite -> build/bench/suite.{json,md},
+#                      build/bench/suite_{throughput,memory}.png (about 14 minutes)
+#   make bench-check   make bench, then its ratios against tests/bench/suite/baseline.json
 #   make bench-NAME    deps + build + benchmark NAME -> build/bench/NAME.json
 #
 # PYTHON pins the Python chorus embeds (it must import torch).
@@ -16,7 +19,7 @@ JOBS ?= $(shell nproc)
 CMAKE ?= cmake
 CTEST_ARGS ?=
 
-.PHONY: all deps configure build test test-core test-asan demo bench clean format
+.PHONY: all deps configure build test test-core test-asan demo bench bench-check clean format
 
 all: build
 
@@ -50,6 +53,14 @@ test-asan: configure
 
 demo: build
 	@CHORUS_PYTHON=$(PYTHON) tools/demo.sh $(BUILD)
+
+SUITE = PYTHONPATH=$(BUILD)/share/chorus/python $(PYTHON) tests/bench/suite
+
+bench: build
+	@$(SUITE)/suite.py --bin $(BUILD)/bin --out $(BUILD)/bench
+
+bench-check: bench
+	@$(SUITE)/check.py $(BUILD)/bench/suite.json tests/bench/suite/baseline.json
 
 bench-%: build
 	@$(BUILD)/bin/bench_$* --out $(BUILD)/bench/$*.json

@@ -116,6 +116,9 @@ class PythonModel final : public Model {
 
   StatusOr<c10::IValue> Forward(const std::vector<c10::IValue>& inputs,
                                 const CallOptions& options) override {
+    // Serving never needs autograd: the thread-local mode reaches the Python
+    // call (one libtorch), so no graph is recorded, as with TorchScript.
+    c10::InferenceMode guard;
     return replicated_.Call(inputs, {}, options);
   }
   StatusOr<Object> In(InterpreterSession& session) override { return replicated_.In(session); }

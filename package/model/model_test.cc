@@ -90,6 +90,9 @@ TEST_F(ModelTest, ChorusPackageRunsAndMatchesTheStockImporter) {
   at::Tensor x = at::randn({5, 4});
   at::Tensor ours = VALUE_OR_FAIL(model->Forward({x})).toTensor();
   EXPECT_EQ(ours.sizes(), (std::vector<int64_t>{5, 2}));
+  // Parameters require grad, but Forward records no graph (inference mode).
+  EXPECT_FALSE(ours.requires_grad());
+  EXPECT_TRUE(ours.is_inference());
   at::Tensor stock = VALUE_OR_FAIL(StockImporterOutput(kCorpus + "good.pt", x));
   EXPECT_TRUE(at::equal(ours, stock));
 }

@@ -53,9 +53,10 @@ class Model {
   virtual ArchiveKind kind() const = 0;
   virtual const std::shared_ptr<Archive>& archive() const = 0;
 
-  // Calls the model with `inputs` as positional arguments. Any thread; Python
-  // models run on an idle interpreter. Errors: the model's (Python exceptions
-  // as INTERNAL with the Python details, DEADLINE_EXCEEDED at the deadline).
+  // Calls the model with `inputs` as positional arguments, in inference mode (no
+  // autograd graph; outputs are inference tensors). Any thread; Python models
+  // run on an idle interpreter. Errors: the model's (Python exceptions as
+  // INTERNAL with the Python details, DEADLINE_EXCEEDED at the deadline).
   virtual StatusOr<c10::IValue> Forward(const std::vector<c10::IValue>& inputs,
                                         const CallOptions& options = {}) = 0;
 

@@ -1,0 +1,101 @@
+"""Regression guard: compares a suite result's ratios against a committed baseline.
+
+    check.py RESULT.json BASELINE.json [--threshold 0.07]
+
+Only ratios are compared, never absolute times (they move with the machine).
+Every ratio in the baseline is one where higher is better for chorus; a ratio
+that falls more than `threshold` below its baseline fails, as does one the
+result lacks. Exit status 0 when all hold, 1 otherwise, with one line per
+ratio. To accept new figures, write the results' ratios into the baseline;
+given several results, each ratio's lowest value (the floor of what the machine
+measured, so that its noise alone does not trip the guard):
+    check.py RESULT.json [MORE.json ...] BASELINE.json --update
+"""
+
+import argparse
+import json
+import sys
+
+DEFAULT_THRESHOLD = 0.07
+
+
+def baseline_ratios(result):
+    """{model: {ratio: value}} for every ratio a result holds (non-null)."""
+    return {model: {key: value for key, value in entry.items()
+                    if key.startswith(("chorus_vs_", "python_vs_"))
+                    and isinstance(value, (int, float))}
+            for model, entry in result.items() if model != "suite"}
+
+
+def floor_ratios(many):
+    """Each ratio's lowest value over several results' {model: {ratio: value}}."""
+    floor = {}
+    for ratios in many:
+        for model, values in ratios.items():
+            for name, value in values.items():
+                current = floor.setdefault(model, {}).get(name)
+                floor[model][name] = value if current is None else min(current, value)
+    return floor
+
+
+def compare(result, baseline, threshold=DEFAULT_THRESHOLD):
+    """(ok, lines): each baseline ratio against the result's."""
+    ok, lines = True, []
+    for model, ratios in sorted(baseline.get("ratios", {}).items()):
+        for name, expected in sorted(ratios.items()):
+            actual = result.get(model, {}).get(name)
+            if actual is None:
+                ok = False
+                lines.append(f"FAIL {model}.{name}: missing (baseline {expected:.3f})")
+                continue
+            floor = expected * (1 - threshold)
+            change = actual / expected - 1
+            if actual < floor:
+                ok = False
+                lines.append(f"FAIL {model}.{name}: {actual:.3f} is {-change:.1%} below "
+                             f"baseline {expected:.3f} (threshold {threshold:.0%})")
+            else:
+                lines.append(f"ok   {model}.{name}: {actual:.3f} vs baseline {expected:.3f} "
+                             f"({change:+.1%})")
+    return ok, lines
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("files", nargs="+", metavar="RESULT.json ... BASELINE.json")
+    parser.add_argument("--threshold", type=float, default=None,
+                        help=f"relative drop that fails (default: the baseline's, else "
+                             f"{DEFAULT_THRESHOLD})")
+    parser.add_argument("--update", action="store_true", help="write the result's ratios "
+                        "into the baseline instead of checking")
+    args = parser.parse_args(argv)
+    if len(args.files) < 2 or (len(args.files) > 2 and not args.update):
+        parser.error("give one RESULT.json and the BASELINE.json (several results only "
+                     "with --update)")
+    *result_paths, baseline_path = args.files
+    results = []
+    for path in result_paths:
+        with open(path) as f:
+            results.append(json.load(f))
+    if args.update:
+        baseline = {"threshold": args.threshold or DEFAULT_THRESHOLD,
+                    "measured": [r.get("suite", {}) for r in results],
+                    "ratios": floor_ratios([baseline_ratios(r) for r in results])}
+        with open(baseline_path, "w") as f:
+            json.dump(baseline, f, indent=2)
+            f.write("\n")
+        print(f"wrote {baseline_path} from {len(results)} result(s)")
+        return 0
+    result = results[0]
+    with open(baseline_path) as f:
+        baseline = json.load(f)
+    threshold = args.threshold or baseline.get("threshold", DEFAULT_THRESHOLD)
+    ok, lines = compare(result, baseline, threshold)
+    print("\n".join(lines))
+    print("bench-check: " + ("all ratios hold" if ok else "REGRESSION"))
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

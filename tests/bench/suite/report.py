@@ -1,0 +1,108 @@
+"""Turns a suite result (suite.json) into a Markdown report and PNG plots."""
+
+import os
+
+MODE_ORDER = ["eager", "threads", "processes", "torchscript", "chorus"]
+MODE_STYLE = {"eager": ("tab:gray", "s"), "threads": ("tab:orange", "v"),
+              "processes": ("tab:green", "^"), "torchscript": ("tab:purple", "D"),
+              "chorus": ("tab:red", "o")}
+RATIO_GOALS = {"python_vs_torchscript": ("resnet18", 0.95)}
+
+
+def models_of(result):
+    return [name for name in result if name != "suite"]
+
+
+def _fmt(value, digits=2):
+    return "n/a" if value is None else f"{value:.{digits}f}"
+
+
+def ratio_table(result):
+    ratio_names = ["chorus_vs_threads", "chorus_vs_processes_memory", "python_vs_torchscript",
+                   "chorus_vs_processes"]
+    n = result["suite"]["ratio_workers"]
+    lines = [f"Ratios at N = {n} (higher is better for chorus):", "",
+             "| model | " + " | ".join(ratio_names) + " |",
+             "| --- |" + " --- |" * len(ratio_names)]
+    for name in models_of(result):
+        lines.append(f"| {name} | " +
+                     " | ".join(_fmt(result[name].get(r)) for r in ratio_names) + " |")
+    for ratio, (model, goal) in RATIO_GOALS.items():
+        value = result.get(model, {}).get(ratio)
+        if value is not None:
+            verdict = "met" if value >= goal else "NOT met"
+            lines += ["", f"Goal {model}.{ratio} >= {goal}: {value:.2f}, {verdict}."]
+    return "\n".join(lines)
+
+
+def cell_table(result):
+    lines = ["| model | mode | N | items/s | p50 ms | p99 ms | RSS MiB | first result s |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for name in models_of(result):
+        cells = result[name]["cells"]
+        for mode in MODE_ORDER:
+            for n, cell in sorted(cells.get(mode, {}).items(), key=lambda kv: int(kv[0])):
+                lines.append(
+                    f"| {name} | {mode} | {n} | {cell['items_per_s']:.1f} | "
+                    f"{cell['p50_ms']:.2f} | {cell['p99_ms']:.2f} | {cell['rss_mib']:.0f} | "
+                    f"{cell['first_result_s']:.2f} |")
+    return "\n".join(lines)
+
+
+def markdown(result, name):
+    suite = result["suite"]
+    header = (f"# Benchmark suite ({name})\n\n{suite['cpus']} CPUs, torch {suite['torch']}, "
+              f"N in {suite['workers']}, {suite['warmup_s']} s warm-up and "
+              f"{suite['measure_s']} s measured per cell, each cell the median of "
+              f"{suite.get('rounds', 1)} fresh processes interleaved with the other modes "
+              f"and each ratio the median of its per-round values, one intra-op thread "
+              f"per worker ({suite['seconds']:.0f} s in all).\n")
+    models = "\n".join(f"- `{m}`: {result[m]['description']}" for m in models_of(result))
+    return (f"{header}\n{models}\n\n{ratio_table(result)}\n\n"
+            f"![throughput]({name}_throughput.png)\n![memory]({name}_memory.png)\n\n"
+            f"{cell_table(result)}\n")
+
+
+def plot(result, out, name, key, ylabel, filename):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    models = models_of(result)
+    fig, axes = plt.subplots(1, len(models), figsize=(3.2 * len(models), 3.0), squeeze=False)
+    for ax, model in zip(axes[0], models):
+        for mode in MODE_ORDER:
+            cells = result[model]["cells"].get(mode, {})
+            if not cells:
+                continue
+            points = sorted((int(n), cell[key]) for n, cell in cells.items())
+            xs, ys = zip(*points)
+            color, marker = MODE_STYLE[mode]
+            ax.plot(xs, ys, marker=marker, color=color, label=mode)
+        ax.set_title(model, fontsize=9)
+        ax.set_xlabel("N (workers)", fontsize=8)
+        ax.set_xticks(sorted({int(n) for c in result[model]["cells"].values() for n in c}))
+        ax.tick_params(labelsize=7)
+        ax.set_ylim(bottom=0)
+    axes[0][0].set_ylabel(ylabel, fontsize=8)
+    handles = {}
+    for ax in axes[0]:
+        for handle, label in zip(*ax.get_legend_handles_labels()):
+            handles.setdefault(label, handle)
+    fig.legend([handles[m] for m in MODE_ORDER if m in handles],
+               [m for m in MODE_ORDER if m in handles], loc="lower center",
+               ncol=len(handles), fontsize=8, frameon=False)
+    fig.tight_layout(rect=(0, 0.08, 1, 1))
+    path = os.path.join(out, filename)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def write(result, out, name):
+    """Writes NAME.md, NAME_throughput.png and NAME_memory.png into `out`; returns their paths."""
+    md = os.path.join(out, f"{name}.md")
+    with open(md, "w") as f:
+        f.write(markdown(result, name))
+    return [md,
+            plot(result, out, name, "items_per_s", "items/s", f"{name}_throughput.png"),
+            plot(result, out, name, "rss_mib", "RSS, all workers (MiB)", f"{name}_memory.png")]

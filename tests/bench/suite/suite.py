@@ -1,0 +1,208 @@
+"""The benchmark suite: chorus against the ways Python models are served today.
+
+    suite.py --bin build/bin --out build/bench [--models a,b] [--workers 1,2,4]
+             [--ratio-workers 2] [--rounds 3] [--measure-s 1.5] [--short]
+
+For each model (models.py) and each worker count N, on the same inputs in one
+run, each cell in a fresh process:
+  eager        plain Python, one thread (N = 1 only: the base)
+  threads      one Python interpreter, N threads
+  processes    N Python worker processes, each holding the model
+  torchscript  the traced model on libtorch, N threads (models that trace)
+  chorus       the Python model in chorus, N interpreters, N threads
+Each cell reports throughput (items/s), p50/p99 latency, RSS of all its workers
+and launch-to-first-result time: the medians over --rounds runs, interleaved
+with the other modes at that N. Per model, at N = --ratio-workers, each ratio
+is the median of its values in the rounds (cells of one round ran side by side):
+  chorus_vs_threads            throughput, chorus over threads
+  chorus_vs_processes_memory   RSS of the N processes over chorus' RSS
+  python_vs_torchscript        throughput, chorus (Python) over TorchScript
+  chorus_vs_processes          throughput, chorus over processes
+Writes OUT/suite.json (keyed by model), OUT/suite.md and the plots.
+"""
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+
+import torch
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+
+import models as registry  # noqa: E402
+import report  # noqa: E402
+
+MODES = ["eager", "threads", "processes", "torchscript", "chorus"]
+SHORT_MODELS = ["mlp", "control_flow"]
+RATIOS = ["chorus_vs_threads", "chorus_vs_processes_memory", "python_vs_torchscript",
+          "chorus_vs_processes"]
+
+
+class _InputsHolder(torch.nn.Module):
+    def __init__(self, inputs):
+        super().__init__()
+        self.inputs = inputs
+
+    def forward(self):
+        return self.inputs
+
+
+def prepare(model_name, work):
+    """Writes the model's chorus archive (and TorchScript, where it traces) into `work`."""
+    from chorus.package import create_package
+    spec = registry.MODELS[model_name]
+    model, inputs = spec.build()
+    model.eval()
+    archive = os.path.join(work, f"{model_name}.pt")
+    create_package(archive, model, inputs, name=model_name, progress=False)
+    # The same inputs, for the C++ cells: a scripted holder libtorch loads.
+    holder = torch.jit.script(_InputsHolder(list(inputs)))
+    torch.jit.save(holder, os.path.join(work, f"{model_name}.inputs.pt"))
+    script = None
+    if spec.torchscript:
+        script = os.path.join(work, f"{model_name}.ts")
+        with torch.no_grad():
+            traced = (torch.jit.trace(model, inputs, check_trace=False)
+                      if spec.torchscript == "trace" else torch.jit.script(model))
+        torch.jit.save(traced, script)
+    return archive, script
+
+
+def run_cell(command, env):
+    """Runs one cell's process; returns its JSON result (or raises with its stderr)."""
+    launched = time.time()
+    done = subprocess.run(command + ["--launched-at", repr(launched)], env=env,
+                          capture_output=True, text=True, timeout=600)
+    if done.returncode != 0:
+        raise RuntimeError(f"{' '.join(command)} failed ({done.returncode}):\n{done.stderr}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def cell_command(mode, workers, archive, script, args):
+    timing = ["--warmup-s", str(args.warmup_s), "--measure-s", str(args.measure_s)]
+    if mode in ("eager", "threads", "processes"):
+        return [sys.executable, os.path.join(HERE, "python_runner.py"), "--archive", archive,
+                "--mode", mode, "--workers", str(workers)] + timing
+    model = archive if mode == "chorus" else script
+    return [os.path.join(args.bin, "bench_suite_runner"), "--model", model,
+            "--inputs", archive[:-len(".pt")] + ".inputs.pt", "--workers", str(workers)] + timing
+
+
+def ratios(cells, n):
+    def get(mode, key):
+        return cells.get(mode, {}).get(str(n), {}).get(key)
+
+    def ratio(a, b):
+        return a / b if a is not None and b else None
+
+    return {
+        "chorus_vs_threads": ratio(get("chorus", "items_per_s"), get("threads", "items_per_s")),
+        "chorus_vs_processes_memory": ratio(get("processes", "rss_mib"), get("chorus", "rss_mib")),
+        "python_vs_torchscript": ratio(get("chorus", "items_per_s"),
+                                       get("torchscript", "items_per_s")),
+        "chorus_vs_processes": ratio(get("chorus", "items_per_s"),
+                                     get("processes", "items_per_s")),
+    }
+
+
+def median(values):
+    ordered = sorted(values)
+    mid = len(ordered) // 2
+    return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
+
+
+def median_cell(samples):
+    """Per metric, the median over the rounds' results of one cell."""
+    cell = {key: median([s[key] for s in samples]) for key in samples[0]}
+    cell["rounds"] = len(samples)
+    return cell
+
+
+def run_model(name, args, env, work):
+    """Every cell of one model, in `args.rounds` interleaved rounds per N (the
+    machine drifts: cells compared in a ratio run minutes apart at most)."""
+    archive, script = prepare(name, work)
+    cells = {}
+    for n in args.workers:
+        modes = [m for m in args.modes
+                 if not (m == "eager" and n != 1) and not (m == "torchscript" and script is None)]
+        samples = {mode: [] for mode in modes}
+        for _ in range(args.rounds):
+            for mode in modes:
+                samples[mode].append(run_cell(cell_command(mode, n, archive, script, args), env))
+        if n == args.ratio_workers:
+            per_round = [ratios({mode: {str(n): samples[mode][r]} for mode in modes}, n)
+                         for r in range(args.rounds)]
+        for mode in modes:
+            result = cells.setdefault(mode, {})[str(n)] = median_cell(samples[mode])
+            print(f"  {name:13s} {mode:11s} N={n}  {result['items_per_s']:9.1f} items/s  "
+                  f"p50 {result['p50_ms']:7.2f} ms  RSS {result['rss_mib']:7.1f} MiB  "
+                  f"first result {result['first_result_s']:5.2f} s", flush=True)
+    entry = {"description": registry.MODELS[name].description,
+             "torchscript": registry.MODELS[name].torchscript, "cells": cells}
+    # Each ratio is the median of its per-round values: the two cells of one
+    # round ran seconds apart, so the machine's drift cancels within a round.
+    for key in RATIOS:
+        values = [r[key] for r in per_round if r[key] is not None]
+        entry[key] = median(values) if values else None
+        entry[key + "_rounds"] = values
+    return entry
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--bin", required=True, help="the build's bin folder")
+    parser.add_argument("--out", required=True, help="folder for suite.json, .md, plots")
+    parser.add_argument("--models", default=",".join(registry.MODELS))
+    parser.add_argument("--modes", default=",".join(MODES))
+    parser.add_argument("--workers", default="1,2,4")
+    parser.add_argument("--ratio-workers", type=int, default=2)
+    parser.add_argument("--warmup-s", type=float, default=0.5)
+    parser.add_argument("--measure-s", type=float, default=1.5)
+    parser.add_argument("--rounds", type=int, default=None,
+                        help="medians over this many runs (default 3; 5 with --short)")
+    parser.add_argument("--short", action="store_true",
+                        help="the CI form: mlp and control_flow, N=2, threads/processes/chorus")
+    parser.add_argument("--name", default="suite", help="base name of the outputs")
+    args = parser.parse_args()
+    if args.short:
+        args.models, args.modes, args.workers = ",".join(SHORT_MODELS), "threads,processes,chorus", "2"
+    if args.rounds is None:
+        args.rounds = 5 if args.short else 3
+    args.models = args.models.split(",")
+    args.modes = args.modes.split(",")
+    args.workers = [int(n) for n in args.workers.split(",")]
+    if args.ratio_workers not in args.workers:
+        parser.error(f"--ratio-workers {args.ratio_workers} is not among --workers")
+    unknown = set(args.models) - set(registry.MODELS)
+    if unknown:
+        parser.error(f"unknown models {sorted(unknown)}; known: {sorted(registry.MODELS)}")
+
+    os.makedirs(args.out, exist_ok=True)
+    work = os.path.join(args.out, f"{args.name}-models")
+    os.makedirs(work, exist_ok=True)
+    env = dict(os.environ)
+    started = time.time()
+    result = {}
+    for name in args.models:
+        result[name] = run_model(name, args, env, work)
+    result["suite"] = {"workers": args.workers, "ratio_workers": args.ratio_workers,
+                       "rounds": args.rounds,
+                       "warmup_s": args.warmup_s, "measure_s": args.measure_s,
+                       "modes": args.modes, "short": args.short, "cpus": os.cpu_count(),
+                       "torch": torch.__version__, "seconds": time.time() - started}
+    path = os.path.join(args.out, f"{args.name}.json")
+    with open(path, "w") as f:
+        json.dump(result, f, indent=2)
+    written = report.write(result, args.out, args.name)
+    print(report.ratio_table(result))
+    print(f"wrote {path}, " + ", ".join(written))
+
+
+if __name__ == "__main__":
+    main()
