@@ -8,7 +8,8 @@ that falls more than `threshold` below its baseline fails, as does one the
 result lacks. Exit status 0 when all hold, 1 otherwise, with one line per
 ratio. To accept new figures, write the results' ratios into the baseline;
 given several results, each ratio's lowest value (the floor of what the machine
-measured, so that its noise alone does not trip the guard):
+measured, so that its noise alone does not trip the guard) over those that every
+result measured:
     check.py RESULT.json [MORE.json ...] BASELINE.json --update
 """
 
@@ -28,13 +29,14 @@ def baseline_ratios(result):
 
 
 def floor_ratios(many):
-    """Each ratio's lowest value over several results' {model: {ratio: value}}."""
+    """Each ratio's lowest value over several results' {model: {ratio: value}},
+    for the ratios every result measured."""
     floor = {}
-    for ratios in many:
-        for model, values in ratios.items():
-            for name, value in values.items():
-                current = floor.setdefault(model, {}).get(name)
-                floor[model][name] = value if current is None else min(current, value)
+    for model, values in many[0].items():
+        for name in values:
+            seen = [r.get(model, {}).get(name) for r in many]
+            if all(value is not None for value in seen):
+                floor.setdefault(model, {})[name] = min(seen)
     return floor
 
 
@@ -69,6 +71,8 @@ def main(argv=None):
                              f"{DEFAULT_THRESHOLD})")
     parser.add_argument("--update", action="store_true", help="write the result's ratios "
                         "into the baseline instead of checking")
+    parser.add_argument("--models", default=None,
+                        help="with --update: only these models (comma-separated)")
     args = parser.parse_args(argv)
     if len(args.files) < 2 or (len(args.files) > 2 and not args.update):
         parser.error("give one RESULT.json and the BASELINE.json (several results only "
@@ -82,6 +86,9 @@ def main(argv=None):
         baseline = {"threshold": args.threshold or DEFAULT_THRESHOLD,
                     "measured": [r.get("suite", {}) for r in results],
                     "ratios": floor_ratios([baseline_ratios(r) for r in results])}
+        if args.models:
+            keep = args.models.split(",")
+            baseline["ratios"] = {m: v for m, v in baseline["ratios"].items() if m in keep}
         with open(baseline_path, "w") as f:
             json.dump(baseline, f, indent=2)
             f.write("\n")

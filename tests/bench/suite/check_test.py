@@ -118,3 +118,26 @@ def test_checking_several_results_at_once_is_refused(tmp_path, baseline):
                            BASELINE], capture_output=True, text=True)
     assert done.returncode == 2
     assert "several results only with --update" in done.stderr
+
+
+def test_update_can_keep_only_some_models(tmp_path, baseline):
+    path = tmp_path / "result.json"
+    path.write_text(json.dumps(result_matching(baseline)))
+    new_baseline = tmp_path / "baseline.json"
+    subprocess.run([sys.executable, os.path.join(HERE, "check.py"), str(path), str(new_baseline),
+                    "--update", "--models", "mlp,control_flow"], check=True, capture_output=True)
+    assert set(json.loads(new_baseline.read_text())["ratios"]) == {"mlp", "control_flow"}
+
+
+def test_update_keeps_only_ratios_every_result_measured(tmp_path, baseline):
+    full, short = result_matching(baseline), result_matching(baseline)
+    del short["mlp"]["python_vs_torchscript"]
+    paths = [tmp_path / "full.json", tmp_path / "short.json"]
+    paths[0].write_text(json.dumps(full))
+    paths[1].write_text(json.dumps(short))
+    new_baseline = tmp_path / "baseline.json"
+    subprocess.run([sys.executable, os.path.join(HERE, "check.py"), *map(str, paths),
+                    str(new_baseline), "--update"], check=True, capture_output=True)
+    ratios = json.loads(new_baseline.read_text())["ratios"]
+    assert "python_vs_torchscript" not in ratios["mlp"]
+    assert "chorus_vs_threads" in ratios["mlp"]

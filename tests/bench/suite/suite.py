@@ -27,6 +27,7 @@ import os
 import subprocess
 import sys
 import time
+import warnings
 
 import torch
 
@@ -65,7 +66,10 @@ def prepare(model_name, work):
     script = None
     if spec.torchscript:
         script = os.path.join(work, f"{model_name}.ts")
-        with torch.no_grad():
+        # Tracing warns where Python floats of shapes become constants; the
+        # inputs' shapes are the ones measured, so that is what we want.
+        with torch.no_grad(), warnings.catch_warnings():
+            warnings.simplefilter("ignore", torch.jit.TracerWarning)
             traced = (torch.jit.trace(model, inputs, check_trace=False)
                       if spec.torchscript == "trace" else torch.jit.script(model))
         torch.jit.save(traced, script)
