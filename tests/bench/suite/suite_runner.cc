@@ -56,43 +56,41 @@ struct Options {
   double warmup_s = 1, measure_s = 3, launched_at = 0;
 };
 
-int Run(const Options& options) {
-  at::set_num_threads(1);
-  std::unique_ptr<InterpreterManager> manager;
-  StatusOr<std::shared_ptr<Archive>> probe = Archive::Open(options.model);
-  if (!probe.ok()) {
-    std::cerr << probe.status().ToString() << "\n";
-    return 1;
-  }
-  if ((*probe)->kind() != ArchiveKind::kTorchScript) {
+// The manager is created only for a torch.package archive (TorchScript needs
+// none); it must outlive the model.
+StatusOr<std::shared_ptr<Model>> LoadModel(const Options& options,
+                                           std::unique_ptr<InterpreterManager>* manager) {
+  CHORUS_ASSIGN_OR_RETURN(std::shared_ptr<Archive> probe, Archive::Open(options.model));
+  if (probe->kind() != ArchiveKind::kTorchScript) {
     InterpreterManagerOptions manager_options;
     manager_options.num_interpreters = options.workers;
     manager_options.intra_op_threads = 1;
-    StatusOr<std::unique_ptr<InterpreterManager>> created =
-        InterpreterManager::Create(manager_options);
-    if (!created.ok()) {
-      std::cerr << created.status().ToString() << "\n";
-      return 1;
-    }
-    manager = std::move(created).value();
+    CHORUS_ASSIGN_OR_RETURN(*manager, InterpreterManager::Create(manager_options));
   }
-  StatusOr<std::shared_ptr<Model>> model = Model::Load(manager.get(), options.model);
-  StatusOr<std::vector<c10::IValue>> inputs = ExampleInputs(options.inputs);
-  if (!model.ok() || !inputs.ok()) {
-    std::cerr << (model.ok() ? inputs.status() : model.status()).ToString() << "\n";
-    return 1;
-  }
-  const at::Tensor& first = inputs->front().toTensor();
-  const int64_t batch = first.dim() ? first.size(0) : 1;
+  return Model::Load(manager->get(), options.model);
+}
 
-  std::atomic<int> warmed{0};
+Clock::duration Seconds(double seconds) {
+  return std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
+}
+
+struct Measured {
+  std::vector<double> latencies;  // seconds, every measured call of every worker
+  double ready_s = 0;             // launch until every worker had a first result
+  double seconds = 0;             // the measured window
+  int failures = 0;
+};
+
+// N threads call the model: each a first call, warm-up, then (all together)
+// the measured window.
+Measured Measure(Model& model, const std::vector<c10::IValue>& inputs, const Options& options) {
+  std::atomic<int> warmed{0}, failures{0};
   std::atomic<bool> go{false};
-  std::atomic<int> failures{0};
   Clock::time_point end;
   std::vector<double> first_result(options.workers);
   std::vector<std::vector<double>> latencies(options.workers);
   auto call = [&] {
-    if (!(*model)->Forward(*inputs).ok()) ++failures;
+    if (!model.Forward(inputs).ok()) ++failures;
   };
   std::vector<std::thread> threads;
   for (int w = 0; w < options.workers; ++w) {
@@ -100,9 +98,7 @@ int Run(const Options& options) {
       at::set_num_threads(1);
       call();
       first_result[w] = EpochSeconds();
-      const Clock::time_point warm_until =
-          Clock::now() + std::chrono::duration_cast<Clock::duration>(
-                             std::chrono::duration<double>(options.warmup_s));
+      const Clock::time_point warm_until = Clock::now() + Seconds(options.warmup_s);
       while (Clock::now() < warm_until) call();
       ++warmed;
       while (!go.load()) std::this_thread::yield();
@@ -114,31 +110,53 @@ int Run(const Options& options) {
     });
   }
   while (warmed.load() < options.workers) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  const double ready =
+  Measured measured;
+  measured.ready_s =
       *std::max_element(first_result.begin(), first_result.end()) - options.launched_at;
   const Clock::time_point start = Clock::now();
-  end = start + std::chrono::duration_cast<Clock::duration>(
-                    std::chrono::duration<double>(options.measure_s));
+  end = start + Seconds(options.measure_s);
   go.store(true);
   for (std::thread& thread : threads) thread.join();
-  const double seconds = SecondsSince(start);
-  if (failures.load() > 0) {
-    std::cerr << failures.load() << " calls failed\n";
-    return 1;
+  measured.seconds = SecondsSince(start);
+  measured.failures = failures.load();
+  for (const auto& l : latencies) {
+    measured.latencies.insert(measured.latencies.end(), l.begin(), l.end());
   }
-  std::vector<double> all;
-  for (const auto& l : latencies) all.insert(all.end(), l.begin(), l.end());
+  return measured;
+}
+
+// The same JSON object python_runner.py prints.
+nlohmann::json Summary(Measured measured, int64_t batch) {
+  std::vector<double>& all = measured.latencies;
   std::sort(all.begin(), all.end());
   auto percentile = [&](double q) {
     return all.empty() ? 0.0 : all[std::min(all.size() - 1, static_cast<size_t>(q * all.size()))];
   };
-  nlohmann::json result = {{"items_per_s", static_cast<double>(all.size() * batch) / seconds},
-                           {"calls", all.size()},
-                           {"p50_ms", percentile(0.5) * 1e3},
-                           {"p99_ms", percentile(0.99) * 1e3},
-                           {"rss_mib", ResidentMiB()},
-                           {"first_result_s", ready}};
-  std::cout << result.dump() << std::endl;
+  return {{"items_per_s", static_cast<double>(all.size() * batch) / measured.seconds},
+          {"calls", all.size()},
+          {"p50_ms", percentile(0.5) * 1e3},
+          {"p99_ms", percentile(0.99) * 1e3},
+          {"rss_mib", ResidentMiB()},
+          {"first_result_s", measured.ready_s}};
+}
+
+int Run(const Options& options) {
+  at::set_num_threads(1);
+  std::unique_ptr<InterpreterManager> manager;
+  StatusOr<std::shared_ptr<Model>> model = LoadModel(options, &manager);
+  StatusOr<std::vector<c10::IValue>> inputs = ExampleInputs(options.inputs);
+  if (!model.ok() || !inputs.ok()) {
+    std::cerr << (model.ok() ? inputs.status() : model.status()).ToString() << "\n";
+    return 1;
+  }
+  const at::Tensor& first = inputs->front().toTensor();
+  const int64_t batch = first.dim() ? first.size(0) : 1;
+  Measured measured = Measure(**model, *inputs, options);
+  if (measured.failures > 0) {
+    std::cerr << measured.failures << " calls failed\n";
+    return 1;
+  }
+  std::cout << Summary(std::move(measured), batch).dump() << std::endl;
   return 0;
 }
 
