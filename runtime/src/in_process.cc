@@ -12,6 +12,7 @@
 
 #include <atomic>
 #include <cstring>
+#include <optional>
 #include <sstream>
 
 #include "chorus/common/thread_annotations.h"
@@ -89,11 +90,15 @@ class Meeting {
           if (!present_[r]) missing << (missing.tellp() > 0 ? ", " : "") << r;
         }
         broken_ = what + " timed out: rank(s) " + missing.str() + " did not join";
+        timed_out_generation_ = generation;
         everyone_.SignalAll();
         return DeadlineExceededError(broken_);
       }
     }
     if (generation_.load(std::memory_order_acquire) != generation) return OkStatus();
+    // Every rank waiting in the meeting that timed out reports the timeout,
+    // whichever of them noticed it first; other breaks are aborts.
+    if (timed_out_generation_ == generation) return DeadlineExceededError(broken_);
     return Status(StatusCode::kAborted, broken_);
   }
 
@@ -112,6 +117,8 @@ class Meeting {
   int arrived_ CHORUS_GUARDED_BY(mu_) = 0;
   std::vector<bool> present_ CHORUS_GUARDED_BY(mu_);
   std::string broken_ CHORUS_GUARDED_BY(mu_);
+  // The generation whose meeting timed out, if one did.
+  std::optional<uint64_t> timed_out_generation_ CHORUS_GUARDED_BY(mu_);
 };
 
 class Group;
