@@ -8,8 +8,8 @@ processes: N worker processes, each loading the model (the process-per-worker
 design of Triton's Python backend and TorchServe). Every mode loads the chorus
 archive with stock torch.package and calls the model on the archive's example
 inputs, with one intra-op thread per worker, under torch.inference_mode. Prints
-one JSON object: items_per_s, calls, p50_ms, p99_ms, rss_mib (all workers),
-first_result_s (launch until every worker has produced a result).
+one JSON object: items_per_s, calls, p50_ms, p99_ms, rss_mib (all workers summed),
+footprint_mib (their private pages plus shared pages once), first_result_s (launch until every worker has produced a result).
 """
 
 import argparse
@@ -34,12 +34,16 @@ def load(archive):
     return model, tuple(inputs)
 
 
-def rss_mib(pid="self"):
-    with open(f"/proc/{pid}/status") as status:
-        for line in status:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024.0
-    return 0.0
+def memory_mib():
+    """(resident, private) MiB of this process: all its resident pages, and those
+    no other process maps (the rest, such as libtorch's code, is shared)."""
+    fields = {}
+    with open("/proc/self/smaps_rollup") as rollup:
+        for line in rollup:
+            parts = line.split()
+            if parts[0] in ("Rss:", "Private_Clean:", "Private_Dirty:"):
+                fields[parts[0]] = int(parts[1]) / 1024.0
+    return fields["Rss:"], fields["Private_Clean:"] + fields["Private_Dirty:"]
 
 
 def percentile(values, q):
@@ -73,10 +77,10 @@ class Worker:
             self.latencies.append(time.perf_counter() - start)
 
 
-def summary(latencies, items, seconds, rss, first_result_s):
+def summary(latencies, items, seconds, memory, first_result_s):
     return {"items_per_s": items / seconds, "calls": len(latencies),
             "p50_ms": percentile(latencies, 0.5) * 1e3, "p99_ms": percentile(latencies, 0.99) * 1e3,
-            "rss_mib": rss, "first_result_s": first_result_s}
+            "rss_mib": memory[0], "footprint_mib": memory[1], "first_result_s": first_result_s}
 
 
 def run_threads(args, workers):
@@ -105,11 +109,14 @@ def run_threads(args, workers):
         thread.join()
     seconds = time.perf_counter() - start
     latencies = [t for w in pool for t in w.latencies]
-    return summary(latencies, len(latencies) * batch, seconds, rss_mib(), ready)
+    rss, _ = memory_mib()
+    return summary(latencies, len(latencies) * batch, seconds, (rss, rss), ready)
 
 
 def run_worker(args):
-    """One process of --mode processes: warm up, report, measure on command."""
+    """One process of --mode processes: warm up, report, measure on command,
+    report, and stay until stdin closes (so that every worker's memory is read
+    while all of them are alive)."""
     model, inputs = load(args.archive)
     worker = Worker(model, inputs)
     worker.warm_up(args.warmup_s)
@@ -117,8 +124,10 @@ def run_worker(args):
     seconds = float(sys.stdin.readline())
     worker.measure(time.perf_counter() + seconds)
     batch = inputs[0].shape[0] if inputs[0].dim() else 1
-    print(json.dumps({"latencies": worker.latencies, "batch": batch, "rss_mib": rss_mib()}),
-          flush=True)
+    rss, private = memory_mib()
+    print(json.dumps({"latencies": worker.latencies, "batch": batch, "rss_mib": rss,
+                      "private_mib": private}), flush=True)
+    sys.stdin.readline()
 
 
 def run_processes(args):
@@ -135,10 +144,16 @@ def run_processes(args):
     results = [json.loads(child.stdout.readline()) for child in children]
     seconds = time.perf_counter() - start
     for child in children:
+        child.stdin.close()
         child.wait()
     latencies = [t for r in results for t in r["latencies"]]
     items = sum(len(r["latencies"]) * r["batch"] for r in results)
-    return summary(latencies, items, seconds, sum(r["rss_mib"] for r in results), ready)
+    # Footprint: every worker's private pages, and the shared ones once (the
+    # workers map the same libraries, so the largest shared set stands for all).
+    shared = max(r["rss_mib"] - r["private_mib"] for r in results)
+    memory = (sum(r["rss_mib"] for r in results),
+              sum(r["private_mib"] for r in results) + shared)
+    return summary(latencies, items, seconds, memory, ready)
 
 
 def main():

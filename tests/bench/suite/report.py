@@ -19,7 +19,7 @@ def _fmt(value, digits=2):
 
 def ratio_table(result):
     ratio_names = ["chorus_vs_threads", "chorus_vs_processes_memory", "python_vs_torchscript",
-                   "chorus_vs_processes"]
+                   "chorus_vs_processes", "chorus_vs_processes_footprint"]
     n = result["suite"]["ratio_workers"]
     lines = [f"Ratios at N = {n} (higher is better for chorus):", "",
              "| model | " + " | ".join(ratio_names) + " |",
@@ -36,8 +36,8 @@ def ratio_table(result):
 
 
 def cell_table(result):
-    lines = ["| model | mode | N | items/s | p50 ms | p99 ms | RSS MiB | first result s |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    lines = ["| model | mode | N | items/s | p50 ms | p99 ms | RSS MiB | footprint MiB | first result s |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for name in models_of(result):
         cells = result[name]["cells"]
         for mode in MODE_ORDER:
@@ -45,6 +45,7 @@ def cell_table(result):
                 lines.append(
                     f"| {name} | {mode} | {n} | {cell['items_per_s']:.1f} | "
                     f"{cell['p50_ms']:.2f} | {cell['p99_ms']:.2f} | {cell['rss_mib']:.0f} | "
+                    f"{_fmt(cell.get('footprint_mib'), 0)} | "
                     f"{cell['first_result_s']:.2f} |")
     return "\n".join(lines)
 
@@ -78,6 +79,12 @@ def plot(result, out, name, key, ylabel, filename):
             xs, ys = zip(*points)
             color, marker = MODE_STYLE[mode]
             ax.plot(xs, ys, marker=marker, color=color, label=mode)
+            if key == "rss_mib" and mode == "processes" and all("footprint_mib" in c
+                                                                 for c in cells.values()):
+                # Processes share some pages (libtorch's code); counted once here.
+                footprint = sorted((int(n), c["footprint_mib"]) for n, c in cells.items())
+                ax.plot(*zip(*footprint), marker=marker, color=color, linestyle="--",
+                        fillstyle="none", label="processes, shared pages once")
         ax.set_title(model, fontsize=9)
         ax.set_xlabel("N (workers)", fontsize=8)
         ax.set_xticks(sorted({int(n) for c in result[model]["cells"].values() for n in c}))
@@ -88,8 +95,8 @@ def plot(result, out, name, key, ylabel, filename):
     for ax in axes[0]:
         for handle, label in zip(*ax.get_legend_handles_labels()):
             handles.setdefault(label, handle)
-    fig.legend([handles[m] for m in MODE_ORDER if m in handles],
-               [m for m in MODE_ORDER if m in handles], loc="lower center",
+    labels = [m for m in MODE_ORDER + ["processes, shared pages once"] if m in handles]
+    fig.legend([handles[m] for m in labels], labels, loc="lower center",
                ncol=len(handles), fontsize=8, frameon=False)
     fig.tight_layout(rect=(0, 0.08, 1, 1))
     path = os.path.join(out, filename)

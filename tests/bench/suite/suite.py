@@ -18,6 +18,8 @@ is the median of its values in the rounds (cells of one round ran side by side):
   chorus_vs_processes_memory   RSS of the N processes over chorus' RSS
   python_vs_torchscript        throughput, chorus (Python) over TorchScript
   chorus_vs_processes          throughput, chorus over processes
+  chorus_vs_processes_footprint  as the memory ratio, with pages the processes
+                               share (libtorch's code) counted once
 Writes OUT/suite.json (keyed by model), OUT/suite.md and the plots.
 """
 
@@ -40,7 +42,7 @@ import report  # noqa: E402
 MODES = ["eager", "threads", "processes", "torchscript", "chorus"]
 SHORT_MODELS = ["mlp", "control_flow"]
 RATIOS = ["chorus_vs_threads", "chorus_vs_processes_memory", "python_vs_torchscript",
-          "chorus_vs_processes"]
+          "chorus_vs_processes", "chorus_vs_processes_footprint"]
 
 
 class _InputsHolder(torch.nn.Module):
@@ -110,6 +112,8 @@ def ratios(cells, n):
                                        get("torchscript", "items_per_s")),
         "chorus_vs_processes": ratio(get("chorus", "items_per_s"),
                                      get("processes", "items_per_s")),
+        "chorus_vs_processes_footprint": ratio(get("processes", "footprint_mib"),
+                                               get("chorus", "footprint_mib")),
     }
 
 

@@ -137,6 +137,7 @@ nlohmann::json Summary(Measured measured, int64_t batch) {
           {"p50_ms", percentile(0.5) * 1e3},
           {"p99_ms", percentile(0.99) * 1e3},
           {"rss_mib", ResidentMiB()},
+          {"footprint_mib", ResidentMiB()},  // one process: its pages, each once
           {"first_result_s", measured.ready_s}};
 }
 
