@@ -19,9 +19,9 @@ grpc::ServerUnaryReactor* Finish(grpc::CallbackServerContext* ctx, const Status&
 }
 
 // Finishes the call with `expr`'s error, if any.
-#define CHORUS_RETURN_IF_ERROR_REACTOR(ctx, expr)         \
-  do {                                                    \
-    ::chorus::Status chorus_status_ = (expr);             \
+#define CHORUS_RETURN_IF_ERROR_REACTOR(ctx, expr)                 \
+  do {                                                            \
+    ::chorus::Status chorus_status_ = (expr);                     \
     if (!chorus_status_.ok()) return Finish(ctx, chorus_status_); \
   } while (0)
 
@@ -179,18 +179,18 @@ grpc::ServerUnaryReactor* InferenceService::ModelInfer(grpc::CallbackServerConte
   call.inputs = std::move(*inputs);
   call.deadline = DeadlineOf(ctx, context_->request_timeout);
   call.cancelled = reactor->cancelled();
-  model->scheduler().Submit(std::move(call), [model, request, response, reactor,
-                                              start](InferenceResult result) {
-    Status status = result.status;
-    if (status.ok()) {
-      response->set_model_name(model->name());
-      response->set_model_version(model->version());
-      response->set_id(request->id());
-      status = EncodeOutputs(result.outputs, model->manifest(), *request, response);
-    }
-    model->RecordRequest(result, Clock::now() - start);
-    reactor->Finish(ToGrpcStatus(status));
-  });
+  model->scheduler().Submit(
+      std::move(call), [model, request, response, reactor, start](InferenceResult result) {
+        Status status = result.status;
+        if (status.ok()) {
+          response->set_model_name(model->name());
+          response->set_model_version(model->version());
+          response->set_id(request->id());
+          status = EncodeOutputs(result.outputs, model->manifest(), *request, response);
+        }
+        model->RecordRequest(result, Clock::now() - start);
+        reactor->Finish(ToGrpcStatus(status));
+      });
   return reactor;
 }
 
@@ -246,25 +246,26 @@ grpc::ServerUnaryReactor* InferenceService::RepositoryIndex(
 grpc::ServerUnaryReactor* InferenceService::RepositoryModelLoad(
     grpc::CallbackServerContext* ctx, const inference::RepositoryModelLoadRequest* request,
     inference::RepositoryModelLoadResponse*) {
-  CHORUS_RETURN_IF_ERROR_REACTOR(ctx, Authorize(ctx));
-  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
-  ModelRepository* repository = context_->repository;
-  std::string name = request->model_name();
-  context_->background->Post([repository, reactor, name] {
-    reactor->Finish(ToGrpcStatus(repository->Load(name)));
-  });
-  return reactor;
+  return ChangeRepository(ctx, request->model_name(),
+                          [](ModelRepository& r, const std::string& name) { return r.Load(name); });
 }
 
 grpc::ServerUnaryReactor* InferenceService::RepositoryModelUnload(
     grpc::CallbackServerContext* ctx, const inference::RepositoryModelUnloadRequest* request,
     inference::RepositoryModelUnloadResponse*) {
+  return ChangeRepository(
+      ctx, request->model_name(),
+      [](ModelRepository& r, const std::string& name) { return r.Unload(name); });
+}
+
+grpc::ServerUnaryReactor* InferenceService::ChangeRepository(
+    grpc::CallbackServerContext* ctx, std::string name,
+    std::function<Status(ModelRepository&, const std::string&)> change) {
   CHORUS_RETURN_IF_ERROR_REACTOR(ctx, Authorize(ctx));
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
   ModelRepository* repository = context_->repository;
-  std::string name = request->model_name();
-  context_->background->Post([repository, reactor, name] {
-    reactor->Finish(ToGrpcStatus(repository->Unload(name)));
+  context_->background->Post([repository, reactor, name = std::move(name), change] {
+    reactor->Finish(ToGrpcStatus(change(*repository, name)));
   });
   return reactor;
 }

@@ -82,6 +82,11 @@ class InferenceService final : public inference::GRPCInferenceService::CallbackS
 
  private:
   Status Authorize(grpc::CallbackServerContext* ctx) const;
+  // Runs `change` (a repository load or unload of `name`) on the background
+  // thread, which finishes the call: loading a model can take seconds.
+  grpc::ServerUnaryReactor* ChangeRepository(
+      grpc::CallbackServerContext* ctx, std::string name,
+      std::function<Status(ModelRepository&, const std::string&)> change);
 
   ServiceContext* const context_;
 };

@@ -38,10 +38,11 @@ def to_numpy(datatype: str, shape, raw: bytes) -> np.ndarray:
     return np.frombuffer(raw, dtype=_DTYPES[datatype]).reshape(tuple(shape))
 
 
-class Client:
-    """A connection to one server. Thread-safe (gRPC channels are)."""
+class Connection:
+    """A gRPC channel to one chorus server, with the caller's credentials: what
+    Client and TrainingClient share. Thread-safe (gRPC channels are)."""
 
-    def __init__(self, address: str = "localhost:8001", token: Optional[str] = None,
+    def __init__(self, stub_class, address: str = "localhost:8001", token: Optional[str] = None,
                  root_certificates: Optional[bytes] = None, max_message_bytes: int = 64 << 20):
         options = [("grpc.max_send_message_length", max_message_bytes),
                    ("grpc.max_receive_message_length", max_message_bytes)]
@@ -50,7 +51,7 @@ class Client:
             self._channel = grpc.secure_channel(address, credentials, options)
         else:
             self._channel = grpc.insecure_channel(address, options)
-        self._stub = pb_grpc.GRPCInferenceServiceStub(self._channel)
+        self._stub = stub_class(self._channel)
         self._metadata = [("authorization", f"Bearer {token}")] if token else []
 
     def close(self):
@@ -72,6 +73,15 @@ class Client:
             return getattr(self._stub, method)(request, timeout=timeout, metadata=self._metadata)
         except grpc.RpcError as e:
             raise ClientError(e.code(), e.details()) from None
+
+
+class Client(Connection):
+    """The inference service (Open Inference Protocol) of one server."""
+
+    def __init__(self, address: str = "localhost:8001", token: Optional[str] = None,
+                 root_certificates: Optional[bytes] = None, max_message_bytes: int = 64 << 20):
+        super().__init__(pb_grpc.GRPCInferenceServiceStub, address, token, root_certificates,
+                         max_message_bytes)
 
     def live(self) -> bool:
         return self._call("ServerLive", pb.ServerLiveRequest()).live

@@ -2,10 +2,9 @@
 
 from typing import Iterator, List, Optional
 
-import grpc
 import numpy as np
 
-from chorus.client.client import ClientError, to_numpy
+from chorus.client.client import Connection, to_numpy
 from chorus.training import training_service_pb2 as pb
 from chorus.training import training_service_pb2_grpc as pb_grpc
 
@@ -17,28 +16,13 @@ def tensor_proto(array: np.ndarray) -> pb.Tensor:
     return pb.Tensor(datatype=datatype, shape=list(array.shape), raw=array.tobytes())
 
 
-class TrainingClient:
+class TrainingClient(Connection):
     """Create, step, checkpoint, export and delete training jobs. Thread-safe."""
 
-    def __init__(self, address: str = "localhost:8001", token: Optional[str] = None):
-        self._channel = grpc.insecure_channel(address)
-        self._stub = pb_grpc.TrainingServiceStub(self._channel)
-        self._metadata = [("authorization", f"Bearer {token}")] if token else []
-
-    def close(self):
-        self._channel.close()
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-
-    def _call(self, method, request, timeout=None):
-        try:
-            return getattr(self._stub, method)(request, timeout=timeout, metadata=self._metadata)
-        except grpc.RpcError as e:
-            raise ClientError(e.code(), e.details()) from None
+    def __init__(self, address: str = "localhost:8001", token: Optional[str] = None,
+                 root_certificates: Optional[bytes] = None, max_message_bytes: int = 64 << 20):
+        super().__init__(pb_grpc.TrainingServiceStub, address, token, root_certificates,
+                         max_message_bytes)
 
     def create_job(self, **spec) -> str:
         """JobSpec fields as keywords (optimizer and lr_schedule as dicts); returns the job id."""
