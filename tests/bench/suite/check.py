@@ -40,6 +40,14 @@ def floor_ratios(many):
     return floor
 
 
+def measured_on(results):
+    """Where and from how many runs a baseline's floors come."""
+    suites = [r.get("suite", {}) for r in results]
+    return {"runs": len(results), "short_runs": sum(bool(s.get("short")) for s in suites),
+            "cpus": sorted({s.get("cpus") for s in suites if s.get("cpus")}),
+            "torch": sorted({s.get("torch") for s in suites if s.get("torch")})}
+
+
 def compare(result, baseline, threshold=DEFAULT_THRESHOLD):
     """(ok, lines): each baseline ratio against the result's."""
     ok, lines = True, []
@@ -84,7 +92,7 @@ def main(argv=None):
             results.append(json.load(f))
     if args.update:
         baseline = {"threshold": args.threshold or DEFAULT_THRESHOLD,
-                    "measured": [r.get("suite", {}) for r in results],
+                    "measured": measured_on(results),
                     "ratios": floor_ratios([baseline_ratios(r) for r in results])}
         if args.models:
             keep = args.models.split(",")
