@@ -19,17 +19,23 @@ import sys
 import threading
 import time
 
-import torch
-from torch.package import PackageImporter
-
 from chorus.package import _format as fmt
+
+# torch is imported only where a model runs: the parent of --mode processes
+# only spawns and collects, and must not charge its own import to the workers'
+# time to a first result.
 
 
 def load(archive):
+    """The model and its example inputs, with torch set to one intra-op thread."""
+    import io
+
+    import torch
+    from torch.package import PackageImporter
+    torch.set_num_threads(1)
     importer = PackageImporter(archive)
     model = importer.load_pickle(fmt.MODEL_PICKLE_PACKAGE, fmt.MODEL_PICKLE_RESOURCE)
     model.eval()
-    import io
     inputs = torch.load(io.BytesIO(importer.zip_reader.get_record(fmt.EXAMPLE_INPUTS_RECORD)))
     return model, tuple(inputs)
 
@@ -55,12 +61,14 @@ class Worker:
     """Calls the model: warm-up until told to measure, then until `end`."""
 
     def __init__(self, model, inputs):
+        import torch
         self.model, self.inputs = model, inputs
+        self.inference_mode = torch.inference_mode
         self.first_result = None
         self.latencies = []
 
     def call(self):
-        with torch.inference_mode():
+        with self.inference_mode():
             self.model(*self.inputs)
 
     def warm_up(self, seconds):
@@ -167,7 +175,6 @@ def main():
     parser.add_argument("--launched-at", type=float, default=None)
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
-    torch.set_num_threads(1)
     if args.worker:
         return run_worker(args)
     if args.launched_at is None:
