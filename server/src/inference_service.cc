@@ -89,10 +89,10 @@ void BackgroundRunner::Post(std::function<void()> work) {
   changed_.Signal();
 }
 
-Status InferenceService::Authorize(grpc::CallbackServerContext* ctx) const {
-  if (context_->auth_token.empty()) return OkStatus();
-  const std::string expected = "Bearer " + context_->auth_token;
-  auto range = ctx->client_metadata().equal_range("authorization");
+Status ServiceContext::Authorize(const grpc::CallbackServerContext& call) const {
+  if (auth_token.empty()) return OkStatus();
+  const std::string expected = "Bearer " + auth_token;
+  auto range = call.client_metadata().equal_range("authorization");
   for (auto it = range.first; it != range.second; ++it) {
     if (std::string(it->second.data(), it->second.size()) == expected) return OkStatus();
   }
@@ -118,7 +118,7 @@ grpc::ServerUnaryReactor* InferenceService::ServerReady(grpc::CallbackServerCont
 grpc::ServerUnaryReactor* InferenceService::ModelReady(grpc::CallbackServerContext* ctx,
                                                        const inference::ModelReadyRequest* request,
                                                        inference::ModelReadyResponse* response) {
-  CHORUS_RETURN_IF_ERROR_REACTOR(ctx, Authorize(ctx));
+  CHORUS_RETURN_IF_ERROR_REACTOR(ctx, context_->Authorize(*ctx));
   response->set_ready(context_->ready.load() &&
                       context_->repository->Find(request->name(), request->version()).ok());
   return Finish(ctx, OkStatus());
@@ -127,7 +127,7 @@ grpc::ServerUnaryReactor* InferenceService::ModelReady(grpc::CallbackServerConte
 grpc::ServerUnaryReactor* InferenceService::ServerMetadata(
     grpc::CallbackServerContext* ctx, const inference::ServerMetadataRequest*,
     inference::ServerMetadataResponse* response) {
-  CHORUS_RETURN_IF_ERROR_REACTOR(ctx, Authorize(ctx));
+  CHORUS_RETURN_IF_ERROR_REACTOR(ctx, context_->Authorize(*ctx));
   response->set_name(kServerName);
   response->set_version(kServerVersion);
   for (const char* extension : {"model_repository", "statistics", "binary_tensor_data"}) {
@@ -139,7 +139,7 @@ grpc::ServerUnaryReactor* InferenceService::ServerMetadata(
 grpc::ServerUnaryReactor* InferenceService::ModelMetadata(
     grpc::CallbackServerContext* ctx, const inference::ModelMetadataRequest* request,
     inference::ModelMetadataResponse* response) {
-  CHORUS_RETURN_IF_ERROR_REACTOR(ctx, Authorize(ctx));
+  CHORUS_RETURN_IF_ERROR_REACTOR(ctx, context_->Authorize(*ctx));
   auto model = context_->repository->Find(request->name(), request->version());
   if (!model.ok()) return Finish(ctx, model.status());
   const Manifest& manifest = (*model)->manifest();
@@ -162,7 +162,7 @@ grpc::ServerUnaryReactor* InferenceService::ModelInfer(grpc::CallbackServerConte
                                                        const inference::ModelInferRequest* request,
                                                        inference::ModelInferResponse* response) {
   const Clock::time_point start = Clock::now();
-  CHORUS_RETURN_IF_ERROR_REACTOR(ctx, Authorize(ctx));
+  CHORUS_RETURN_IF_ERROR_REACTOR(ctx, context_->Authorize(*ctx));
   if (!context_->ready.load()) return Finish(ctx, UnavailableError("the server is not ready"));
   auto found = context_->repository->Find(request->model_name(), request->model_version());
   if (!found.ok()) return Finish(ctx, found.status());
@@ -197,7 +197,7 @@ grpc::ServerUnaryReactor* InferenceService::ModelInfer(grpc::CallbackServerConte
 grpc::ServerUnaryReactor* InferenceService::ModelStatistics(
     grpc::CallbackServerContext* ctx, const inference::ModelStatisticsRequest* request,
     inference::ModelStatisticsResponse* response) {
-  CHORUS_RETURN_IF_ERROR_REACTOR(ctx, Authorize(ctx));
+  CHORUS_RETURN_IF_ERROR_REACTOR(ctx, context_->Authorize(*ctx));
   std::vector<std::shared_ptr<LoadedModel>> models;
   if (request->name().empty()) {
     models = context_->repository->Loaded();
@@ -231,7 +231,7 @@ grpc::ServerUnaryReactor* InferenceService::ModelStatistics(
 grpc::ServerUnaryReactor* InferenceService::RepositoryIndex(
     grpc::CallbackServerContext* ctx, const inference::RepositoryIndexRequest* request,
     inference::RepositoryIndexResponse* response) {
-  CHORUS_RETURN_IF_ERROR_REACTOR(ctx, Authorize(ctx));
+  CHORUS_RETURN_IF_ERROR_REACTOR(ctx, context_->Authorize(*ctx));
   for (const RepositoryEntry& entry : context_->repository->Index()) {
     if (request->ready() && entry.state != "READY") continue;
     auto* model = response->add_models();
@@ -261,7 +261,7 @@ grpc::ServerUnaryReactor* InferenceService::RepositoryModelUnload(
 grpc::ServerUnaryReactor* InferenceService::ChangeRepository(
     grpc::CallbackServerContext* ctx, std::string name,
     std::function<Status(ModelRepository&, const std::string&)> change) {
-  CHORUS_RETURN_IF_ERROR_REACTOR(ctx, Authorize(ctx));
+  CHORUS_RETURN_IF_ERROR_REACTOR(ctx, context_->Authorize(*ctx));
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
   ModelRepository* repository = context_->repository;
   context_->background->Post([repository, reactor, name = std::move(name), change] {

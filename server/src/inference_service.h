@@ -43,6 +43,10 @@ struct ServiceContext {
   std::string auth_token;
   std::chrono::milliseconds request_timeout{0};
   std::atomic<bool> ready{false};
+
+  // OK when no token is configured or the call carries "authorization: Bearer
+  // <auth_token>"; UNAUTHENTICATED otherwise. Any thread.
+  Status Authorize(const grpc::CallbackServerContext& call) const;
 };
 
 class InferenceService final : public inference::GRPCInferenceService::CallbackService {
@@ -81,7 +85,6 @@ class InferenceService final : public inference::GRPCInferenceService::CallbackS
       inference::RepositoryModelUnloadResponse* response) override;
 
  private:
-  Status Authorize(grpc::CallbackServerContext* ctx) const;
   // Runs `change` (a repository load or unload of `name`) on the background
   // thread, which finishes the call: loading a model can take seconds.
   grpc::ServerUnaryReactor* ChangeRepository(

@@ -293,21 +293,10 @@ std::string JobRegistry::RenderMetrics() const {
   return out.str();
 }
 
-Status TrainingService::Authorize(grpc::CallbackServerContext* ctx) const {
-  if (context_->auth_token.empty()) return OkStatus();
-  auto range = ctx->client_metadata().equal_range("authorization");
-  for (auto it = range.first; it != range.second; ++it) {
-    if (std::string(it->second.data(), it->second.size()) == "Bearer " + context_->auth_token) {
-      return OkStatus();
-    }
-  }
-  return Status(StatusCode::kUnauthenticated, "missing or wrong bearer token");
-}
-
 grpc::ServerUnaryReactor* TrainingService::OnJob(grpc::CallbackServerContext* ctx,
                                                  const std::string& job_id,
                                                  std::function<Status(JobEntry&)> work) {
-  if (Status auth = Authorize(ctx); !auth.ok()) return Finish(ctx, auth);
+  if (Status auth = context_->Authorize(*ctx); !auth.ok()) return Finish(ctx, auth);
   StatusOr<std::shared_ptr<JobEntry>> entry = jobs_->Find(job_id);
   if (!entry.ok()) return Finish(ctx, entry.status());
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
@@ -320,7 +309,7 @@ grpc::ServerUnaryReactor* TrainingService::OnJob(grpc::CallbackServerContext* ct
 grpc::ServerUnaryReactor* TrainingService::CreateJob(grpc::CallbackServerContext* ctx,
                                                      const training::CreateJobRequest* request,
                                                      training::CreateJobResponse* response) {
-  if (Status auth = Authorize(ctx); !auth.ok()) return Finish(ctx, auth);
+  if (Status auth = context_->Authorize(*ctx); !auth.ok()) return Finish(ctx, auth);
   const training::JobSpec& spec = request->spec();
   StatusOr<std::string> json = SpecJson(spec);
   if (!json.ok()) return Finish(ctx, json.status());
@@ -462,7 +451,7 @@ grpc::ServerUnaryReactor* TrainingService::Evaluate(grpc::CallbackServerContext*
 grpc::ServerUnaryReactor* TrainingService::GetStats(grpc::CallbackServerContext* ctx,
                                                     const training::GetStatsRequest* request,
                                                     training::JobStats* response) {
-  if (Status auth = Authorize(ctx); !auth.ok()) return Finish(ctx, auth);
+  if (Status auth = context_->Authorize(*ctx); !auth.ok()) return Finish(ctx, auth);
   StatusOr<std::shared_ptr<JobEntry>> entry = jobs_->Find(request->job_id());
   if (!entry.ok()) return Finish(ctx, entry.status());
   const TrainingJob& job = *(*entry)->job;
@@ -483,7 +472,7 @@ grpc::ServerUnaryReactor* TrainingService::GetStats(grpc::CallbackServerContext*
 grpc::ServerWriteReactor<training::StepMetrics>* TrainingService::StreamMetrics(
     grpc::CallbackServerContext* ctx, const training::StreamMetricsRequest* request) {
   StatusOr<std::shared_ptr<JobEntry>> entry = jobs_->Find(request->job_id());
-  Status auth = Authorize(ctx);
+  Status auth = context_->Authorize(*ctx);
   if (!auth.ok() || !entry.ok() || !(*entry)->job) {
     class Refused final : public grpc::ServerWriteReactor<training::StepMetrics> {
      public:
@@ -500,7 +489,7 @@ grpc::ServerWriteReactor<training::StepMetrics>* TrainingService::StreamMetrics(
 grpc::ServerUnaryReactor* TrainingService::DeleteJob(grpc::CallbackServerContext* ctx,
                                                      const training::DeleteJobRequest* request,
                                                      training::DeleteJobResponse*) {
-  if (Status auth = Authorize(ctx); !auth.ok()) return Finish(ctx, auth);
+  if (Status auth = context_->Authorize(*ctx); !auth.ok()) return Finish(ctx, auth);
   std::shared_ptr<JobEntry> entry = jobs_->Remove(request->job_id());
   if (!entry) return Finish(ctx, NotFoundError("no training job \"" + request->job_id() + "\""));
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();

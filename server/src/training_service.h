@@ -81,7 +81,6 @@ class TrainingService final : public chorus::training::TrainingService::Callback
                                       training::DeleteJobResponse* response) override;
 
  private:
-  Status Authorize(grpc::CallbackServerContext* ctx) const;
   // Finds the job and runs `work` on its thread, finishing the call with its status.
   grpc::ServerUnaryReactor* OnJob(grpc::CallbackServerContext* ctx, const std::string& job_id,
                                   std::function<Status(JobEntry&)> work);

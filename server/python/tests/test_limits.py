@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from chorus.client import ClientError
+from chorus.client.training import TrainingClient
 from conftest import ServerProcess, copy_model, rpc_code
 
 
@@ -23,6 +24,12 @@ def test_bearer_token_is_required(repository):
             assert rpc_code(lambda: wrong.infer("mlp", x)) == grpc.StatusCode.UNAUTHENTICATED
         with server.client(token="s3cret") as right:
             assert right.infer("mlp", x)["output"].shape == (1, 3)
+        # The training service checks the same token.
+        with TrainingClient(server.address) as anonymous:
+            assert rpc_code(lambda: anonymous.stats("no-such-job")) == \
+                grpc.StatusCode.UNAUTHENTICATED
+        with TrainingClient(server.address, token="s3cret") as right:
+            assert rpc_code(lambda: right.stats("no-such-job")) == grpc.StatusCode.NOT_FOUND
     finally:
         assert server.stop() == 0
 
