@@ -7,7 +7,7 @@ packages=(
   # toolchain
   build-essential cmake ninja-build ccache pkg-config clang lld libclang-rt-14-dev zip unzip
   # embedded Python and torch (the pinned interpreter is /usr/bin/python3)
-  python3-dev python3-numpy python3-torch python3-torchvision python3-matplotlib libtorch-dev pybind11-dev
+  python3-dev python3-venv python3-numpy python3-torch python3-torchvision python3-matplotlib libtorch-dev pybind11-dev
   # packages, RPC and their tools
   libzip-dev libssl-dev zlib1g-dev libgloo-dev libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc
   # C++ libraries

@@ -187,6 +187,19 @@ std::string ElfEditor::Soname() const {
   return "";
 }
 
+std::string ElfEditor::SearchPath() const {
+  std::string rpath;
+  for (size_t i = 0; i < layout_->dynamic_count && layout_->dynamic[i].d_tag != DT_NULL; ++i) {
+    const Elf64_Dyn& d = layout_->dynamic[i];
+    if (d.d_tag != DT_RUNPATH && d.d_tag != DT_RPATH) continue;
+    std::string value(
+        DynString(data_, layout_->dynstr_offset, layout_->dynstr_size, d.d_un.d_val));
+    if (d.d_tag == DT_RUNPATH) return value;  // DT_RPATH is ignored when both exist
+    rpath = value;
+  }
+  return rpath;
+}
+
 std::vector<std::string> ElfEditor::Needed() const {
   std::vector<std::string> needed;
   for (size_t i = 0; i < layout_->dynamic_count && layout_->dynamic[i].d_tag != DT_NULL; ++i) {
@@ -269,6 +282,73 @@ int ElfEditor::RebindUniqueAsGlobal() {
     }
   }
   return count;
+}
+
+Status ElfEditor::RenameUndefinedSymbol(std::string_view from, std::string_view to) {
+  if (to.size() > from.size()) {
+    return InvalidArgumentError(path_ + ": symbol \"" + std::string(to) + "\" is longer than \"" +
+                                std::string(from) + "\"");
+  }
+  for (size_t i = 0; i < layout_->dynsym_count; ++i) {
+    const Elf64_Sym& sym = layout_->dynsym[i];
+    if (sym.st_shndx != SHN_UNDEF ||
+        DynString(data_, layout_->dynstr_offset, layout_->dynstr_size, sym.st_name) != from) {
+      continue;
+    }
+    // Undefined symbols are not in the hash tables: renaming the string is
+    // the whole edit, provided no other name uses its bytes.
+    int users = 0;
+    for (size_t j = 0; j < layout_->dynsym_count; ++j) {
+      users += layout_->dynsym[j].st_name == sym.st_name ? 1 : 0;
+    }
+    if (users != 1 || DynstrOffsetShared(sym.st_name, from.size())) {
+      return FailedPreconditionError(path_ + ": \"" + std::string(from) +
+                                     "\" shares bytes with another string; cannot edit in place");
+    }
+    char* bytes = reinterpret_cast<char*>(data_ + layout_->dynstr_offset + sym.st_name);
+    std::memset(bytes, 0, from.size());
+    std::memcpy(bytes, to.data(), to.size());
+    return OkStatus();
+  }
+  return NotFoundError(path_ + ": no undefined symbol \"" + std::string(from) + "\"");
+}
+
+Status ElfEditor::ReplaceConstantString(std::string_view from, std::string_view to) {
+  if (from.empty() || to.size() > from.size()) {
+    return InvalidArgumentError("constant \"" + std::string(to) + "\" does not fit in \"" +
+                                std::string(from) + "\"");
+  }
+  // A whole literal: NUL-terminated and preceded by a NUL or the segment's
+  // start, never the tail of a longer string.
+  std::string needle(from);
+  needle.push_back('\0');
+  uint8_t* found = nullptr;
+  int count = 0;
+  auto* phdrs = reinterpret_cast<const Elf64_Phdr*>(data_ + layout_->ehdr->e_phoff);
+  for (int i = 0; i < layout_->ehdr->e_phnum; ++i) {
+    const Elf64_Phdr& ph = phdrs[i];
+    if (ph.p_type != PT_LOAD || (ph.p_flags & (PF_W | PF_X)) != 0 ||
+        !InFile(ph.p_offset, ph.p_filesz, size_)) {
+      continue;
+    }
+    std::string_view segment(reinterpret_cast<char*>(data_ + ph.p_offset), ph.p_filesz);
+    for (size_t at = segment.find(needle); at != std::string_view::npos;
+         at = segment.find(needle, at + 1)) {
+      uint64_t offset = ph.p_offset + at;
+      bool in_dynstr = offset >= layout_->dynstr_offset &&
+                       offset < layout_->dynstr_offset + layout_->dynstr_size;
+      if ((at > 0 && segment[at - 1] != '\0') || in_dynstr) continue;
+      found = data_ + offset;
+      ++count;
+    }
+  }
+  if (count != 1) {
+    return NotFoundError(path_ + ": expected one constant \"" + std::string(from) + "\", found " +
+                         std::to_string(count));
+  }
+  std::memset(found, 0, from.size());
+  std::memcpy(found, to.data(), to.size());
+  return OkStatus();
 }
 
 Status ElfEditor::Sync() {

@@ -35,6 +35,8 @@ class ElfEditor {
   std::string Soname() const;
   // DT_NEEDED entries in order.
   std::vector<std::string> Needed() const;
+  // DT_RUNPATH, else DT_RPATH, as written ($ORIGIN unexpanded), or "".
+  std::string SearchPath() const;
   // Names of dynamic symbols bound STB_GNU_UNIQUE.
   std::vector<std::string> UniqueSymbols() const;
 
@@ -47,6 +49,14 @@ class ElfEditor {
   // dynamic loader keeps one instance per loaded copy instead of one per process.
   // Returns how many symbols were rebound.
   int RebindUniqueAsGlobal();
+  // Renames the undefined dynamic symbol `from`, so that the object binds
+  // that reference to `to` instead. NotFound if absent; InvalidArgument if
+  // `to` is longer; FailedPrecondition if the name shares bytes with another.
+  Status RenameUndefinedSymbol(std::string_view from, std::string_view to);
+  // Rewrites the one NUL-terminated string constant equal to `from` in the
+  // read-only data. NotFound unless there is exactly one; InvalidArgument if
+  // `to` is longer than `from`.
+  Status ReplaceConstantString(std::string_view from, std::string_view to);
   // Flushes edits to the file.
   Status Sync();
 

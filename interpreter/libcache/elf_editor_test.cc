@@ -129,6 +129,39 @@ extern "C" int Bump() { return ++Counter(); }
   EXPECT_EQ(bump_twice(own1, own2), 1);
 }
 
+TEST_F(ElfEditorTest, ReadsTheSearchPath) {
+  std::string runpath = Compile("librunpath.so", "int f() { return 1; }",
+                                "-Wl,--enable-new-dtags -Wl,-rpath,'$ORIGIN/../lib:/opt/x'");
+  std::string rpath = Compile("librpath.so", "int f() { return 1; }",
+                              "-Wl,--disable-new-dtags -Wl,-rpath,/opt/y");
+  EXPECT_EQ((*ElfEditor::Open(runpath, ElfEditor::Mode::kReadOnly))->SearchPath(),
+            "$ORIGIN/../lib:/opt/x");
+  EXPECT_EQ((*ElfEditor::Open(rpath, ElfEditor::Mode::kReadOnly))->SearchPath(), "/opt/y");
+  EXPECT_EQ((*ElfEditor::Open(kSystemLibrary, ElfEditor::Mode::kReadOnly))->SearchPath(), "");
+}
+
+TEST_F(ElfEditorTest, ReplacesAWholeStringConstantAndTheCodeSeesIt) {
+  std::string lib = Compile("libkey.so", R"(
+    extern "C" const char* Key() { return "RegistryKey"; }
+    extern "C" const char* Longer() { return "NotRegistryKey!"; })");
+  auto editor = ElfEditor::Open(lib);
+  ASSERT_TRUE(editor.ok()) << editor.status().ToString();
+  EXPECT_EQ((*editor)->ReplaceConstantString("RegistryKey", "RegistryKe7").code(),
+            StatusCode::kOk);
+  EXPECT_EQ((*editor)->ReplaceConstantString("RegistryKey", "x").code(), StatusCode::kNotFound);
+  EXPECT_EQ((*editor)->ReplaceConstantString("NotRegistryKey!", "NotRegistryKey!!").code(),
+            StatusCode::kInvalidArgument);
+  ASSERT_TRUE((*editor)->Sync().ok());
+  editor->reset();
+  void* handle = dlopen(lib.c_str(), RTLD_NOW | RTLD_LOCAL);
+  ASSERT_NE(handle, nullptr) << dlerror();
+  auto key = reinterpret_cast<const char* (*)()>(dlsym(handle, "Key"));
+  auto longer = reinterpret_cast<const char* (*)()>(dlsym(handle, "Longer"));
+  EXPECT_STREQ(key(), "RegistryKe7");
+  EXPECT_STREQ(longer(), "NotRegistryKey!");  // a string that merely contains it is untouched
+  dlclose(handle);
+}
+
 TEST_F(ElfEditorTest, ScopeObjectLoadsItsNeededInOrder) {
   std::string provider = Compile("libprovider.so", "extern \"C\" int Answer() { return 42; }");
   std::string scope = dir_ + "/scope.so";

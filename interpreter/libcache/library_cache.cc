@@ -58,6 +58,13 @@ Status ApplyRecipe(const std::string& path, const CopyRecipe& recipe) {
     }
   }
   if (recipe.rebind_unique_symbols) editor->RebindUniqueAsGlobal();
+  for (const auto& [from, to] : recipe.constants) {
+    CHORUS_RETURN_IF_ERROR(editor->ReplaceConstantString(from, to));
+  }
+  for (const auto& [from, to] : recipe.imports) {
+    Status renamed = editor->RenameUndefinedSymbol(from, to);
+    if (!renamed.ok() && renamed.code() != StatusCode::kNotFound) return renamed;
+  }
   return editor->Sync();
 }
 
@@ -82,6 +89,8 @@ StatusOr<PreparedCopy> LibraryCache::Prepare(const std::string& source, int slot
   key.Add(static_cast<uint64_t>(st.st_ino)).Add(static_cast<uint64_t>(slot));
   key.Add(recipe.soname).Add(recipe.rebind_unique_symbols ? 1 : 0);
   for (const auto& [from, to] : recipe.needed) key.Add(from).Add(to);
+  for (const auto& [from, to] : recipe.constants) key.Add("constant").Add(from).Add(to);
+  for (const auto& [from, to] : recipe.imports) key.Add("import").Add(from).Add(to);
 
   std::string dir = root_ + "/libs/" + key.Hex();
   std::string path = dir + "/" + Basename(source);
@@ -117,10 +126,14 @@ StatusOr<std::string> SlotSoname(const std::string& soname, int slot) {
   size_t so = soname.find(".so");
   if (so == std::string::npos) return InvalidArgumentError("not a shared-object name: " + soname);
   const std::string suffix = ".c" + std::to_string(slot);
-  // "libfoo.so.1.2" -> "libfoo.so.c3", or "libfoo.c3" when that does not fit.
+  // "libfoo.so.1.2" -> "libfoo.so.c3", or "libfoo.c3", or a shorter stem
+  // ("libfo.c10") when nothing else fits.
   for (const std::string& name :
        {soname.substr(0, so + 3) + suffix, soname.substr(0, so) + suffix}) {
     if (name.size() <= soname.size()) return name;
+  }
+  if (so > suffix.size() && soname.size() - suffix.size() >= 4) {
+    return soname.substr(0, std::min(so, soname.size() - suffix.size())) + suffix;
   }
   return InvalidArgumentError("SONAME too short to rename in place for slot " +
                               std::to_string(slot) + ": " + soname);

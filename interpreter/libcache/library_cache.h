@@ -24,6 +24,8 @@ struct CopyRecipe {
   std::string soname;                          // new DT_SONAME; "" keeps it
   std::map<std::string, std::string> needed;   // DT_NEEDED renames, old -> new
   bool rebind_unique_symbols = true;           // STB_GNU_UNIQUE -> STB_GLOBAL
+  std::map<std::string, std::string> constants;  // read-only string constants, old -> new
+  std::map<std::string, std::string> imports;    // undefined symbols, old -> new (if imported)
 };
 
 // A prepared copy.
@@ -57,8 +59,9 @@ class LibraryCache {
 
 // The SONAME slot `slot` gives its copy of a library called `soname`: unique
 // per slot and never longer than `soname` ("libtorch_python.so.1.13" ->
-// "libtorch_python.so.c3", "libz.so.1" -> "libz.c3"), so it can be
-// written in place.
+// "libtorch_python.so.c3", "libz.so.1" -> "libz.c3", and with the stem
+// shortened when nothing else fits: "libtorch_python.so" -> "libtorch_pytho.c10"),
+// so it can be written in place.
 StatusOr<std::string> SlotSoname(const std::string& soname, int slot);
 
 }  // namespace chorus

@@ -1,5 +1,7 @@
 #include "interpreter/pyside/convert.h"
 
+#include "interpreter/pyside/native_module.h"
+
 #include <torch/csrc/autograd/python_variable.h>
 #include <torch/csrc/jit/python/pybind_utils.h>
 
@@ -148,9 +150,7 @@ bool DictToIValue(PyObject* dict, c10::IValue* out) {
 
 at::Tensor CrossingAlias(const at::Tensor& tensor) {
   if (!tensor.defined()) return tensor;
-  // detach() makes a new TensorImpl sharing storage and version counter, and
-  // keeps no reference to the original TensorImpl (unlike a differentiable view).
-  return tensor.detach();
+  return Host()->CrossingAlias(tensor);
 }
 
 bool EnsureTorchImported() {

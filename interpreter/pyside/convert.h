@@ -1,11 +1,12 @@
 // Conversions between c10::IValue and Python objects of this interpreter.
 //
-// Tensors never cross as the same TensorImpl: a TensorImpl remembers the first
-// interpreter that wrapped it, and another interpreter touching it fails. Every
-// tensor crossing the boundary, either way, becomes a detached alias (a new
-// TensorImpl over the same storage, same version counter, no autograd history).
-// So the host only ever holds untagged TensorImpls, and each interpreter only
-// the ones it made. No tensor data is copied.
+// Tensors never cross as the same TensorImpl: a TensorImpl (and with torch 2.x
+// a StorageImpl) holds the Python object of the interpreter that wrapped it.
+// Every tensor crossing the boundary, either way, becomes an alias made by the
+// host (HostServices::CrossingAlias: a new TensorImpl, and StorageImpl, over
+// the same memory, same version counter, no autograd history). So the host
+// only ever holds TensorImpls without Python objects, and each interpreter
+// only the ones it made. No tensor data is copied.
 //
 // All functions require the GIL and follow CPython's convention: on failure
 // they return nullptr / false with a Python exception set.

@@ -4,6 +4,7 @@
 #include <torch/csrc/jit/python/pybind_utils.h>
 #include <torch/csrc/utils/tensor_memoryformats.h>
 #include <torch/library.h>
+#include <torch/version.h>
 
 #include <memory>
 #include <set>
@@ -12,6 +13,7 @@
 #include <vector>
 
 #include "interpreter/pyside/convert.h"
+#include "interpreter/pyside/native_module.h"
 #include "interpreter/pyside/python_error.h"
 
 namespace chorus::pyside {
@@ -20,20 +22,25 @@ namespace {
 // Holds a kernel's Python function; runs it under this interpreter's GIL.
 class PythonKernel final : public c10::OperatorKernel {
  public:
-  explicit PythonKernel(PyObject* fn) : fn_(fn) { Py_INCREF(fn_); }
+  PythonKernel(PyObject* fn, bool with_keyset) : fn_(fn), with_keyset_(with_keyset) {
+    Py_INCREF(fn_);
+  }
   ~PythonKernel() override {
     PyGILState_STATE gil = PyGILState_Ensure();
     Py_DECREF(fn_);
     PyGILState_Release(gil);
   }
 
-  void operator()(const c10::OperatorHandle& op, c10::DispatchKeySet /*keys*/,
+  void operator()(const c10::OperatorHandle& op, c10::DispatchKeySet keys,
                   torch::jit::Stack* stack) {
     const c10::FunctionSchema& schema = op.schema();
     std::vector<c10::IValue> inputs = torch::jit::pop(*stack, schema.arguments().size());
+    // The calling thread may be in another interpreter's session: for the
+    // kernel's duration it works in this one (torch's callbacks route here).
+    Host()->EnterSlot(LibrarySlot());
     PyGILState_STATE gil = PyGILState_Ensure();
     std::string error;
-    PyObject* result = Invoke(schema, inputs);
+    PyObject* result = Invoke(schema, inputs, keys);
     if (result == nullptr) {
       error = FetchPythonError().message();
     } else {
@@ -41,6 +48,7 @@ class PythonKernel final : public c10::OperatorKernel {
       Py_DECREF(result);
     }
     PyGILState_Release(gil);
+    Host()->LeaveSlot(LibrarySlot());
     TORCH_CHECK(error.empty(), "Python kernel for ", schema.name(), " failed: ", error);
   }
 
@@ -49,7 +57,8 @@ class PythonKernel final : public c10::OperatorKernel {
   // own Python kernels receive them: positional up to the first kwarg-only
   // argument, trailing defaults omitted, dtypes/layouts/memory formats as
   // torch objects.
-  PyObject* Invoke(const c10::FunctionSchema& schema, const std::vector<c10::IValue>& inputs) {
+  PyObject* Invoke(const c10::FunctionSchema& schema, const std::vector<c10::IValue>& inputs,
+                   c10::DispatchKeySet keys) {
     const auto& arguments = schema.arguments();
     size_t kwarg_start = arguments.size();
     while (kwarg_start > 0 && arguments[kwarg_start - 1].kwarg_only()) --kwarg_start;
@@ -60,13 +69,23 @@ class PythonKernel final : public c10::OperatorKernel {
     size_t positional = kwarg_start;
     while (positional > 0 && is_default(positional - 1)) --positional;
 
-    PyObject* args = PyTuple_New(static_cast<Py_ssize_t>(positional));
+    // with_keyset kernels take the dispatch key set first (torch.library).
+    const size_t first = with_keyset_ ? 1 : 0;
+    PyObject* args = PyTuple_New(static_cast<Py_ssize_t>(first + positional));
     PyObject* kwargs = PyDict_New();
     bool ok = args != nullptr && kwargs != nullptr;
+    if (ok && with_keyset_) {
+      try {
+        PyTuple_SET_ITEM(args, 0, pybind11::cast(keys).release().ptr());
+      } catch (const std::exception& e) {
+        PyErr_SetString(PyExc_RuntimeError, e.what());
+        ok = false;
+      }
+    }
     for (size_t i = 0; ok && i < positional; ++i) {
       PyObject* value = ArgumentToPython(arguments[i], inputs[i]);
       ok = value != nullptr;
-      if (ok) PyTuple_SET_ITEM(args, static_cast<Py_ssize_t>(i), value);
+      if (ok) PyTuple_SET_ITEM(args, static_cast<Py_ssize_t>(first + i), value);
     }
     for (size_t i = kwarg_start; ok && i < arguments.size(); ++i) {
       if (is_default(i)) continue;
@@ -170,6 +189,7 @@ class PythonKernel final : public c10::OperatorKernel {
   }
 
   PyObject* fn_;
+  bool with_keyset_;
 };
 
 // The libraries this interpreter opened and still holds (GIL-guarded).
@@ -212,7 +232,53 @@ bool ParseAliasAnalysis(const std::string& text, c10::AliasAnalysisKind* kind) {
 }
 
 template <typename Body>
+PyObject* TranslatingExceptions(Body&& body);
+
+// Collects the c10 warnings of a registration call, to hand them to Python's
+// warnings module afterwards, as torch's own bindings do (so that Python's
+// filters decide what is shown, not c10's default handler printing to stderr).
+class CollectedWarnings final : public c10::WarningHandler {
+ public:
+#if TORCH_VERSION_MAJOR >= 2
+  void process(const c10::Warning& warning) override { messages_.push_back(warning.msg()); }
+#else
+  void process(const c10::SourceLocation&, const std::string& message, const bool) override {
+    messages_.push_back(message);
+  }
+#endif
+  // Issues the collected warnings; false if a filter turned one into an error.
+  bool Issue() {
+    for (const std::string& message : messages_) {
+      if (PyErr_WarnEx(PyExc_UserWarning, message.c_str(), 1) < 0) return false;
+    }
+    return true;
+  }
+
+ private:
+  std::vector<std::string> messages_;
+};
+
+template <typename Body>
 PyObject* TranslatingErrors(Body&& body) {
+  CollectedWarnings warnings;
+  PyObject* result = nullptr;
+  {
+#if TORCH_VERSION_MAJOR >= 2
+    c10::WarningUtils::WarningHandlerGuard guard(&warnings);
+#else
+    c10::Warning::WarningHandlerGuard guard(&warnings);
+#endif
+    result = TranslatingExceptions(body);
+  }
+  if (result != nullptr && !warnings.Issue()) {
+    Py_DECREF(result);
+    return nullptr;
+  }
+  return result;
+}
+
+template <typename Body>
+PyObject* TranslatingExceptions(Body&& body) {
   try {
     return body();
   } catch (const c10::Error& e) {
@@ -254,7 +320,8 @@ PyObject* OpenLibrary(const char* kind, const char* ns, const char* dispatch_key
   });
 }
 
-PyObject* LibraryDefine(PyObject* capsule, const char* schema, const char* alias_analysis) {
+PyObject* LibraryDefine(PyObject* capsule, const char* schema, const char* alias_analysis,
+                        const std::vector<int>& tags) {
   torch::Library* library = Unwrap(capsule);
   if (library == nullptr) return nullptr;
   return TranslatingErrors([&]() -> PyObject* {
@@ -265,17 +332,55 @@ PyObject* LibraryDefine(PyObject* capsule, const char* schema, const char* alias
     }
     c10::FunctionSchema parsed = torch::schema(schema, kind);
     std::string name = parsed.name();
+#if TORCH_VERSION_MAJOR >= 2
+    std::vector<at::Tag> typed_tags;
+    for (int tag : tags) typed_tags.push_back(static_cast<at::Tag>(tag));
+    library->def(std::move(parsed), typed_tags, torch::_RegisterOrVerify::REGISTER);
+#else
     library->def(std::move(parsed));
+#endif
     return PyUnicode_FromString(name.c_str());
   });
 }
 
-PyObject* LibraryImpl(PyObject* capsule, const char* name, const char* dispatch_key,
-                      PyObject* fn) {
+namespace {
+
+// `fn` as a kernel: None is a fallthrough.
+torch::CppFunction MakeKernel(PyObject* fn, bool with_keyset) {
+  if (fn == Py_None) return torch::CppFunction::makeFallthrough();
+  return torch::CppFunction::makeFromBoxedFunctor(std::make_unique<PythonKernel>(fn, with_keyset));
+}
+
+}  // namespace
+
+PyObject* LibraryFallback(PyObject* capsule, const char* dispatch_key, PyObject* fn,
+                          bool with_keyset) {
   torch::Library* library = Unwrap(capsule);
   if (library == nullptr) return nullptr;
   return TranslatingErrors([&]() -> PyObject* {
-    auto kernel = torch::CppFunction::makeFromBoxedFunctor(std::make_unique<PythonKernel>(fn));
+    auto kernel = MakeKernel(fn, with_keyset);
+    if (dispatch_key[0] == '\0') {
+      library->fallback(std::move(kernel));
+    } else {
+      library->fallback(torch::dispatch(c10::parseDispatchKey(dispatch_key), std::move(kernel)));
+    }
+    Py_RETURN_NONE;
+  });
+}
+
+PyObject* LibraryReset(PyObject* capsule) {
+  // Idempotent, as torch's reset(): finalization may have closed it first.
+  if (PyCapsule_GetPointer(capsule, kCapsuleName) == nullptr) return nullptr;
+  CloseLibrary(capsule);
+  Py_RETURN_NONE;
+}
+
+PyObject* LibraryImpl(PyObject* capsule, const char* name, const char* dispatch_key,
+                      PyObject* fn, bool with_keyset) {
+  torch::Library* library = Unwrap(capsule);
+  if (library == nullptr) return nullptr;
+  return TranslatingErrors([&]() -> PyObject* {
+    auto kernel = MakeKernel(fn, with_keyset);
     if (dispatch_key[0] == '\0') {
       library->impl(name, std::move(kernel));
     } else {

@@ -13,6 +13,8 @@
 #ifndef CHORUS_INTERPRETER_PYSIDE_DISPATCH_LIBRARY_H_
 #define CHORUS_INTERPRETER_PYSIDE_DISPATCH_LIBRARY_H_
 
+#include <vector>
+
 #include <Python.h>
 
 namespace chorus::pyside {
@@ -25,13 +27,23 @@ namespace chorus::pyside {
 PyObject* OpenLibrary(const char* kind, const char* ns, const char* dispatch_key,
                       const char* file, int line);
 
-// Defines an operator from `schema` in `library`; returns its name.
-PyObject* LibraryDefine(PyObject* library, const char* schema, const char* alias_analysis);
+// Defines an operator from `schema` in `library`, with `tags` (at::Tag
+// values); returns its name.
+PyObject* LibraryDefine(PyObject* library, const char* schema, const char* alias_analysis,
+                        const std::vector<int>& tags);
 
-// Registers Python callable `fn` as the kernel of operator `name` for
-// `dispatch_key` ("" = the library's key, or all keys). Returns None.
+// Registers Python callable `fn` (None: a fallthrough) as the kernel of
+// operator `name` for `dispatch_key` ("" = the library's key, or all keys);
+// `with_keyset` kernels get the dispatch key set first. Returns None.
 PyObject* LibraryImpl(PyObject* library, const char* name, const char* dispatch_key,
-                      PyObject* fn);
+                      PyObject* fn, bool with_keyset);
+
+// Registers `fn` (None: a fallthrough) as the fallback of `dispatch_key`.
+PyObject* LibraryFallback(PyObject* library, const char* dispatch_key, PyObject* fn,
+                          bool with_keyset);
+
+// Removes every registration made through `library` and closes it.
+PyObject* LibraryReset(PyObject* library);
 
 // Removes every registration this interpreter still holds. Called just before
 // the interpreter is finalized.

@@ -1,6 +1,8 @@
 #include "interpreter/pyside/native_module.h"
 
+#include <atomic>
 #include <string>
+#include <vector>
 
 #include "interpreter/pyside/dispatch_library.h"
 
@@ -59,31 +61,68 @@ PyObject* OpenLibraryFn(PyObject* /*self*/, PyObject* args) {
 }
 
 PyObject* LibraryDefineFn(PyObject* /*self*/, PyObject* args) {
-  PyObject* library;
+  PyObject *library, *tag_list = nullptr;
   const char *schema, *alias_analysis;
-  if (!PyArg_ParseTuple(args, "Oss:library_define", &library, &schema, &alias_analysis)) {
+  if (!PyArg_ParseTuple(args, "Oss|O:library_define", &library, &schema, &alias_analysis,
+                        &tag_list)) {
     return nullptr;
   }
-  return LibraryDefine(library, schema, alias_analysis);
+  std::vector<int> tags;
+  if (tag_list != nullptr) {
+    PyObject* seq = PySequence_Fast(tag_list, "tags must be a sequence of ints");
+    if (seq == nullptr) return nullptr;
+    for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(seq); ++i) {
+      tags.push_back(static_cast<int>(PyLong_AsLong(PySequence_Fast_GET_ITEM(seq, i))));
+    }
+    Py_DECREF(seq);
+    if (PyErr_Occurred()) return nullptr;
+  }
+  return LibraryDefine(library, schema, alias_analysis, tags);
 }
 
 PyObject* LibraryImplFn(PyObject* /*self*/, PyObject* args) {
   PyObject *library, *fn;
   const char *name, *dispatch_key;
-  if (!PyArg_ParseTuple(args, "OssO:library_impl", &library, &name, &dispatch_key, &fn)) {
+  int with_keyset = 0;
+  if (!PyArg_ParseTuple(args, "OssO|p:library_impl", &library, &name, &dispatch_key, &fn,
+                        &with_keyset)) {
     return nullptr;
   }
-  return LibraryImpl(library, name, dispatch_key, fn);
+  return LibraryImpl(library, name, dispatch_key, fn, with_keyset != 0);
 }
 
-PyObject* RouteAutogradEngine(PyObject* /*self*/, PyObject* /*unused*/) {
-  g_host->RouteAutogradEngine();
+PyObject* LibraryFallbackFn(PyObject* /*self*/, PyObject* args) {
+  PyObject *library, *fn;
+  const char* dispatch_key;
+  int with_keyset = 0;
+  if (!PyArg_ParseTuple(args, "OsO|p:library_fallback", &library, &dispatch_key, &fn,
+                        &with_keyset)) {
+    return nullptr;
+  }
+  return LibraryFallback(library, dispatch_key, fn, with_keyset != 0);
+}
+
+PyObject* LibraryResetFn(PyObject* /*self*/, PyObject* library) { return LibraryReset(library); }
+
+std::atomic<void*> g_autograd_engine{nullptr};
+
+PyObject* BeginTorchInitialization(PyObject* /*self*/, PyObject* /*unused*/) {
+  Py_BEGIN_ALLOW_THREADS  // may wait for another interpreter's torch._C
+  g_host->BeginTorchInitialization();
+  Py_END_ALLOW_THREADS
+  Py_RETURN_NONE;
+}
+
+PyObject* EndTorchInitialization(PyObject* /*self*/, PyObject* /*unused*/) {
+  g_autograd_engine.store(g_host->EndTorchInitialization(), std::memory_order_release);
   Py_RETURN_NONE;
 }
 
 PyMethodDef kMethods[] = {
-    {"route_autograd_engine", RouteAutogradEngine, METH_NOARGS,
-     "route_autograd_engine(): make libtorch's default autograd engine per interpreter"},
+    {"begin_torch_initialization", BeginTorchInitialization, METH_NOARGS,
+     "begin_torch_initialization(): call before torch._C initializes (serializes them)"},
+    {"end_torch_initialization", EndTorchInitialization, METH_NOARGS,
+     "end_torch_initialization(): keep torch._C's autograd engine; route the default"},
     {"prepare_extension", PrepareExtension, METH_O,
      "prepare_extension(path) -> path of this interpreter's loaded copy"},
     {"claim_registration", ClaimRegistration, METH_O,
@@ -93,9 +132,13 @@ PyMethodDef kMethods[] = {
     {"open_library", OpenLibraryFn, METH_VARARGS,
      "open_library(kind, ns, dispatch_key, file, line) -> dispatcher library handle"},
     {"library_define", LibraryDefineFn, METH_VARARGS,
-     "library_define(library, schema, alias_analysis) -> operator name"},
+     "library_define(library, schema, alias_analysis, tags=()) -> operator name"},
     {"library_impl", LibraryImplFn, METH_VARARGS,
-     "library_impl(library, name, dispatch_key, fn): register a Python kernel"},
+     "library_impl(library, name, dispatch_key, fn, with_keyset=False): register a kernel"},
+    {"library_fallback", LibraryFallbackFn, METH_VARARGS,
+     "library_fallback(library, dispatch_key, fn, with_keyset=False): register a fallback"},
+    {"library_reset", LibraryResetFn, METH_O,
+     "library_reset(library): remove the library's registrations and close it"},
     {nullptr, nullptr, 0, nullptr},
 };
 
@@ -128,5 +171,11 @@ void RegisterNativeModule(HostServices* host, int slot, int index) {
 }
 
 PyObject* DeadlineExceededType() { return g_deadline_exceeded; }
+
+HostServices* Host() { return g_host; }
+
+void* AutogradEngine() { return g_autograd_engine.load(std::memory_order_acquire); }
+
+int LibrarySlot() { return g_slot; }
 
 }  // namespace chorus::pyside

@@ -14,6 +14,13 @@ namespace chorus::pyside {
 // interpreter index `index`.
 void RegisterNativeModule(HostServices* host, int slot, int index);
 
+// The host services and library slot this interpreter was registered with.
+HostServices* Host();
+// This interpreter's copy of torch's Python autograd engine (a
+// torch::autograd::Engine*), or nullptr before torch._C initialized.
+void* AutogradEngine();
+int LibrarySlot();
+
 // The exception class raised in a call stopped at its deadline
 // (chorus.DeadlineExceeded, a BaseException so `except Exception` lets it
 // through). Borrowed; valid after the module was imported.

@@ -4,7 +4,10 @@
 #include <Python.h>
 
 #include <ATen/core/ivalue.h>
-#include <torch/csrc/autograd/python_engine.h>
+#include <torch/version.h>
+#if TORCH_VERSION_MAJOR >= 2
+#include <torch/csrc/PyInterpreter.h>
+#endif
 
 #include <string>
 #include <unordered_map>
@@ -86,9 +89,13 @@ class PySideImpl final : public PySide {
     return !tls_gil_states.empty() ||
            (!tls_retained && PyGILState_GetThisThreadState() != nullptr);
   }
-  void* AutogradEngine() override {
-    return &torch::autograd::python::PythonEngine::get_python_engine();
-  }
+  const void* TypeType() override { return &PyType_Type; }
+#if TORCH_VERSION_MAJOR >= 2
+  void* TorchPyInterpreter() override { return getPyInterpreter(); }
+#else
+  void* TorchPyInterpreter() override { return nullptr; }  // torch 1.x routes per tensor itself
+#endif
+  void* AutogradEngine() override { return pyside::AutogradEngine(); }
 
  private:
   struct ActiveCall {

@@ -1,17 +1,27 @@
 #include "interpreter/src/interpreter_loader.h"
 
 #include <dlfcn.h>
+#include <unistd.h>
 
 #include <c10/util/Exception.h>
+#include <torch/version.h>
 
+#include <ATen/core/Tensor.h>
+
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <iterator>
+#include <set>
 #include <utility>
 
 #include "chorus/common/logging.h"
 #include "interpreter/src/build_info.h"
+#include "interpreter/src/copy_registrations.h"
 #include "interpreter/src/engine_router.h"
+#include "interpreter/src/interpreter_registry.h"
+#include "interpreter/src/py_interpreter_router.h"
+#include "interpreter/src/tensor_crossing.h"
 #include "interpreter/libcache/elf_editor.h"
 
 namespace chorus {
@@ -33,24 +43,35 @@ StatusOr<std::string> ReadSoname(const std::string& path) {
 class GetGradientsOverrideFilter final : public c10::WarningHandler {
  public:
   explicit GetGradientsOverrideFilter(c10::WarningHandler* next) : next_(next) {}
+#if TORCH_VERSION_MAJOR >= 2
+  void process(const c10::Warning& warning) override {
+    if (!IsGetGradientsOverride(warning.msg())) next_->process(warning);
+  }
+#else
   void process(const c10::SourceLocation& location, const std::string& message,
                const bool verbatim) override {
-    if (message.find("Overriding a previously registered kernel") != std::string::npos &&
-        message.find("aten::get_gradients") != std::string::npos) {
-      return;
-    }
-    next_->process(location, message, verbatim);
+    if (!IsGetGradientsOverride(message)) next_->process(location, message, verbatim);
   }
+#endif
 
  private:
+  static bool IsGetGradientsOverride(const std::string& message) {
+    return message.find("Overriding a previously registered kernel") != std::string::npos &&
+           message.find("aten::get_gradients") != std::string::npos;
+  }
   c10::WarningHandler* next_;
 };
 
 // dlopen() with the filter above. c10's warning handler is per thread, and
 // static initializers run on the thread that loads the library.
 void* LoadWithoutGetGradientsWarning(const std::string& path) {
+#if TORCH_VERSION_MAJOR >= 2
+  GetGradientsOverrideFilter filter(c10::WarningUtils::get_warning_handler());
+  c10::WarningUtils::WarningHandlerGuard guard(&filter);
+#else
   GetGradientsOverrideFilter filter(c10::Warning::get_warning_handler());
   c10::Warning::WarningHandlerGuard guard(&filter);
+#endif
   return dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
 }
 
@@ -109,7 +130,12 @@ StatusOr<InterpreterLoader::SlotLibraries> InterpreterLoader::PrepareSlot(int sl
   for (const auto& [source, soname] :
        {std::pair(installation_.libpython, libpython_soname_),
         std::pair(installation_.torch_python, torch_python_soname_)}) {
-    CopyRecipe recipe{renames.at(soname), renames, true};
+    CopyRecipe recipe{renames.at(soname), renames, true, {}};
+    if (soname == torch_python_soname_) {
+      recipe.constants = TorchPythonConstantEdits(slot);
+      recipe.imports = TorchPythonImportEdits();
+      recipe.imports.merge(TorchPythonRoutingImportEdits());
+    }
     CHORUS_ASSIGN_OR_RETURN(PreparedCopy copy, cache_.Prepare(source, slot, recipe));
     libraries.paths[recipe.soname] = copy.path;
     if (soname == libpython_soname_) libraries.libpython = copy.path;
@@ -132,15 +158,84 @@ Status InterpreterLoader::LoadScope(const std::vector<std::string>& paths, void*
   return OkStatus();
 }
 
+namespace {
+
+// The directories `library` names in its DT_RUNPATH/DT_RPATH, $ORIGIN expanded.
+StatusOr<std::vector<std::string>> SearchDirectories(const elf::ElfEditor& library,
+                                                     const std::string& path) {
+  const std::string origin = path.substr(0, path.rfind('/'));
+  std::vector<std::string> directories;
+  std::string search = library.SearchPath();
+  for (size_t start = 0; start < search.size();) {
+    size_t end = std::min(search.find(':', start), search.size());
+    std::string dir = search.substr(start, end - start);
+    if (dir.rfind("$ORIGIN", 0) == 0) dir = origin + dir.substr(7);
+    if (!dir.empty()) directories.push_back(dir);
+    start = end + 1;
+  }
+  return directories;
+}
+
+// dlopen()s each DT_NEEDED of `path` that is not loaded yet from the search
+// path `path` names for itself ($ORIGIN being its directory) or inherits from
+// the objects that load it (`inherited`: DT_RPATH applies to a whole chain),
+// dependencies first, so that a copy of `path` elsewhere finds them loaded (by
+// SONAME). pip wheels ship libraries beside their extensions this way
+// (numpy.libs, torch/lib, nvidia/*/lib). Libraries each interpreter has its
+// own copy of (`per_slot`) are skipped.
+Status LoadDependenciesFromOrigin(const std::string& path,
+                                  const std::map<std::string, std::string>& per_slot,
+                                  std::vector<std::string> inherited = {},
+                                  std::set<std::string>* visited = nullptr) {
+  std::set<std::string> first_visit;
+  if (visited == nullptr) visited = &first_visit;
+  if (!visited->insert(path).second) return OkStatus();  // libraries may need each other
+  CHORUS_ASSIGN_OR_RETURN(auto editor, elf::ElfEditor::Open(path, elf::ElfEditor::Mode::kReadOnly));
+  CHORUS_ASSIGN_OR_RETURN(std::vector<std::string> own, SearchDirectories(*editor, path));
+  for (auto it = own.rbegin(); it != own.rend(); ++it) {
+    if (std::find(inherited.begin(), inherited.end(), *it) == inherited.end()) {
+      inherited.insert(inherited.begin(), *it);
+    }
+  }
+  if (inherited.empty()) return OkStatus();
+  for (const std::string& needed : editor->Needed()) {
+    if (per_slot.count(needed) != 0) continue;
+    if (dlopen(needed.c_str(), RTLD_NOW | RTLD_NOLOAD) != nullptr) continue;  // loaded already
+    for (const std::string& dir : inherited) {
+      std::string dependency = dir + "/" + needed;
+      if (::access(dependency.c_str(), F_OK) != 0) continue;
+      CHORUS_RETURN_IF_ERROR(LoadDependenciesFromOrigin(dependency, per_slot, inherited, visited));
+      if (dlopen(dependency.c_str(), RTLD_NOW | RTLD_LOCAL) == nullptr) {
+        const char* error = dlerror();
+        return InternalError("cannot load " + dependency + ": " + (error ? error : "unknown error"));
+      }
+      break;
+    }
+  }
+  return OkStatus();
+}
+
+}  // namespace
+
 StatusOr<std::unique_ptr<pyside::PySide>> InterpreterLoader::Load(int slot) {
-  CHORUS_ASSIGN_OR_RETURN(SlotLibraries libraries, PrepareSlot(slot));
   CHORUS_ASSIGN_OR_RETURN(auto renames, Renames(slot));
+  CHORUS_RETURN_IF_ERROR(LoadDependenciesFromOrigin(installation_.torch_python, renames));
+  CHORUS_ASSIGN_OR_RETURN(SlotLibraries libraries, PrepareSlot(slot));
   CHORUS_ASSIGN_OR_RETURN(PreparedCopy pyside,
                           cache_.Prepare(installation_.pyside_library, slot, {"", renames, true}));
   void* handle = nullptr;
-  CHORUS_RETURN_IF_ERROR(LoadScope(
-      {libraries.libpython, libraries.paths.at(renames.at(torch_python_soname_)), pyside.path},
-      &handle));
+  {
+    // The first copy's static registrations serve every interpreter; copies
+    // load one at a time so that the first has finished before the next.
+    static Mutex load_mu;
+    static bool first_copy_loaded = false;
+    MutexLock lock(&load_mu);
+    SkipCopyRegistrations skip(first_copy_loaded);
+    CHORUS_RETURN_IF_ERROR(LoadScope(
+        {libraries.libpython, libraries.paths.at(renames.at(torch_python_soname_)), pyside.path},
+        &handle));
+    first_copy_loaded = true;
+  }
   auto create = reinterpret_cast<pyside::PySide* (*)(uint32_t)>(dlsym(handle, pyside::kEntryPoint));
   if (create == nullptr) {
     return InternalError(installation_.pyside_library + " does not export " + pyside::kEntryPoint);
@@ -155,6 +250,7 @@ StatusOr<std::unique_ptr<pyside::PySide>> InterpreterLoader::Load(int slot) {
 
 StatusOr<std::string> InterpreterLoader::PrepareExtension(int slot, const std::string& path) {
   CHORUS_ASSIGN_OR_RETURN(auto renames, Renames(slot));
+  CHORUS_RETURN_IF_ERROR(LoadDependenciesFromOrigin(path, renames));
   CHORUS_ASSIGN_OR_RETURN(PreparedCopy copy, cache_.Prepare(path, slot, {"", renames, true}));
   std::vector<std::string> scope;
   {
@@ -176,7 +272,30 @@ StatusOr<std::string> InterpreterLoader::PrepareExtension(int slot, const std::s
   return copy.path;
 }
 
-void InterpreterLoader::RouteAutogradEngine() { InstallAutogradEngineRouter(); }
+void InterpreterLoader::BeginTorchInitialization() {
+  MutexLock lock(&torch_initialization_mu_);
+  while (torch_initializing_) torch_initialized_.Wait(&torch_initialization_mu_);
+  torch_initializing_ = true;
+}
+
+void* InterpreterLoader::EndTorchInitialization() {
+  void* engine = CurrentDefaultAutogradEngine();
+  InstallAutogradEngineRouter();
+  {
+    MutexLock lock(&torch_initialization_mu_);
+    torch_initializing_ = false;
+  }
+  torch_initialized_.Signal();
+  return engine;
+}
+
+at::Tensor InterpreterLoader::CrossingAlias(const at::Tensor& tensor) {
+  return chorus::CrossingAlias(tensor);
+}
+
+void InterpreterLoader::EnterSlot(int slot) { registry::EnterSlot(slot); }
+
+void InterpreterLoader::LeaveSlot(int slot) { registry::LeaveSlot(slot); }
 
 int InterpreterLoader::NewSlot() {
   static std::atomic<int> next{0};

@@ -55,7 +55,11 @@ class InterpreterLoader final : public pyside::HostServices {
       CHORUS_EXCLUDES(mu_);
   StatusOr<bool> ClaimRegistration(const std::string& key, int slot) override CHORUS_EXCLUDES(mu_);
   void CompleteRegistration(const std::string& key, int slot, bool made) override CHORUS_EXCLUDES(mu_);
-  void RouteAutogradEngine() override;
+  void BeginTorchInitialization() override CHORUS_EXCLUDES(torch_initialization_mu_);
+  void* EndTorchInitialization() override CHORUS_EXCLUDES(torch_initialization_mu_);
+  at::Tensor CrossingAlias(const at::Tensor& tensor) override;
+  void EnterSlot(int slot) override;
+  void LeaveSlot(int slot) override;
   // Forgets every registration `slot` owned (its interpreter was finalized,
   // which removed them from the dispatcher).
   void ReleaseRegistrations(int slot) CHORUS_EXCLUDES(mu_);
@@ -95,6 +99,10 @@ class InterpreterLoader final : public pyside::HostServices {
   };
   std::unordered_map<std::string, Registration> registrations_ CHORUS_GUARDED_BY(mu_);
   CondVar registration_made_;  // signalled when a registration is made or freed
+  // Held while one interpreter's torch._C initializes (Begin/EndTorchInitialization).
+  Mutex torch_initialization_mu_;
+  bool torch_initializing_ CHORUS_GUARDED_BY(torch_initialization_mu_) = false;
+  CondVar torch_initialized_;
 };
 
 }  // namespace chorus

@@ -9,7 +9,7 @@
 
 #include "chorus/common/logging.h"
 #include "chorus/common/thread_annotations.h"
-#include "interpreter/src/engine_router.h"
+#include "interpreter/src/interpreter_registry.h"
 #include "interpreter/src/interpreter_loader.h"
 #include "interpreter/src/pyside_api.h"
 #include "interpreter/src/slot.h"
@@ -163,6 +163,9 @@ StatusOr<std::unique_ptr<InterpreterManager>> InterpreterManager::Create(
 Status InterpreterManagerImpl::StartOne(internal::Slot* slot,
                                         const InterpreterManagerOptions& options) {
   CHORUS_ASSIGN_OR_RETURN(auto side, loader_->Load(slot->library_slot));
+  // Routable before Python starts: torch's import already calls back into it.
+  registry::Add(slot->library_slot, side.get());
+  registry::ThreadScope in_slot(slot->library_slot);
   pyside::StartOptions start;
   start.slot = slot->library_slot;
   start.index = slot->index;
@@ -172,10 +175,12 @@ Status InterpreterManagerImpl::StartOne(internal::Slot* slot,
   {
     MutexLock lock(&initialize_mu_);
     Status started = side->Start(start);
-    if (!started.ok()) return started;
+    if (!started.ok()) {
+      registry::Remove(slot->library_slot);  // `side` is about to go
+      return started;
+    }
   }
   slot->side = std::move(side);
-  RegisterForEngineRouting(slot->library_slot, slot->side.get());
   InterpreterSession session = Acquire(slot->index);
   for (const std::string& module : options.preload_modules) {
     StatusOr<Object> imported = session.Import(module);
@@ -213,7 +218,7 @@ InterpreterManagerImpl::~InterpreterManagerImpl() {
       Log().error("interpreter {} destroyed with {} open sessions", slot->index,
                   slot->users.load());
     }
-    UnregisterFromEngineRouting(slot->library_slot);
+    registry::Remove(slot->library_slot);
     if (slot->side) slot->side->Shutdown();
     loader_->ReleaseRegistrations(slot->library_slot);
   }
@@ -224,6 +229,7 @@ InterpreterManagerImpl::~InterpreterManagerImpl() {
 
 InterpreterSession::InterpreterSession(internal::Slot* slot)
     : slot_(slot), opened_(std::chrono::steady_clock::now()) {
+  registry::EnterSlot(slot_->library_slot);
   slot_->side->AcquireGil();
 }
 
@@ -235,6 +241,7 @@ InterpreterSession::InterpreterSession(InterpreterSession&& other) noexcept
 InterpreterSession::~InterpreterSession() {
   if (slot_ == nullptr) return;
   slot_->side->ReleaseGil();
+  registry::LeaveSlot(slot_->library_slot);
   slot_->busy_ns.fetch_add(
       std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() -
                                                            opened_)

@@ -17,13 +17,16 @@
 
 #include "chorus/common/status.h"
 
+namespace at {
+class Tensor;
+}  // namespace at
 namespace c10 {
 struct IValue;
 }  // namespace c10
 
 namespace chorus::pyside {
 
-inline constexpr uint32_t kAbiVersion = 1;
+inline constexpr uint32_t kAbiVersion = 2;
 inline constexpr char kEntryPoint[] = "chorus_pyside_create";
 
 // A strong reference to a Python object of one interpreter (really a PyObject*).
@@ -51,10 +54,23 @@ class HostServices {
   // Reports that the owner made registration `key` (or failed to, which
   // frees the key for the next claimant).
   virtual void CompleteRegistration(const std::string& key, int slot, bool made) = 0;
-  // Points libtorch's process-wide autograd engine at chorus' router, which
-  // picks the engine of the interpreter the calling thread is attached to.
-  // Called after each interpreter's torch._C initializes (it resets it).
-  virtual void RouteAutogradEngine() = 0;
+  // Bracket the initialization of an interpreter's torch._C, which makes its
+  // own copy of torch's Python autograd engine libtorch's process-wide default.
+  // Begin serializes those initializations; End returns that engine (a
+  // torch::autograd::Engine*) and points the default back at chorus' router,
+  // which picks the engine of the interpreter the calling thread works in.
+  virtual void BeginTorchInitialization() = 0;
+  virtual void* EndTorchInitialization() = 0;
+  // The tensor an interpreter receives for `tensor` crossing the boundary
+  // (either way): a new TensorImpl over the same memory, sharing the version
+  // counter, with no autograd history, and (torch 2.x) its own StorageImpl,
+  // so that no interpreter ever reaches another's Python objects through it.
+  virtual at::Tensor CrossingAlias(const at::Tensor& tensor) = 0;
+  // Marks the calling thread as working in `slot` (a Python kernel called
+  // from C++ on a thread that may be in another interpreter's session), until
+  // the matching LeaveSlot.
+  virtual void EnterSlot(int slot) = 0;
+  virtual void LeaveSlot(int slot) = 0;
 };
 
 struct StartOptions {
@@ -111,6 +127,12 @@ class PySide {
   // (has a Python thread state in it: inside a session, or a Python thread
   // of it), GIL held or not. torch releases the GIL around its ops.
   virtual bool ThreadAttached() = 0;
+  // Any thread: this interpreter's `type` object (every object's type's
+  // metatype ends there), which identifies the interpreter of a PyObject.
+  virtual const void* TypeType() = 0;
+  // Any thread: this interpreter's torch PyInterpreter (its copy of
+  // torch::getPyInterpreter(), a c10::impl::PyInterpreter*).
+  virtual void* TorchPyInterpreter() = 0;
   // Any thread: this interpreter's autograd engine (its copy of torch's
   // PythonEngine, as a torch::autograd::Engine*).
   virtual void* AutogradEngine() = 0;

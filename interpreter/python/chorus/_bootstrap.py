@@ -29,10 +29,18 @@ class _PrivateCopyLoader(_ExtensionFileLoader):
         # interpreter's symbol lookups; extensions are always loaded local.
         flags = sys.getdlopenflags()
         sys.setdlopenflags(os.RTLD_NOW)
+        # torch._C makes its own autograd engine libtorch's process-wide
+        # default as it initializes; the host keeps each interpreter's and
+        # routes the default (one interpreter's torch._C at a time).
+        initializes_torch = spec.name == "torch._C"
+        if initializes_torch:
+            _chorus.begin_torch_initialization()
         try:
             module = _imp.create_dynamic(private_spec)
         finally:
             sys.setdlopenflags(flags)
+            if initializes_torch:
+                _chorus.end_torch_initialization()
         # Single-phase modules record the file they were loaded from; report
         # the real one, as the stock loader does.
         module.__file__ = self.path

@@ -71,36 +71,28 @@ def _shim_library(library):
 
     # Shim 2: an operator schema may be defined once per process; an
     # interpreter whose definition another interpreter made skips it.
-    def define(self, schema, alias_analysis=""):
+    def define(self, schema, alias_analysis="", **options):
         parsed = torch._C.parse_schema(schema)
         qualified = parsed.name if "::" in parsed.name else self.ns + "::" + parsed.name
         with _claim("def:%s.%s" % (qualified, parsed.overload_name)) as owner:
             if not owner:
                 return parsed.name
-            return original_define(self, schema, alias_analysis)
+            return original_define(self, schema, alias_analysis, **options)
 
     # Shim 3: a kernel for an (operator, dispatch key) is registered once per
     # process; another interpreter registering it again would override the
     # first ("Overriding a previously registered kernel"). The first stays,
     # and every interpreter's calls reach it (shim 1).
-    def impl(self, op_name, fn, dispatch_key=""):
+    def impl(self, op_name, fn, dispatch_key="", **options):
         name = op_name if isinstance(op_name, str) else _overload_name(op_name)
         key = "%s/%s/%s" % (self.ns, name.split("::")[-1], dispatch_key or self.dispatch_key)
         with _claim("impl:" + key) as owner:
             if owner:
-                original_impl(self, op_name, fn, dispatch_key)
+                original_impl(self, op_name, fn, dispatch_key, **options)
 
     torch._C._dispatch_library = _dispatch_library
     Library.define = define
     Library.impl = impl
-
-    # Shim 4: libtorch has one default autograd engine per process, and each
-    # interpreter's torch._C makes its own copy of the Python engine that
-    # default when it initializes; the last one would then serve every
-    # interpreter (saved-tensor hooks, C++ backward calls), in the wrong
-    # interpreter. chorus routes the default to the engine of the interpreter
-    # the calling thread is attached to. torch._C is initialized by now.
-    _chorus.route_autograd_engine()
 
 
 @contextlib.contextmanager
@@ -131,8 +123,25 @@ class _DispatchLibrary:
     def __init__(self, kind, ns, dispatch_key, file, line):
         self._handle = _chorus.open_library(kind, ns, dispatch_key, file, line)
 
-    def define(self, schema, alias_analysis=""):
-        return _chorus.library_define(self._handle, schema, alias_analysis)
+    def define(self, schema, alias_analysis="", tags=()):
+        return _chorus.library_define(self._handle, schema, alias_analysis,
+                                      [int(tag) for tag in tags])
 
-    def impl(self, name, dispatch_key, fn):
-        _chorus.library_impl(self._handle, name, dispatch_key, fn)
+    def impl(self, name, dispatch_key, fn, with_keyset=False):
+        _chorus.library_impl(self._handle, name, dispatch_key, _kernel(fn), with_keyset)
+
+    def fallback(self, dispatch_key, fn, with_keyset=False):
+        _chorus.library_fallback(self._handle, dispatch_key, _kernel(fn), with_keyset)
+
+    def fallback_fallthrough(self, dispatch_key=""):
+        _chorus.library_fallback(self._handle, dispatch_key, None, False)
+
+    def reset(self):
+        _chorus.library_reset(self._handle)
+
+
+def _kernel(fn):
+    """The kernel chorus registers for `fn`: None stands for torch's fallthrough."""
+    import torch.library
+
+    return None if fn is getattr(torch.library, "fallthrough_kernel", object()) else fn

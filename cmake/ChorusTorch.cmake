@@ -1,0 +1,42 @@
+# Finds the torch that CHORUS_PYTHON imports (a pip wheel in chorus' venv, or
+# any other installed torch) and adapts the build to it.
+set(CHORUS_PYTHON "/usr/bin/python3" CACHE FILEPATH "Python that imports torch; chorus embeds it")
+execute_process(
+  COMMAND "${CHORUS_PYTHON}" -c "import torch.utils; print(torch.utils.cmake_prefix_path)"
+  OUTPUT_VARIABLE _torch_prefix OUTPUT_STRIP_TRAILING_WHITESPACE
+  RESULT_VARIABLE _torch_prefix_result)
+if(_torch_prefix_result EQUAL 0)
+  list(PREPEND CMAKE_PREFIX_PATH "${_torch_prefix}")
+endif()
+# A CUDA build's TorchConfig looks for a CUDA toolkit at configure time.
+if(NOT DEFINED CUDAToolkit_ROOT AND EXISTS /usr/local/cuda)
+  set(CUDAToolkit_ROOT /usr/local/cuda)
+endif()
+find_package(Torch REQUIRED)
+
+# torch 2.10 and later need C++20 in every file that includes their headers.
+if(Torch_VERSION VERSION_GREATER_EQUAL 2.10)
+  set(CMAKE_CXX_STANDARD 20)
+endif()
+
+# The wheel ships its own fmt (a newer major version) in torch/include; chorus
+# and spdlog use Debian's. A plain -I directory is searched before the -isystem
+# directories of imported targets, so this one decides which fmt is seen.
+get_target_property(_fmt_include fmt::fmt INTERFACE_INCLUDE_DIRECTORIES)
+foreach(_dir IN LISTS _fmt_include)
+  if(EXISTS "${_dir}/fmt/core.h")
+    file(MAKE_DIRECTORY "${PROJECT_BINARY_DIR}/fmt-include")
+    file(CREATE_LINK "${_dir}/fmt" "${PROJECT_BINARY_DIR}/fmt-include/fmt" SYMBOLIC)
+    include_directories(BEFORE "${PROJECT_BINARY_DIR}/fmt-include")
+    break()
+  endif()
+endforeach()
+
+# A pip wheel's libraries find the nvidia-* wheels' libraries through their own
+# RPATH ($ORIGIN/../../nvidia/*/lib); the linker must look there too, or it
+# checks them against the CUDA toolkit's older copies.
+get_filename_component(_torch_site "${TORCH_INSTALL_PREFIX}/.." ABSOLUTE)
+file(GLOB _nvidia_lib_dirs LIST_DIRECTORIES true "${_torch_site}/nvidia/*/lib")
+foreach(_dir IN LISTS _nvidia_lib_dirs)
+  add_link_options("LINKER:-rpath-link,${_dir}")
+endforeach()

@@ -1,0 +1,221 @@
+#include "interpreter/src/copy_registrations.h"
+
+#include <torch/version.h>
+
+#if TORCH_VERSION_MAJOR >= 2
+#include <torch/csrc/distributed/c10d/control_plane/Handlers.hpp>
+#include <torch/csrc/jit/frontend/schema_type_parser.h>
+#include <torch/custom_class.h>
+#include <torch/library.h>
+
+#include <atomic>
+#include <mutex>
+#include <new>
+#include <string>
+#include <typeinfo>
+#include <variant>
+#include <vector>
+
+#endif
+
+namespace chorus {
+
+#if TORCH_VERSION_MAJOR >= 2
+namespace {
+
+// Access to torch::Library's private _def overloads: an explicit template
+// instantiation may name private members (the standard's one sanctioned way).
+template <typename Tag, typename Tag::Member kMember>
+struct PrivateAccess {
+  friend typename Tag::Member Get(Tag) { return kMember; }
+};
+
+struct DefineSchemaTag {
+  using Member = torch::Library& (torch::Library::*)(c10::FunctionSchema&&, c10::OperatorName*,
+                                                      const std::vector<at::Tag>&,
+                                                      torch::_RegisterOrVerify) &;
+  friend Member Get(DefineSchemaTag);
+};
+template struct PrivateAccess<DefineSchemaTag, &torch::Library::_def>;
+
+struct DefineWithKernelTag {
+  using Member = torch::Library& (torch::Library::*)(
+      std::variant<c10::OperatorName, c10::FunctionSchema>&&, torch::CppFunction&&,
+      const std::vector<at::Tag>&) &;
+  friend Member Get(DefineWithKernelTag);
+};
+template struct PrivateAccess<DefineWithKernelTag, &torch::Library::_def>;
+
+struct ImplementTag {
+  using Member = torch::Library& (torch::Library::*)(const char*, torch::CppFunction&&,
+                                                      torch::_RegisterOrVerify) &;
+  friend Member Get(ImplementTag);
+};
+template struct PrivateAccess<ImplementTag, &torch::Library::_impl>;
+
+struct FallbackTag {
+  using Member = torch::Library& (torch::Library::*)(torch::CppFunction&&) &;
+  friend Member Get(FallbackTag);
+};
+template struct PrivateAccess<FallbackTag, &torch::Library::_fallback>;
+
+thread_local bool tls_skip = false;
+
+// torch::detail::class_base's constructor is protected; this opens it.
+struct ClassBase : torch::detail::class_base {
+  ClassBase(const std::string& namespace_name, const std::string& class_name, std::string doc,
+            const std::type_info& pointer_type, const std::type_info& capsule_type)
+      : class_base(namespace_name, class_name, std::move(doc), pointer_type, capsule_type) {}
+
+  // Points this class_ at the class registered as `qualified_name`, if any.
+  void Adopt(const std::string& qualified_name) {
+    if (at::ClassTypePtr registered = torch::getCustomClass(qualified_name)) {
+      qualClassName = qualified_name;
+      classTypePtr = std::move(registered);
+    }
+  }
+};
+
+}  // namespace
+
+SkipCopyRegistrations::SkipCopyRegistrations(bool skip) : previous_(tls_skip) {
+  tls_skip = skip;
+}
+SkipCopyRegistrations::~SkipCopyRegistrations() { tls_skip = previous_; }
+
+// The wrappers the copies bind to, by the names TorchPythonImportEdits gives.
+// A member function's `this` is its first argument in the ABI, so a free
+// function with the object first stands in for it.
+#define CHORUS_WRAPPER(name) __asm__(name) __attribute__((visibility("default"), used))
+
+torch::Library& DefineSchema(torch::Library* self, c10::FunctionSchema&& schema,
+                             c10::OperatorName* out_name, const std::vector<at::Tag>& tags,
+                             torch::_RegisterOrVerify rv)
+    CHORUS_WRAPPER("chorus_torch_library_def_schema");
+torch::Library& DefineSchema(torch::Library* self, c10::FunctionSchema&& schema,
+                             c10::OperatorName* out_name, const std::vector<at::Tag>& tags,
+                             torch::_RegisterOrVerify rv) {
+  if (tls_skip) return *self;
+  return (self->*Get(DefineSchemaTag{}))(std::move(schema), out_name, tags, rv);
+}
+
+torch::Library& DefineWithKernel(torch::Library* self,
+                                 std::variant<c10::OperatorName, c10::FunctionSchema>&& name,
+                                 torch::CppFunction&& kernel, const std::vector<at::Tag>& tags)
+    CHORUS_WRAPPER("chorus_torch_library_def_kernel");
+torch::Library& DefineWithKernel(torch::Library* self,
+                                 std::variant<c10::OperatorName, c10::FunctionSchema>&& name,
+                                 torch::CppFunction&& kernel, const std::vector<at::Tag>& tags) {
+  if (tls_skip) return *self;
+  return (self->*Get(DefineWithKernelTag{}))(std::move(name), std::move(kernel), tags);
+}
+
+torch::Library& Implement(torch::Library* self, const char* name, torch::CppFunction&& kernel,
+                          torch::_RegisterOrVerify rv) CHORUS_WRAPPER("chorus_torch_library_impl");
+torch::Library& Implement(torch::Library* self, const char* name, torch::CppFunction&& kernel,
+                          torch::_RegisterOrVerify rv) {
+  if (tls_skip) return *self;
+  return (self->*Get(ImplementTag{}))(name, std::move(kernel), rv);
+}
+
+torch::Library& Fallback(torch::Library* self, torch::CppFunction&& kernel)
+    CHORUS_WRAPPER("chorus_torch_library_fallback");
+torch::Library& Fallback(torch::Library* self, torch::CppFunction&& kernel) {
+  if (tls_skip) return *self;
+  return (self->*Get(FallbackTag{}))(std::move(kernel));
+}
+
+// A further copy's TorchScript class_ objects stand for the first copy's
+// classes: each is made under a throw-away namespace (the class table refuses
+// a second class of one name), then pointed at the registered class.
+void ConstructClassBase(torch::detail::class_base* self, const std::string& namespace_name,
+                        const std::string& class_name, std::string doc,
+                        const std::type_info& pointer_type, const std::type_info& capsule_type)
+    CHORUS_WRAPPER("chorus_torch_class_base_ctor");
+void ConstructClassBase(torch::detail::class_base* self, const std::string& namespace_name,
+                        const std::string& class_name, std::string doc,
+                        const std::type_info& pointer_type, const std::type_info& capsule_type) {
+  if (!tls_skip) {
+    new (self) ClassBase(namespace_name, class_name, std::move(doc), pointer_type, capsule_type);
+    return;
+  }
+  static std::atomic<int> next_copy{0};
+  const std::string throw_away = "chorus_copy" + std::to_string(next_copy++);
+  auto* made = new (self) ClassBase(throw_away, class_name, std::move(doc), pointer_type,
+                                    capsule_type);
+  made->Adopt("__torch__.torch.classes." + namespace_name + "." + class_name);
+}
+
+void RegisterClassMethod(std::unique_ptr<torch::jit::Function> method)
+    CHORUS_WRAPPER("chorus_torch_register_class_method");
+void RegisterClassMethod(std::unique_ptr<torch::jit::Function> method) {
+  if (!tls_skip) torch::registerCustomClassMethod(std::move(method));
+}
+
+// A TorchScript class's methods: a further copy's class_<T> finds the first
+// copy's class type (the type table is keyed by type name) and would add them again.
+void AddClassMethod(c10::ClassType* self, torch::jit::Function* method)
+    CHORUS_WRAPPER("chorus_c10_class_type_add_method");
+void AddClassMethod(c10::ClassType* self, torch::jit::Function* method) {
+  if (!tls_skip) self->addMethod(method);
+}
+
+// Handlers of torch.distributed's control plane (a process-wide table that
+// refuses a second handler of one name).
+void RegisterControlPlaneHandler(const std::string& name,
+                                 c10d::control_plane::HandlerFunc handler)
+    CHORUS_WRAPPER("chorus_c10d_control_plane_register_handler");
+void RegisterControlPlaneHandler(const std::string& name,
+                                 c10d::control_plane::HandlerFunc handler) {
+  if (!tls_skip) c10d::control_plane::registerHandler(name, std::move(handler));
+}
+
+// Opaque types for TorchScript schemas are registered from Python at import
+// (a process-wide table that refuses a second registration): every
+// interpreter registers, the first one counts.
+void RegisterOpaqueTypeOnce(const std::string& name)
+    CHORUS_WRAPPER("chorus_torch_jit_register_opaque_type");
+void RegisterOpaqueTypeOnce(const std::string& name) {
+  static std::mutex mu;
+  std::lock_guard<std::mutex> lock(mu);
+  if (!torch::jit::isRegisteredOpaqueType(name)) torch::jit::registerOpaqueType(name);
+}
+
+#undef CHORUS_WRAPPER
+
+std::map<std::string, std::string> TorchPythonImportEdits() {
+  return {
+      {"_ZNR5torch7Library4_defEON3c1014FunctionSchemaEPNS1_12OperatorNameERKSt6vectorINS_"
+       "10headeronly3TagESaIS8_EENS_17_RegisterOrVerifyE",
+       "chorus_torch_library_def_schema"},
+      {"_ZNR5torch7Library4_defEOSt7variantIJN3c1012OperatorNameENS2_14FunctionSchemaEEEONS_"
+       "11CppFunctionERKSt6vectorINS_10headeronly3TagESaISB_EE",
+       "chorus_torch_library_def_kernel"},
+      {"_ZNR5torch7Library5_implEPKcONS_11CppFunctionENS_17_RegisterOrVerifyE",
+       "chorus_torch_library_impl"},
+      {"_ZNR5torch7Library9_fallbackEONS_11CppFunctionE", "chorus_torch_library_fallback"},
+      {"_ZN5torch6detail10class_baseC2ERKNSt7__cxx1112basic_stringIcSt11char_traitsIcESaIcEEES9_"
+       "S7_RKSt9type_infoSC_",
+       "chorus_torch_class_base_ctor"},
+      {"_ZN5torch25registerCustomClassMethodESt10unique_ptrINS_3jit8FunctionESt14default_"
+       "deleteIS2_EE",
+       "chorus_torch_register_class_method"},
+      {"_ZN3c109ClassType9addMethodEPN5torch3jit8FunctionE", "chorus_c10_class_type_add_method"},
+      {"_ZN4c10d13control_plane15registerHandlerERKNSt7__cxx1112basic_stringIcSt11char_"
+       "traitsIcESaIcEEESt8functionIFvRKNS0_7RequestERNS0_8ResponseEEE",
+       "chorus_c10d_control_plane_register_handler"},
+      {"_ZN5torch3jit18registerOpaqueTypeERKNSt7__cxx1112basic_stringIcSt11char_traitsIcESaIcEEE",
+       "chorus_torch_jit_register_opaque_type"},
+  };
+}
+
+#else  // torch 1.x copies register nothing that a second copy cannot repeat.
+
+std::map<std::string, std::string> TorchPythonImportEdits() { return {}; }
+
+SkipCopyRegistrations::SkipCopyRegistrations(bool skip) : previous_(skip) {}
+SkipCopyRegistrations::~SkipCopyRegistrations() = default;
+
+#endif
+
+}  // namespace chorus
