@@ -130,7 +130,9 @@ StatusOr<InterpreterLoader::SlotLibraries> InterpreterLoader::PrepareSlot(int sl
   for (const auto& [source, soname] :
        {std::pair(installation_.libpython, libpython_soname_),
         std::pair(installation_.torch_python, torch_python_soname_)}) {
-    CopyRecipe recipe{renames.at(soname), renames, true, {}};
+    CopyRecipe recipe;
+    recipe.soname = renames.at(soname);
+    recipe.needed = renames;
     if (soname == torch_python_soname_) {
       recipe.constants = TorchPythonConstantEdits(slot);
       recipe.imports = TorchPythonImportEdits();
@@ -159,6 +161,13 @@ Status InterpreterLoader::LoadScope(const std::vector<std::string>& paths, void*
 }
 
 namespace {
+
+// The recipe of a copy whose only edits are the slot's DT_NEEDED renames.
+CopyRecipe RenamesOnly(const std::map<std::string, std::string>& renames) {
+  CopyRecipe recipe;
+  recipe.needed = renames;
+  return recipe;
+}
 
 // The directories `library` names in its DT_RUNPATH/DT_RPATH, $ORIGIN expanded.
 StatusOr<std::vector<std::string>> SearchDirectories(const elf::ElfEditor& library,
@@ -222,7 +231,7 @@ StatusOr<std::unique_ptr<pyside::PySide>> InterpreterLoader::Load(int slot) {
   CHORUS_RETURN_IF_ERROR(LoadDependenciesFromOrigin(installation_.torch_python, renames));
   CHORUS_ASSIGN_OR_RETURN(SlotLibraries libraries, PrepareSlot(slot));
   CHORUS_ASSIGN_OR_RETURN(PreparedCopy pyside,
-                          cache_.Prepare(installation_.pyside_library, slot, {"", renames, true}));
+                          cache_.Prepare(installation_.pyside_library, slot, RenamesOnly(renames)));
   void* handle = nullptr;
   {
     // The first copy's static registrations serve every interpreter; copies
@@ -251,7 +260,7 @@ StatusOr<std::unique_ptr<pyside::PySide>> InterpreterLoader::Load(int slot) {
 StatusOr<std::string> InterpreterLoader::PrepareExtension(int slot, const std::string& path) {
   CHORUS_ASSIGN_OR_RETURN(auto renames, Renames(slot));
   CHORUS_RETURN_IF_ERROR(LoadDependenciesFromOrigin(path, renames));
-  CHORUS_ASSIGN_OR_RETURN(PreparedCopy copy, cache_.Prepare(path, slot, {"", renames, true}));
+  CHORUS_ASSIGN_OR_RETURN(PreparedCopy copy, cache_.Prepare(path, slot, RenamesOnly(renames)));
   std::vector<std::string> scope;
   {
     MutexLock lock(&mu_);
