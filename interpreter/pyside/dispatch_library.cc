@@ -15,6 +15,7 @@
 #include "interpreter/pyside/convert.h"
 #include "interpreter/pyside/native_module.h"
 #include "interpreter/pyside/python_error.h"
+#include "interpreter/src/c10_warnings.h"
 
 namespace chorus::pyside {
 namespace {
@@ -237,15 +238,9 @@ PyObject* TranslatingExceptions(Body&& body);
 // Collects the c10 warnings of a registration call, to hand them to Python's
 // warnings module afterwards, as torch's own bindings do (so that Python's
 // filters decide what is shown, not c10's default handler printing to stderr).
-class CollectedWarnings final : public c10::WarningHandler {
+class CollectedWarnings final : public WarningMessageHandler {
  public:
-#if TORCH_VERSION_MAJOR >= 2
-  void process(const c10::Warning& warning) override { messages_.push_back(warning.msg()); }
-#else
-  void process(const c10::SourceLocation&, const std::string& message, const bool) override {
-    messages_.push_back(message);
-  }
-#endif
+  void OnWarning(const std::string& message) override { messages_.push_back(message); }
   // Issues the collected warnings; false if a filter turned one into an error.
   bool Issue() {
     for (const std::string& message : messages_) {
@@ -263,11 +258,7 @@ PyObject* TranslatingErrors(Body&& body) {
   CollectedWarnings warnings;
   PyObject* result = nullptr;
   {
-#if TORCH_VERSION_MAJOR >= 2
-    c10::WarningUtils::WarningHandlerGuard guard(&warnings);
-#else
-    c10::Warning::WarningHandlerGuard guard(&warnings);
-#endif
+    WarningHandlerScope scope(&warnings);
     result = TranslatingExceptions(body);
   }
   if (result != nullptr && !warnings.Issue()) {

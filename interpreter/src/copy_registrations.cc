@@ -1,6 +1,9 @@
 #include "interpreter/src/copy_registrations.h"
 
+#include <dlfcn.h>
 #include <torch/version.h>
+
+#include <string>
 
 #if TORCH_VERSION_MAJOR >= 2
 #include <torch/csrc/distributed/c10d/control_plane/Handlers.hpp>
@@ -9,13 +12,12 @@
 #include <torch/library.h>
 
 #include <atomic>
+#include <cstring>
 #include <mutex>
 #include <new>
-#include <string>
 #include <typeinfo>
 #include <variant>
 #include <vector>
-
 #endif
 
 namespace chorus {
@@ -183,30 +185,44 @@ void RegisterOpaqueTypeOnce(const std::string& name) {
 
 #undef CHORUS_WRAPPER
 
+namespace {
+
+// A non-virtual member function's code address (the Itanium ABI's first word).
+template <typename Member>
+const void* CodeOf(Member member) {
+  static_assert(sizeof(Member) == 2 * sizeof(void*), "Itanium member function pointer");
+  const void* words[2];
+  std::memcpy(words, &member, sizeof(words));
+  return words[0];
+}
+
+}  // namespace
+
 std::map<std::string, std::string> TorchPythonImportEdits() {
-  return {
-      {"_ZNR5torch7Library4_defEON3c1014FunctionSchemaEPNS1_12OperatorNameERKSt6vectorINS_"
-       "10headeronly3TagESaIS8_EENS_17_RegisterOrVerifyE",
-       "chorus_torch_library_def_schema"},
-      {"_ZNR5torch7Library4_defEOSt7variantIJN3c1012OperatorNameENS2_14FunctionSchemaEEEONS_"
-       "11CppFunctionERKSt6vectorINS_10headeronly3TagESaISB_EE",
-       "chorus_torch_library_def_kernel"},
-      {"_ZNR5torch7Library5_implEPKcONS_11CppFunctionENS_17_RegisterOrVerifyE",
-       "chorus_torch_library_impl"},
-      {"_ZNR5torch7Library9_fallbackEONS_11CppFunctionE", "chorus_torch_library_fallback"},
+  std::map<std::string, std::string> edits = {
+      // A constructor's address cannot be taken; its name is the same in 2.11 to 2.14.
       {"_ZN5torch6detail10class_baseC2ERKNSt7__cxx1112basic_stringIcSt11char_traitsIcESaIcEEES9_"
        "S7_RKSt9type_infoSC_",
        "chorus_torch_class_base_ctor"},
-      {"_ZN5torch25registerCustomClassMethodESt10unique_ptrINS_3jit8FunctionESt14default_"
-       "deleteIS2_EE",
+  };
+  const std::pair<const void*, const char*> functions[] = {
+      {CodeOf(Get(DefineSchemaTag{})), "chorus_torch_library_def_schema"},
+      {CodeOf(Get(DefineWithKernelTag{})), "chorus_torch_library_def_kernel"},
+      {CodeOf(Get(ImplementTag{})), "chorus_torch_library_impl"},
+      {CodeOf(Get(FallbackTag{})), "chorus_torch_library_fallback"},
+      {CodeOf(&c10::ClassType::addMethod), "chorus_c10_class_type_add_method"},
+      {reinterpret_cast<const void*>(&torch::registerCustomClassMethod),
        "chorus_torch_register_class_method"},
-      {"_ZN3c109ClassType9addMethodEPN5torch3jit8FunctionE", "chorus_c10_class_type_add_method"},
-      {"_ZN4c10d13control_plane15registerHandlerERKNSt7__cxx1112basic_stringIcSt11char_"
-       "traitsIcESaIcEEESt8functionIFvRKNS0_7RequestERNS0_8ResponseEEE",
+      {reinterpret_cast<const void*>(&c10d::control_plane::registerHandler),
        "chorus_c10d_control_plane_register_handler"},
-      {"_ZN5torch3jit18registerOpaqueTypeERKNSt7__cxx1112basic_stringIcSt11char_traitsIcESaIcEEE",
+      {reinterpret_cast<const void*>(&torch::jit::registerOpaqueType),
        "chorus_torch_jit_register_opaque_type"},
   };
+  for (const auto& [code, wrapper] : functions) {
+    std::string name = ExportedName(code);
+    if (!name.empty()) edits[name] = wrapper;
+  }
+  return edits;
 }
 
 #else  // torch 1.x copies register nothing that a second copy cannot repeat.
@@ -217,5 +233,11 @@ SkipCopyRegistrations::SkipCopyRegistrations(bool skip) : previous_(skip) {}
 SkipCopyRegistrations::~SkipCopyRegistrations() = default;
 
 #endif
+
+std::string ExportedName(const void* code) {
+  Dl_info info;
+  if (dladdr(code, &info) == 0 || info.dli_sname == nullptr || info.dli_saddr != code) return "";
+  return info.dli_sname;
+}
 
 }  // namespace chorus

@@ -18,6 +18,12 @@
 
 namespace chorus {
 
+// The exported symbol name of the function whose code starts at `code`, or "".
+// Names to rename are taken from the functions themselves, so they follow the
+// torch chorus is built with (mangled names change between releases: torch
+// 2.11 spells at::Tag, 2.14 torch::headeronly::Tag).
+std::string ExportedName(const void* code);
+
 // Undefined symbols to rename in each libtorch_python copy (old -> new).
 // A name the copy does not import is skipped.
 std::map<std::string, std::string> TorchPythonImportEdits();

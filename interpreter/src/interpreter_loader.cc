@@ -3,9 +3,6 @@
 #include <dlfcn.h>
 #include <unistd.h>
 
-#include <c10/util/Exception.h>
-#include <torch/version.h>
-
 #include <ATen/core/Tensor.h>
 
 #include <algorithm>
@@ -17,6 +14,7 @@
 
 #include "chorus/common/logging.h"
 #include "interpreter/src/build_info.h"
+#include "interpreter/src/c10_warnings.h"
 #include "interpreter/src/copy_registrations.h"
 #include "interpreter/src/engine_router.h"
 #include "interpreter/src/interpreter_registry.h"
@@ -40,38 +38,26 @@ StatusOr<std::string> ReadSoname(const std::string& path) {
 // Each interpreter's copy re-runs it, and c10 warns that the new kernel
 // overrides the previous copy's identical one. That warning, and only that
 // one, is expected and dropped while an interpreter's libraries load.
-class GetGradientsOverrideFilter final : public c10::WarningHandler {
+class GetGradientsOverrideFilter final : public WarningMessageHandler {
  public:
   explicit GetGradientsOverrideFilter(c10::WarningHandler* next) : next_(next) {}
-#if TORCH_VERSION_MAJOR >= 2
-  void process(const c10::Warning& warning) override {
-    if (!IsGetGradientsOverride(warning.msg())) next_->process(warning);
+  void OnWarning(const std::string& message) override {
+    if (message.find("Overriding a previously registered kernel") != std::string::npos &&
+        message.find("aten::get_gradients") != std::string::npos) {
+      return;
+    }
+    Forward(next_);
   }
-#else
-  void process(const c10::SourceLocation& location, const std::string& message,
-               const bool verbatim) override {
-    if (!IsGetGradientsOverride(message)) next_->process(location, message, verbatim);
-  }
-#endif
 
  private:
-  static bool IsGetGradientsOverride(const std::string& message) {
-    return message.find("Overriding a previously registered kernel") != std::string::npos &&
-           message.find("aten::get_gradients") != std::string::npos;
-  }
   c10::WarningHandler* next_;
 };
 
 // dlopen() with the filter above. c10's warning handler is per thread, and
 // static initializers run on the thread that loads the library.
 void* LoadWithoutGetGradientsWarning(const std::string& path) {
-#if TORCH_VERSION_MAJOR >= 2
-  GetGradientsOverrideFilter filter(c10::WarningUtils::get_warning_handler());
-  c10::WarningUtils::WarningHandlerGuard guard(&filter);
-#else
-  GetGradientsOverrideFilter filter(c10::Warning::get_warning_handler());
-  c10::Warning::WarningHandlerGuard guard(&filter);
-#endif
+  GetGradientsOverrideFilter filter(CurrentWarningHandler());
+  WarningHandlerScope scope(&filter);
   return dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
 }
 
@@ -191,9 +177,8 @@ StatusOr<std::vector<std::string>> SearchDirectories(const elf::ElfEditor& libra
 // dependencies first, so that a copy of `path` elsewhere finds them loaded (by
 // SONAME). pip wheels ship libraries beside their extensions this way
 // (numpy.libs, torch/lib, nvidia/*/lib). Libraries each interpreter has its
-// own copy of (`per_slot`) are skipped.
-Status LoadDependenciesFromOrigin(const std::string& path,
-                                  const std::map<std::string, std::string>& per_slot,
+// own copy of (`per_slot`, by SONAME) are skipped.
+Status LoadDependenciesFromOrigin(const std::string& path, const std::set<std::string>& per_slot,
                                   std::vector<std::string> inherited = {},
                                   std::set<std::string>* visited = nullptr) {
   std::set<std::string> first_visit;
@@ -226,9 +211,21 @@ Status LoadDependenciesFromOrigin(const std::string& path,
 
 }  // namespace
 
+Status InterpreterLoader::LoadDependencies(const std::string& source) {
+  {
+    MutexLock lock(&mu_);
+    if (dependencies_loaded_.count(source) != 0) return OkStatus();
+  }
+  CHORUS_RETURN_IF_ERROR(
+      LoadDependenciesFromOrigin(source, {libpython_soname_, torch_python_soname_}));
+  MutexLock lock(&mu_);
+  dependencies_loaded_.insert(source);
+  return OkStatus();
+}
+
 StatusOr<std::unique_ptr<pyside::PySide>> InterpreterLoader::Load(int slot) {
+  CHORUS_RETURN_IF_ERROR(LoadDependencies(installation_.torch_python));
   CHORUS_ASSIGN_OR_RETURN(auto renames, Renames(slot));
-  CHORUS_RETURN_IF_ERROR(LoadDependenciesFromOrigin(installation_.torch_python, renames));
   CHORUS_ASSIGN_OR_RETURN(SlotLibraries libraries, PrepareSlot(slot));
   CHORUS_ASSIGN_OR_RETURN(PreparedCopy pyside,
                           cache_.Prepare(installation_.pyside_library, slot, RenamesOnly(renames)));
@@ -258,8 +255,8 @@ StatusOr<std::unique_ptr<pyside::PySide>> InterpreterLoader::Load(int slot) {
 }
 
 StatusOr<std::string> InterpreterLoader::PrepareExtension(int slot, const std::string& path) {
+  CHORUS_RETURN_IF_ERROR(LoadDependencies(path));
   CHORUS_ASSIGN_OR_RETURN(auto renames, Renames(slot));
-  CHORUS_RETURN_IF_ERROR(LoadDependenciesFromOrigin(path, renames));
   CHORUS_ASSIGN_OR_RETURN(PreparedCopy copy, cache_.Prepare(path, slot, RenamesOnly(renames)));
   std::vector<std::string> scope;
   {

@@ -15,6 +15,7 @@
 #define CHORUS_INTERPRETER_INTERPRETER_LOADER_H_
 
 #include <map>
+#include <set>
 #include <memory>
 #include <string>
 #include <unordered_map>
@@ -82,6 +83,9 @@ class InterpreterLoader final : public pyside::HostServices {
   // The DT_NEEDED renames slot `slot` applies to every copy.
   StatusOr<std::map<std::string, std::string>> Renames(int slot) const;
   StatusOr<SlotLibraries> PrepareSlot(int slot);
+  // Loads what `source` needs from its own search path (once per source), so
+  // that its copies, which live elsewhere, find them loaded.
+  Status LoadDependencies(const std::string& source) CHORUS_EXCLUDES(mu_);
   // dlopen()s a scope object over `paths`; keeps the handle for the process.
   Status LoadScope(const std::vector<std::string>& paths, void** handle) CHORUS_EXCLUDES(mu_);
 
@@ -93,6 +97,7 @@ class InterpreterLoader final : public pyside::HostServices {
   Mutex mu_;
   std::map<int, SlotLibraries> slots_ CHORUS_GUARDED_BY(mu_);
   std::vector<void*> handles_ CHORUS_GUARDED_BY(mu_);
+  std::set<std::string> dependencies_loaded_ CHORUS_GUARDED_BY(mu_);  // LoadDependencies sources
   struct Registration {
     int owner;
     bool made;  // false while the owner is still making it

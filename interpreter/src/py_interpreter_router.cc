@@ -15,6 +15,7 @@
 #include <c10/core/impl/PyObjectSlot.h>
 
 #include "chorus/common/logging.h"
+#include "interpreter/src/copy_registrations.h"
 #include "interpreter/src/interpreter_registry.h"
 #include "interpreter/src/pyside_api.h"
 #endif
@@ -242,15 +243,16 @@ bool RegisterTrampolineInterpreter(PyInterpreter* /*copy's own*/) {
 bool RoutesPyInterpreter() { return true; }
 
 std::map<std::string, std::string> TorchPythonRoutingImportEdits() {
-  return {{"_ZN2at4impl30PythonOpRegistrationTrampoline19registerInterpreterEPN3c104impl13"
-           "PyInterpreterE",
-           "chorus_register_trampoline_interpreter"}};
+  std::string name = ExportedName(
+      reinterpret_cast<const void*>(&at::impl::PythonOpRegistrationTrampoline::registerInterpreter));
+  if (name.empty()) return {};
+  return {{name, "chorus_register_trampoline_interpreter"}};
 }
 
 std::map<std::string, std::string> TorchPythonConstantEdits(int slot) {
   // Same length as the key, unique per slot: "PyInterpreterH0012".
   char key[sizeof(kHooksKey)];
-  std::snprintf(key, sizeof(key), "PyInterpreterH%04d", slot % 10000);
+  std::snprintf(key, sizeof(key), "PyInterpreterH%04u", static_cast<unsigned>(slot) % 10000u);
   return {{kHooksKey, key}};
 }
 

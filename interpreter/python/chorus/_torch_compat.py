@@ -93,6 +93,31 @@ def _shim_library(library):
     torch._C._dispatch_library = _dispatch_library
     Library.define = define
     Library.impl = impl
+    _shim_fake_impls()
+
+
+def _shim_fake_impls():
+    """Shim 4: fake (meta) implementations registered from Python.
+
+    torch 2.x's register_fake refuses an operator that already has a Meta
+    kernel in the dispatcher, and the dispatcher is the process': the second
+    interpreter importing torch would fail on torch's own register_fake calls.
+    The first interpreter registers as stock torch does; the others record the
+    fake implementation in their own registry (their FakeTensor uses it) and
+    leave the dispatcher's kernel to the first (shim 3 skips it).
+    """
+    fake_impl = sys.modules.get("torch._library.fake_impl")
+    holder = getattr(fake_impl, "FakeImplHolder", None)
+    if holder is None:
+        return
+    original_register = holder.register
+
+    def register(self, func, source, lib, *, allow_override=False):
+        with _claim("fake:" + self.qualname) as owner:
+            return original_register(self, func, source, lib,
+                                     allow_override=allow_override or not owner)
+
+    holder.register = register
 
 
 @contextlib.contextmanager
