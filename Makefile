@@ -9,9 +9,9 @@
 #                      build/bench/suite_{throughput,memory}.png (about 14 minutes)
 #   make bench-check   make bench, then its ratios against tests/bench/suite/baseline.json
 #   make bench-NAME    deps + build + benchmark NAME -> build/bench/NAME.json
-#   make test-torch2   the interpreter core built against pip's torch 2.x
-#                      (TORCH2_REQUIREMENTS, a venv made by tools/make-venv.sh)
-#                      in build-torch2/, and its tests
+#   make test-torch2   the interpreter core built against pip's torch 2.x, each
+#                      of TORCH2_VERSIONS (tools/requirements/torch-V.txt, a venv
+#                      made by tools/make-venv.sh) in build-torchV/, and its tests
 #
 # PYTHON pins the Python chorus embeds (it must import torch); any installed
 # torch works: PYTHON=/path/to/venv/bin/python builds against that venv's.
@@ -19,8 +19,8 @@
 PYTHON ?= /usr/bin/python3
 BUILD ?= build
 ASAN_BUILD ?= build-asan
-TORCH2_BUILD ?= build-torch2
-TORCH2_REQUIREMENTS ?= tools/requirements/torch-2.14.txt
+# The newest torch served with its torchvision, and the GPU machine's.
+TORCH2_VERSIONS ?= 2.14 2.11
 JOBS ?= $(shell nproc)
 CMAKE ?= cmake
 CTEST_ARGS ?=
@@ -44,10 +44,13 @@ test: build test-asan test-torch2
 # torch 2.x (pip wheels): PyObject routing, per-interpreter storages, the
 # copies' static registrations. The interpreter core and its tests for now.
 test-torch2: deps
-	@python=$$(tools/make-venv.sh $(TORCH2_REQUIREMENTS)) && \
-	  $(CMAKE) -S . -B $(TORCH2_BUILD) -G Ninja -DCHORUS_PYTHON=$$python >/dev/null
-	@$(CMAKE) --build $(TORCH2_BUILD) -j $(JOBS) --target libcache_test interpreter_test
-	cd $(TORCH2_BUILD) && ctest --output-on-failure -j 1 -R '^(ElfEditor|LibraryCache|SlotSoname|Interpreter)'
+	@for version in $(TORCH2_VERSIONS); do \
+	  python=$$(tools/make-venv.sh tools/requirements/torch-$$version.txt) && \
+	  $(CMAKE) -S . -B build-torch$$version -G Ninja -DCHORUS_PYTHON=$$python >/dev/null && \
+	  $(CMAKE) --build build-torch$$version -j $(JOBS) --target libcache_test interpreter_test && \
+	  (cd build-torch$$version && \
+	   ctest --output-on-failure -j 1 -R '^(ElfEditor|LibraryCache|SlotSoname|Interpreter)') || exit 1; \
+	done
 
 # The torch-free core (Status, files, ELF edits, library cache) under
 # AddressSanitizer, LeakSanitizer and UBSan, built with clang so that the
@@ -83,4 +86,4 @@ format:
 	@git ls-files '*.cc' '*.h' | xargs clang-format -i
 
 clean:
-	rm -rf $(BUILD) $(ASAN_BUILD) $(TORCH2_BUILD)
+	rm -rf $(BUILD) $(ASAN_BUILD) build-torch2.*

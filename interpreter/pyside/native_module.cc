@@ -28,6 +28,12 @@ PyObject* PrepareExtension(PyObject* /*self*/, PyObject* arg) {
   return PyUnicode_FromStringAndSize(copy->data(), static_cast<Py_ssize_t>(copy->size()));
 }
 
+PyObject* ReferencesPython(PyObject* /*self*/, PyObject* arg) {
+  const char* path = PyUnicode_AsUTF8(arg);
+  if (path == nullptr) return nullptr;
+  return PyBool_FromLong(g_host->ReferencesPython(path));
+}
+
 PyObject* ClaimRegistration(PyObject* /*self*/, PyObject* arg) {
   const char* key = PyUnicode_AsUTF8(arg);
   if (key == nullptr) return nullptr;
@@ -125,6 +131,8 @@ PyMethodDef kMethods[] = {
      "end_torch_initialization(): keep torch._C's autograd engine; route the default"},
     {"prepare_extension", PrepareExtension, METH_O,
      "prepare_extension(path) -> path of this interpreter's loaded copy"},
+    {"references_python", ReferencesPython, METH_O,
+     "references_python(path) -> True if the library links libpython or torch's bindings"},
     {"claim_registration", ClaimRegistration, METH_O,
      "claim_registration(key) -> True if this interpreter must make the registration"},
     {"complete_registration", CompleteRegistration, METH_VARARGS,

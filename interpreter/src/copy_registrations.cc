@@ -15,6 +15,7 @@
 #include <cstring>
 #include <mutex>
 #include <new>
+#include <optional>
 #include <typeinfo>
 #include <variant>
 #include <vector>
@@ -127,6 +128,18 @@ torch::Library& Fallback(torch::Library* self, torch::CppFunction&& kernel) {
   return (self->*Get(FallbackTag{}))(std::move(kernel));
 }
 
+// A further copy's TORCH_LIBRARY blocks open their namespace as a fragment
+// (only one library per process may define a namespace); their definitions
+// are skipped above.
+void ConstructLibrary(torch::Library* self, torch::Library::Kind kind, std::string ns,
+                      std::optional<c10::DispatchKey> key, const char* file, uint32_t line)
+    CHORUS_WRAPPER("chorus_torch_library_ctor");
+void ConstructLibrary(torch::Library* self, torch::Library::Kind kind, std::string ns,
+                      std::optional<c10::DispatchKey> key, const char* file, uint32_t line) {
+  if (tls_skip && kind == torch::Library::DEF) kind = torch::Library::FRAGMENT;
+  new (self) torch::Library(kind, std::move(ns), key, file, line);
+}
+
 // A further copy's TorchScript class_ objects stand for the first copy's
 // classes: each is made under a throw-away namespace (the class table refuses
 // a second class of one name), then pointed at the registered class.
@@ -200,7 +213,10 @@ const void* CodeOf(Member member) {
 
 std::map<std::string, std::string> TorchPythonImportEdits() {
   std::map<std::string, std::string> edits = {
-      // A constructor's address cannot be taken; its name is the same in 2.11 to 2.14.
+      // A constructor's address cannot be taken; these names are the same in 2.11 to 2.14.
+      {"_ZN5torch7LibraryC1ENS0_4KindENSt7__cxx1112basic_stringIcSt11char_traitsIcESaIcEEESt8"
+       "optionalIN3c1011DispatchKeyEEPKcj",
+       "chorus_torch_library_ctor"},
       {"_ZN5torch6detail10class_baseC2ERKNSt7__cxx1112basic_stringIcSt11char_traitsIcESaIcEEES9_"
        "S7_RKSt9type_infoSC_",
        "chorus_torch_class_base_ctor"},

@@ -223,6 +223,35 @@ Status InterpreterLoader::LoadDependencies(const std::string& source) {
   return OkStatus();
 }
 
+namespace {
+
+// The sources of which a copy has been loaded in this process.
+struct LoadedSources {
+  Mutex mu;
+  std::set<std::string> sources CHORUS_GUARDED_BY(mu);
+};
+
+}  // namespace
+
+Status InterpreterLoader::LoadCopy(const std::string& source,
+                                   const std::vector<std::string>& scope, void** handle) {
+  static auto* loaded = new LoadedSources();
+  MutexLock lock(&loaded->mu);
+  SkipCopyRegistrations skip(loaded->sources.count(source) != 0);
+  CHORUS_RETURN_IF_ERROR(LoadScope(scope, handle));
+  loaded->sources.insert(source);
+  return OkStatus();
+}
+
+bool InterpreterLoader::ReferencesPython(const std::string& path) {
+  auto editor = elf::ElfEditor::Open(path, elf::ElfEditor::Mode::kReadOnly);
+  if (!editor.ok()) return false;
+  for (const std::string& needed : (*editor)->Needed()) {
+    if (needed == libpython_soname_ || needed == torch_python_soname_) return true;
+  }
+  return false;
+}
+
 StatusOr<std::unique_ptr<pyside::PySide>> InterpreterLoader::Load(int slot) {
   CHORUS_RETURN_IF_ERROR(LoadDependencies(installation_.torch_python));
   CHORUS_ASSIGN_OR_RETURN(auto renames, Renames(slot));
@@ -230,18 +259,10 @@ StatusOr<std::unique_ptr<pyside::PySide>> InterpreterLoader::Load(int slot) {
   CHORUS_ASSIGN_OR_RETURN(PreparedCopy pyside,
                           cache_.Prepare(installation_.pyside_library, slot, RenamesOnly(renames)));
   void* handle = nullptr;
-  {
-    // The first copy's static registrations serve every interpreter; copies
-    // load one at a time so that the first has finished before the next.
-    static Mutex load_mu;
-    static bool first_copy_loaded = false;
-    MutexLock lock(&load_mu);
-    SkipCopyRegistrations skip(first_copy_loaded);
-    CHORUS_RETURN_IF_ERROR(LoadScope(
-        {libraries.libpython, libraries.paths.at(renames.at(torch_python_soname_)), pyside.path},
-        &handle));
-    first_copy_loaded = true;
-  }
+  CHORUS_RETURN_IF_ERROR(LoadCopy(
+      installation_.torch_python,
+      {libraries.libpython, libraries.paths.at(renames.at(torch_python_soname_)), pyside.path},
+      &handle));
   auto create = reinterpret_cast<pyside::PySide* (*)(uint32_t)>(dlsym(handle, pyside::kEntryPoint));
   if (create == nullptr) {
     return InternalError(installation_.pyside_library + " does not export " + pyside::kEntryPoint);
@@ -257,7 +278,9 @@ StatusOr<std::unique_ptr<pyside::PySide>> InterpreterLoader::Load(int slot) {
 StatusOr<std::string> InterpreterLoader::PrepareExtension(int slot, const std::string& path) {
   CHORUS_RETURN_IF_ERROR(LoadDependencies(path));
   CHORUS_ASSIGN_OR_RETURN(auto renames, Renames(slot));
-  CHORUS_ASSIGN_OR_RETURN(PreparedCopy copy, cache_.Prepare(path, slot, RenamesOnly(renames)));
+  CopyRecipe recipe = RenamesOnly(renames);
+  recipe.imports = TorchPythonImportEdits();  // an extension may register operators too
+  CHORUS_ASSIGN_OR_RETURN(PreparedCopy copy, cache_.Prepare(path, slot, recipe));
   std::vector<std::string> scope;
   {
     MutexLock lock(&mu_);
@@ -273,7 +296,7 @@ StatusOr<std::string> InterpreterLoader::PrepareExtension(int slot, const std::s
   }
   scope.push_back(copy.path);
   void* handle = nullptr;
-  CHORUS_RETURN_IF_ERROR(LoadScope(scope, &handle));
+  CHORUS_RETURN_IF_ERROR(LoadCopy(path, scope, &handle));
   Log().debug("interpreter {}: extension {} loaded as {}", slot, path, copy.path);
   return copy.path;
 }

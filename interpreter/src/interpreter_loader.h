@@ -54,6 +54,7 @@ class InterpreterLoader final : public pyside::HostServices {
 
   StatusOr<std::string> PrepareExtension(int slot, const std::string& path) override
       CHORUS_EXCLUDES(mu_);
+  bool ReferencesPython(const std::string& path) override;
   StatusOr<bool> ClaimRegistration(const std::string& key, int slot) override CHORUS_EXCLUDES(mu_);
   void CompleteRegistration(const std::string& key, int slot, bool made) override CHORUS_EXCLUDES(mu_);
   void BeginTorchInitialization() override CHORUS_EXCLUDES(torch_initialization_mu_);
@@ -86,6 +87,11 @@ class InterpreterLoader final : public pyside::HostServices {
   // Loads what `source` needs from its own search path (once per source), so
   // that its copies, which live elsewhere, find them loaded.
   Status LoadDependencies(const std::string& source) CHORUS_EXCLUDES(mu_);
+  // Loads a copy of `source` through the scope object over `scope`. The first
+  // copy of a source in the process keeps its static registrations, later
+  // ones skip theirs (copy_registrations.h); one copy loads at a time.
+  Status LoadCopy(const std::string& source, const std::vector<std::string>& scope,
+                  void** handle);
   // dlopen()s a scope object over `paths`; keeps the handle for the process.
   Status LoadScope(const std::vector<std::string>& paths, void** handle) CHORUS_EXCLUDES(mu_);
 

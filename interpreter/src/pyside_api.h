@@ -45,6 +45,9 @@ class HostServices {
   // Prepares interpreter `slot`'s private copy of the C extension at `path`
   // and loads it in that interpreter's lookup scope; returns the copy's path.
   virtual StatusOr<std::string> PrepareExtension(int slot, const std::string& path) = 0;
+  // Whether the shared library at `path` links libpython or torch's Python
+  // bindings (so each interpreter needs its own copy); false if unreadable.
+  virtual bool ReferencesPython(const std::string& path) = 0;
   // Claims a process-wide dispatcher registration `key` (a namespace, an op
   // definition, a kernel) for `slot`. true: `slot` owns it and must make it,
   // then call CompleteRegistration. false: another slot made it; skip it.

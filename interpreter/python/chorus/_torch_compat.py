@@ -13,6 +13,7 @@ This is the only place chorus changes torch's behaviour.
 """
 
 import contextlib
+import os
 import sys
 
 import _chorus
@@ -94,6 +95,34 @@ def _shim_library(library):
     Library.define = define
     Library.impl = impl
     _shim_fake_impls()
+    _shim_load_library()
+
+
+def _shim_load_library():
+    """Shim 5: operator libraries loaded by path (torch.ops.load_library).
+
+    A library that links torch's Python bindings or libpython (torchvision's
+    _C before 0.29) must be this interpreter's copy, bound to its own
+    bindings, like an extension module; its operators are registered once per
+    process by the first interpreter's copy. Others load once per process, as
+    in plain Python.
+    """
+    import ctypes
+
+    import torch._ops
+    from torch import _utils_internal
+
+    ops_class = type(torch._ops.ops)
+    original_load_library = ops_class.load_library
+
+    def load_library(self, path):
+        resolved = _utils_internal.resolve_library_path(path)
+        if not _chorus.references_python(resolved):
+            return original_load_library(self, path)
+        ctypes.CDLL(_chorus.prepare_extension(resolved), mode=os.RTLD_LOCAL)
+        self.loaded_libraries.add(resolved)
+
+    ops_class.load_library = load_library
 
 
 def _shim_fake_impls():
