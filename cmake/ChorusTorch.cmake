@@ -19,16 +19,16 @@ if(Torch_VERSION VERSION_GREATER_EQUAL 2.10)
   set(CMAKE_CXX_STANDARD 20)
 endif()
 
-# The wheel ships its own fmt (a newer major version) in torch/include; chorus
-# and spdlog use Debian's. A plain -I directory is searched before the -isystem
-# directories of imported targets, so this one decides which fmt is seen.
-get_target_property(_fmt_include fmt::fmt INTERFACE_INCLUDE_DIRECTORIES)
-foreach(_dir IN LISTS _fmt_include)
-  if(EXISTS "${_dir}/fmt/core.h")
-    file(MAKE_DIRECTORY "${PROJECT_BINARY_DIR}/fmt-include")
-    file(CREATE_LINK "${_dir}/fmt" "${PROJECT_BINARY_DIR}/fmt-include/fmt" SYMBOLIC)
-    include_directories(BEFORE "${PROJECT_BINARY_DIR}/fmt-include")
-    break()
+# The wheel ships headers of libraries chorus takes from Debian: fmt (a newer
+# major version; spdlog needs Debian's) and protobuf (google/; the generated
+# gRPC code needs Debian's). A plain -I directory is searched before the
+# -isystem directories of imported targets, so this one decides which is seen.
+set(_system_include "${PROJECT_BINARY_DIR}/system-include")
+foreach(_name IN ITEMS fmt google)
+  if(EXISTS "${TORCH_INSTALL_PREFIX}/include/${_name}" AND EXISTS "/usr/include/${_name}")
+    file(MAKE_DIRECTORY "${_system_include}")
+    file(CREATE_LINK "/usr/include/${_name}" "${_system_include}/${_name}" SYMBOLIC)
+    include_directories(BEFORE "${_system_include}")
   endif()
 endforeach()
 

@@ -7,6 +7,7 @@
 
 #include "chorus/common/logging.h"
 #include "interpreter/src/pyside_api.h"
+#include "interpreter/src/torch_thread_state.h"
 
 namespace chorus::registry {
 namespace {
@@ -79,12 +80,24 @@ int OwnerOf(const void* object) {
   return -1;
 }
 
-void EnterSlot(int slot) { tls_scopes.push_back(slot); }
+namespace {
+
+int Innermost() { return tls_scopes.empty() ? -1 : tls_scopes.back(); }
+
+}  // namespace
+
+void EnterSlot(int slot) {
+  SwitchTorchThreadState(Innermost(), slot);
+  tls_scopes.push_back(slot);
+}
 
 void LeaveSlot(int slot) {
   // Sessions may be moved and so end out of order; remove the innermost entry.
   auto it = std::find(tls_scopes.rbegin(), tls_scopes.rend(), slot);
-  if (it != tls_scopes.rend()) tls_scopes.erase(std::next(it).base());
+  if (it == tls_scopes.rend()) return;
+  const int before = Innermost();
+  tls_scopes.erase(std::next(it).base());
+  SwitchTorchThreadState(before, Innermost());
 }
 
 ThreadScope::ThreadScope(int slot) : slot_(slot) { EnterSlot(slot); }

@@ -36,7 +36,9 @@ int CurrentSlot();
 int OwnerOf(const void* object);
 
 // Marks the calling thread as working in `slot` until destroyed (sessions,
-// Python kernels called from C++). Nests; not copyable; one thread.
+// Python kernels called from C++); when the innermost slot changes, so does
+// the thread's torch state that holds Python objects (torch_thread_state.h).
+// Nests; not copyable; one thread.
 class ThreadScope {
  public:
   explicit ThreadScope(int slot);
