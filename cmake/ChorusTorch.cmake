@@ -12,6 +12,9 @@ endif()
 if(NOT DEFINED CUDAToolkit_ROOT AND EXISTS /usr/local/cuda)
   set(CUDAToolkit_ROOT /usr/local/cuda)
 endif()
+# Protobuf first: torch 2.x's config defines a dummy protobuf::libprotobuf
+# target when none exists, and chorus' gRPC code would then link no protobuf.
+find_package(Protobuf REQUIRED)
 find_package(Torch REQUIRED)
 
 # torch 2.10 and later need C++20 in every file that includes their headers.

@@ -148,8 +148,17 @@ bool DictToIValue(PyObject* dict, c10::IValue* out) {
 
 }  // namespace
 
+namespace {
+thread_local bool tls_within_interpreter = false;  // WithinInterpreterScope
+}  // namespace
+
+WithinInterpreterScope::WithinInterpreterScope(bool within) : previous_(tls_within_interpreter) {
+  tls_within_interpreter = within;
+}
+WithinInterpreterScope::~WithinInterpreterScope() { tls_within_interpreter = previous_; }
+
 at::Tensor CrossingAlias(const at::Tensor& tensor) {
-  if (!tensor.defined()) return tensor;
+  if (!tensor.defined() || tls_within_interpreter) return tensor;
   return Host()->CrossingAlias(tensor);
 }
 

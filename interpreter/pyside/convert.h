@@ -19,8 +19,24 @@
 
 namespace chorus::pyside {
 
-// The alias of `tensor` that may cross into another interpreter or the host.
+// The alias of `tensor` that may cross into another interpreter or the host;
+// `tensor` itself within a WithinInterpreterScope.
 at::Tensor CrossingAlias(const at::Tensor& tensor);
+
+// While alive with `within`, tensors pass this interpreter's boundary as they
+// are: a Python kernel called from its own interpreter sees the caller's very
+// tensors (FakeTensors, wrapped numbers, identity), as torch's own kernels do.
+// Nests; one thread.
+class WithinInterpreterScope {
+ public:
+  explicit WithinInterpreterScope(bool within);
+  ~WithinInterpreterScope();
+  WithinInterpreterScope(const WithinInterpreterScope&) = delete;
+  WithinInterpreterScope& operator=(const WithinInterpreterScope&) = delete;
+
+ private:
+  bool previous_;
+};
 
 // A new reference to the Python equivalent of `value`: None, bool, int, float,
 // str, torch.Tensor, list, tuple, dict (and torch.device, dtype-likes via torch).

@@ -20,25 +20,17 @@
 namespace chorus::pyside {
 namespace {
 
-// Holds a kernel's Python function; runs it under this interpreter's GIL.
-class PythonKernel final : public c10::OperatorKernel {
+// Runs Python kernels: `fn(*args)` under this interpreter's GIL, arguments
+// and results converted as torch's own Python kernels have them.
+class KernelCall {
  public:
-  PythonKernel(PyObject* fn, bool with_keyset) : fn_(fn), with_keyset_(with_keyset) {
-    Py_INCREF(fn_);
-  }
-  ~PythonKernel() override {
-    PyGILState_STATE gil = PyGILState_Ensure();
-    Py_DECREF(fn_);
-    PyGILState_Release(gil);
-  }
+  KernelCall(PyObject* fn, bool with_keyset) : fn_(fn), with_keyset_(with_keyset) {}
 
-  void operator()(const c10::OperatorHandle& op, c10::DispatchKeySet keys,
-                  torch::jit::Stack* stack) {
+  // Pops the operator's arguments from `stack` and pushes its results.
+  // Throws c10::Error with the Python error's message.
+  void Run(const c10::OperatorHandle& op, c10::DispatchKeySet keys, torch::jit::Stack* stack) {
     const c10::FunctionSchema& schema = op.schema();
     std::vector<c10::IValue> inputs = torch::jit::pop(*stack, schema.arguments().size());
-    // The calling thread may be in another interpreter's session: for the
-    // kernel's duration it works in this one (torch's callbacks route here).
-    Host()->EnterSlot(LibrarySlot());
     PyGILState_STATE gil = PyGILState_Ensure();
     std::string error;
     PyObject* result = Invoke(schema, inputs, keys);
@@ -49,7 +41,6 @@ class PythonKernel final : public c10::OperatorKernel {
       Py_DECREF(result);
     }
     PyGILState_Release(gil);
-    Host()->LeaveSlot(LibrarySlot());
     TORCH_CHECK(error.empty(), "Python kernel for ", schema.name(), " failed: ", error);
   }
 
@@ -123,6 +114,12 @@ class PythonKernel final : public c10::OperatorKernel {
           return format;
         }
         default:
+          // A Python number that became a tensor on its way in goes back to
+          // the kernel as the number, as torch's own kernels receive it.
+          if (value.isTensor() && value.toTensor().defined() &&
+              value.toTensor().unsafeGetTensorImpl()->is_wrapped_number()) {
+            return torch::jit::toPyObject(value).release().ptr();
+          }
           return IValueToPython(value);
       }
     } catch (const std::exception& e) {
@@ -189,8 +186,48 @@ class PythonKernel final : public c10::OperatorKernel {
     return value;
   }
 
+  PyObject* fn_;  // borrowed
+  bool with_keyset_;
+};
+
+// A kernel registered from Python, owned by the interpreter that registered it
+// first (the registration `key`, see chorus/_torch_compat.py). Another
+// interpreter that registered its own function for the same key has it run
+// for its own calls, in its own interpreter; other callers' tensors cross.
+class PythonKernel final : public c10::OperatorKernel {
+ public:
+  PythonKernel(PyObject* fn, bool with_keyset, std::string key)
+      : fn_(fn), with_keyset_(with_keyset), key_(std::move(key)) {
+    Py_INCREF(fn_);
+  }
+  ~PythonKernel() override {
+    PyGILState_STATE gil = PyGILState_Ensure();
+    Py_DECREF(fn_);
+    PyGILState_Release(gil);
+  }
+
+  void operator()(const c10::OperatorHandle& op, c10::DispatchKeySet keys,
+                  torch::jit::Stack* stack) {
+    const int caller = Host()->CurrentSlot();
+    if (caller != LibrarySlot() && caller >= 0 && !key_.empty() &&
+        Host()->RunKernelFunction(key_, caller, op, keys, stack)) {
+      return;
+    }
+    // Called from this interpreter, tensors pass as they are; from another
+    // (its session on this thread), they cross, and for the kernel's duration
+    // the thread works in this interpreter (torch's callbacks route here).
+    WithinInterpreterScope within(caller == LibrarySlot());
+    Host()->EnterSlot(LibrarySlot());
+    struct Leave {
+      ~Leave() { Host()->LeaveSlot(LibrarySlot()); }
+    } leave;
+    KernelCall(fn_, with_keyset_).Run(op, keys, stack);
+  }
+
+ private:
   PyObject* fn_;
   bool with_keyset_;
+  std::string key_;
 };
 
 // The libraries this interpreter opened and still holds (GIL-guarded).
@@ -337,9 +374,10 @@ PyObject* LibraryDefine(PyObject* capsule, const char* schema, const char* alias
 namespace {
 
 // `fn` as a kernel: None is a fallthrough.
-torch::CppFunction MakeKernel(PyObject* fn, bool with_keyset) {
+torch::CppFunction MakeKernel(PyObject* fn, bool with_keyset, std::string key = "") {
   if (fn == Py_None) return torch::CppFunction::makeFallthrough();
-  return torch::CppFunction::makeFromBoxedFunctor(std::make_unique<PythonKernel>(fn, with_keyset));
+  return torch::CppFunction::makeFromBoxedFunctor(
+      std::make_unique<PythonKernel>(fn, with_keyset, std::move(key)));
 }
 
 }  // namespace
@@ -367,11 +405,11 @@ PyObject* LibraryReset(PyObject* capsule) {
 }
 
 PyObject* LibraryImpl(PyObject* capsule, const char* name, const char* dispatch_key,
-                      PyObject* fn, bool with_keyset) {
+                      PyObject* fn, bool with_keyset, const char* key) {
   torch::Library* library = Unwrap(capsule);
   if (library == nullptr) return nullptr;
   return TranslatingErrors([&]() -> PyObject* {
-    auto kernel = MakeKernel(fn, with_keyset);
+    auto kernel = MakeKernel(fn, with_keyset, key);
     if (dispatch_key[0] == '\0') {
       library->impl(name, std::move(kernel));
     } else {
@@ -379,6 +417,12 @@ PyObject* LibraryImpl(PyObject* capsule, const char* name, const char* dispatch_
     }
     Py_RETURN_NONE;
   });
+}
+
+void RunPythonKernel(PyObject* fn, bool with_keyset, const c10::OperatorHandle& op,
+                     c10::DispatchKeySet keys, torch::jit::Stack* stack) {
+  WithinInterpreterScope within(true);
+  KernelCall(fn, with_keyset).Run(op, keys, stack);
 }
 
 void CloseAllLibraries() {

@@ -15,6 +15,8 @@
 
 #include <vector>
 
+#include <ATen/core/dispatch/Dispatcher.h>
+
 #include <Python.h>
 
 namespace chorus::pyside {
@@ -34,9 +36,16 @@ PyObject* LibraryDefine(PyObject* library, const char* schema, const char* alias
 
 // Registers Python callable `fn` (None: a fallthrough) as the kernel of
 // operator `name` for `dispatch_key` ("" = the library's key, or all keys);
-// `with_keyset` kernels get the dispatch key set first. Returns None.
+// `with_keyset` kernels get the dispatch key set first. `key` names the
+// registration process-wide: other interpreters' functions for it
+// (HostServices::AddKernelFunction) run their own calls. Returns None.
 PyObject* LibraryImpl(PyObject* library, const char* name, const char* dispatch_key,
-                      PyObject* fn, bool with_keyset);
+                      PyObject* fn, bool with_keyset, const char* key);
+
+// Runs Python kernel function `fn` of this interpreter for a call made in this
+// interpreter (tensors pass as they are). GIL not held. Throws c10::Error.
+void RunPythonKernel(PyObject* fn, bool with_keyset, const c10::OperatorHandle& op,
+                     c10::DispatchKeySet keys, torch::jit::Stack* stack);
 
 // Registers `fn` (None: a fallthrough) as the fallback of `dispatch_key`.
 PyObject* LibraryFallback(PyObject* library, const char* dispatch_key, PyObject* fn,

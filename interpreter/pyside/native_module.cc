@@ -88,13 +88,25 @@ PyObject* LibraryDefineFn(PyObject* /*self*/, PyObject* args) {
 
 PyObject* LibraryImplFn(PyObject* /*self*/, PyObject* args) {
   PyObject *library, *fn;
-  const char *name, *dispatch_key;
+  const char *name, *dispatch_key, *key = "";
   int with_keyset = 0;
-  if (!PyArg_ParseTuple(args, "OssO|p:library_impl", &library, &name, &dispatch_key, &fn,
-                        &with_keyset)) {
+  if (!PyArg_ParseTuple(args, "OssO|ps:library_impl", &library, &name, &dispatch_key, &fn,
+                        &with_keyset, &key)) {
     return nullptr;
   }
-  return LibraryImpl(library, name, dispatch_key, fn, with_keyset != 0);
+  return LibraryImpl(library, name, dispatch_key, fn, with_keyset != 0, key);
+}
+
+PyObject* AddKernelFunction(PyObject* /*self*/, PyObject* args) {
+  PyObject* fn;
+  const char* key;
+  int with_keyset = 0;
+  if (!PyArg_ParseTuple(args, "sO|p:add_kernel_function", &key, &fn, &with_keyset)) {
+    return nullptr;
+  }
+  Py_INCREF(fn);  // kept for the interpreter's life, as the kernel it stands for
+  g_host->AddKernelFunction(key, g_slot, fn, with_keyset != 0);
+  Py_RETURN_NONE;
 }
 
 PyObject* LibraryFallbackFn(PyObject* /*self*/, PyObject* args) {
@@ -112,23 +124,29 @@ PyObject* LibraryResetFn(PyObject* /*self*/, PyObject* library) { return Library
 
 std::atomic<void*> g_autograd_engine{nullptr};
 
-PyObject* BeginTorchInitialization(PyObject* /*self*/, PyObject* /*unused*/) {
-  Py_BEGIN_ALLOW_THREADS  // may wait for another interpreter's torch._C
-  g_host->BeginTorchInitialization();
+PyObject* BeginExclusive(PyObject* /*self*/, PyObject* /*unused*/) {
+  Py_BEGIN_ALLOW_THREADS  // may wait for another interpreter
+  g_host->BeginExclusive();
   Py_END_ALLOW_THREADS
   Py_RETURN_NONE;
 }
 
-PyObject* EndTorchInitialization(PyObject* /*self*/, PyObject* /*unused*/) {
-  g_autograd_engine.store(g_host->EndTorchInitialization(), std::memory_order_release);
+PyObject* EndExclusive(PyObject* /*self*/, PyObject* /*unused*/) {
+  g_host->EndExclusive();
+  Py_RETURN_NONE;
+}
+
+PyObject* TakeAutogradEngine(PyObject* /*self*/, PyObject* /*unused*/) {
+  g_autograd_engine.store(g_host->TakeAutogradEngine(), std::memory_order_release);
   Py_RETURN_NONE;
 }
 
 PyMethodDef kMethods[] = {
-    {"begin_torch_initialization", BeginTorchInitialization, METH_NOARGS,
-     "begin_torch_initialization(): call before torch._C initializes (serializes them)"},
-    {"end_torch_initialization", EndTorchInitialization, METH_NOARGS,
-     "end_torch_initialization(): keep torch._C's autograd engine; route the default"},
+    {"begin_exclusive", BeginExclusive, METH_NOARGS,
+     "begin_exclusive(): wait until no other interpreter is in an exclusive section"},
+    {"end_exclusive", EndExclusive, METH_NOARGS, "end_exclusive(): leave the exclusive section"},
+    {"take_autograd_engine", TakeAutogradEngine, METH_NOARGS,
+     "take_autograd_engine(): keep torch._C's new autograd engine; route the default"},
     {"prepare_extension", PrepareExtension, METH_O,
      "prepare_extension(path) -> path of this interpreter's loaded copy"},
     {"references_python", ReferencesPython, METH_O,
@@ -142,7 +160,10 @@ PyMethodDef kMethods[] = {
     {"library_define", LibraryDefineFn, METH_VARARGS,
      "library_define(library, schema, alias_analysis, tags=()) -> operator name"},
     {"library_impl", LibraryImplFn, METH_VARARGS,
-     "library_impl(library, name, dispatch_key, fn, with_keyset=False): register a kernel"},
+     "library_impl(library, name, dispatch_key, fn, with_keyset=False, key=''): register a kernel"},
+    {"add_kernel_function", AddKernelFunction, METH_VARARGS,
+     "add_kernel_function(key, fn, with_keyset=False): this interpreter's function for a kernel "
+     "another interpreter registered"},
     {"library_fallback", LibraryFallbackFn, METH_VARARGS,
      "library_fallback(library, dispatch_key, fn, with_keyset=False): register a fallback"},
     {"library_reset", LibraryResetFn, METH_O,

@@ -3,6 +3,7 @@
 // statics and thread_locals are per-interpreter.
 #include <Python.h>
 
+#include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/core/ivalue.h>
 #include <torch/version.h>
 #if TORCH_VERSION_MAJOR >= 2
@@ -96,6 +97,11 @@ class PySideImpl final : public PySide {
   void* TorchPyInterpreter() override { return nullptr; }  // torch 1.x routes per tensor itself
 #endif
   void* AutogradEngine() override { return pyside::AutogradEngine(); }
+  void* TorchApiFunction(const c10::OperatorHandle& op) override;
+  void RunKernel(void* fn, bool with_keyset, const c10::OperatorHandle& op,
+                 c10::DispatchKeySet keys, std::vector<c10::IValue>* stack) override {
+    RunPythonKernel(static_cast<PyObject*>(fn), with_keyset, op, keys, stack);
+  }
 
  private:
   struct ActiveCall {
@@ -241,6 +247,31 @@ StatusOr<std::string> PySideImpl::Repr(PyRef* obj) {
   Py_DECREF(repr);
   if (text == nullptr) return FetchPythonError();
   return result;
+}
+
+void* PySideImpl::TorchApiFunction(const c10::OperatorHandle& op) {
+  // torch.ops.<ns>.<name>.<overload>, as torch finds it, once per operator.
+  static auto* cache = new std::unordered_map<std::string, PyObject*>();  // GIL-guarded
+  const c10::OperatorName& name = op.operator_name();
+  const std::string key = name.name + "." + name.overload_name;
+  auto found = cache->find(key);
+  if (found != cache->end()) return found->second;
+  const size_t separator = name.name.find("::");
+  TORCH_CHECK(separator != std::string::npos, "operator without a namespace: ", name.name);
+  PyObject* object = PyImport_ImportModule("torch.ops");
+  for (const std::string& attribute :
+       {name.name.substr(0, separator), name.name.substr(separator + 2),
+        name.overload_name.empty() ? std::string("default") : name.overload_name}) {
+    PyObject* next = object ? PyObject_GetAttrString(object, attribute.c_str()) : nullptr;
+    Py_XDECREF(object);
+    object = next;
+  }
+  if (object == nullptr) {
+    std::string error = FetchPythonError().message();
+    TORCH_CHECK(false, "cannot find torch.ops object for ", key, ": ", error);
+  }
+  cache->emplace(key, object);  // kept: torch keeps its own cached objects too
+  return object;
 }
 
 bool PySideImpl::Interrupt(uint64_t call_token) {

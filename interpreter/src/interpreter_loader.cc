@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <ATen/core/Tensor.h>
+#include <ATen/core/dispatch/Dispatcher.h>
 
 #include <algorithm>
 #include <atomic>
@@ -301,20 +302,23 @@ StatusOr<std::string> InterpreterLoader::PrepareExtension(int slot, const std::s
   return copy.path;
 }
 
-void InterpreterLoader::BeginTorchInitialization() {
-  MutexLock lock(&torch_initialization_mu_);
-  while (torch_initializing_) torch_initialized_.Wait(&torch_initialization_mu_);
-  torch_initializing_ = true;
+void InterpreterLoader::BeginExclusive() {
+  MutexLock lock(&exclusive_mu_);
+  while (exclusive_taken_) exclusive_released_.Wait(&exclusive_mu_);
+  exclusive_taken_ = true;
 }
 
-void* InterpreterLoader::EndTorchInitialization() {
+void InterpreterLoader::EndExclusive() {
+  {
+    MutexLock lock(&exclusive_mu_);
+    exclusive_taken_ = false;
+  }
+  exclusive_released_.Signal();
+}
+
+void* InterpreterLoader::TakeAutogradEngine() {
   void* engine = CurrentDefaultAutogradEngine();
   InstallAutogradEngineRouter();
-  {
-    MutexLock lock(&torch_initialization_mu_);
-    torch_initializing_ = false;
-  }
-  torch_initialized_.Signal();
   return engine;
 }
 
@@ -326,14 +330,41 @@ void InterpreterLoader::EnterSlot(int slot) { registry::EnterSlot(slot); }
 
 void InterpreterLoader::LeaveSlot(int slot) { registry::LeaveSlot(slot); }
 
+int InterpreterLoader::CurrentSlot() { return registry::CurrentSlot(); }
+
 int InterpreterLoader::NewSlot() {
   static std::atomic<int> next{0};
   return next++;
 }
 
+void InterpreterLoader::AddKernelFunction(const std::string& key, int slot, void* fn,
+                                          bool with_keyset) {
+  MutexLock lock(&mu_);
+  kernel_functions_[key][slot] = {fn, with_keyset};
+}
+
+bool InterpreterLoader::RunKernelFunction(const std::string& key, int slot,
+                                          const c10::OperatorHandle& op, c10::DispatchKeySet keys,
+                                          std::vector<c10::IValue>* stack) {
+  KernelFunction function;
+  {
+    MutexLock lock(&mu_);
+    auto functions = kernel_functions_.find(key);
+    if (functions == kernel_functions_.end()) return false;
+    auto own = functions->second.find(slot);
+    if (own == functions->second.end()) return false;
+    function = own->second;
+  }
+  pyside::PySide* side = registry::Get(slot);
+  if (side == nullptr) return false;
+  side->RunKernel(function.fn, function.with_keyset, op, keys, stack);
+  return true;
+}
+
 void InterpreterLoader::ReleaseRegistrations(int slot) {
   {
     MutexLock lock(&mu_);
+    for (auto& [key, functions] : kernel_functions_) functions.erase(slot);
     for (auto it = registrations_.begin(); it != registrations_.end();) {
       it = it->second.owner == slot ? registrations_.erase(it) : std::next(it);
     }

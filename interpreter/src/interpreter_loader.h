@@ -57,11 +57,18 @@ class InterpreterLoader final : public pyside::HostServices {
   bool ReferencesPython(const std::string& path) override;
   StatusOr<bool> ClaimRegistration(const std::string& key, int slot) override CHORUS_EXCLUDES(mu_);
   void CompleteRegistration(const std::string& key, int slot, bool made) override CHORUS_EXCLUDES(mu_);
-  void BeginTorchInitialization() override CHORUS_EXCLUDES(torch_initialization_mu_);
-  void* EndTorchInitialization() override CHORUS_EXCLUDES(torch_initialization_mu_);
+  void AddKernelFunction(const std::string& key, int slot, void* fn, bool with_keyset) override
+      CHORUS_EXCLUDES(mu_);
+  bool RunKernelFunction(const std::string& key, int slot, const c10::OperatorHandle& op,
+                         c10::DispatchKeySet keys, std::vector<c10::IValue>* stack) override
+      CHORUS_EXCLUDES(mu_);
+  void BeginExclusive() override CHORUS_EXCLUDES(exclusive_mu_);
+  void EndExclusive() override CHORUS_EXCLUDES(exclusive_mu_);
+  void* TakeAutogradEngine() override;
   at::Tensor CrossingAlias(const at::Tensor& tensor) override;
   void EnterSlot(int slot) override;
   void LeaveSlot(int slot) override;
+  int CurrentSlot() override;
   // Forgets every registration `slot` owned (its interpreter was finalized,
   // which removed them from the dispatcher).
   void ReleaseRegistrations(int slot) CHORUS_EXCLUDES(mu_);
@@ -110,10 +117,17 @@ class InterpreterLoader final : public pyside::HostServices {
   };
   std::unordered_map<std::string, Registration> registrations_ CHORUS_GUARDED_BY(mu_);
   CondVar registration_made_;  // signalled when a registration is made or freed
-  // Held while one interpreter's torch._C initializes (Begin/EndTorchInitialization).
-  Mutex torch_initialization_mu_;
-  bool torch_initializing_ CHORUS_GUARDED_BY(torch_initialization_mu_) = false;
-  CondVar torch_initialized_;
+  struct KernelFunction {
+    void* fn;  // a PyObject* of its slot
+    bool with_keyset;
+  };
+  // Registration key -> slot -> that slot's own function (AddKernelFunction).
+  std::unordered_map<std::string, std::map<int, KernelFunction>> kernel_functions_
+      CHORUS_GUARDED_BY(mu_);
+  // The exclusive section (Begin/EndExclusive) is taken.
+  Mutex exclusive_mu_;
+  bool exclusive_taken_ CHORUS_GUARDED_BY(exclusive_mu_) = false;
+  CondVar exclusive_released_;
 };
 
 }  // namespace chorus

@@ -284,6 +284,46 @@ _hooks.__enter__()
                          "_mode.__exit__(None, None, None)").ok());
 }
 
+// torch.compile (inductor: C++ kernels built at run time and loaded by file
+// path) in two interpreters at once, each matching eager.
+TEST_F(InterpreterTest, TorchCompileRunsInTwoInterpretersAtOnce) {
+#if TORCH_VERSION_MAJOR < 2
+  GTEST_SKIP() << "torch.compile needs torch 2";
+#endif
+  constexpr char kCompile[] = R"(
+def compiled_matches_eager(seed):
+    torch.manual_seed(seed)
+    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.GELU(), torch.nn.Linear(32, 4))
+    x = torch.randn(8, 16)
+    compiled = torch.compile(model, backend="inductor")
+    with torch.no_grad():
+        return bool(torch.allclose(compiled(x), model(x), atol=1e-5)), float(compiled(x).sum())
+)";
+  std::vector<std::thread> threads;
+  std::vector<Status> statuses(2);
+  std::vector<bool> matches(2, false);
+  for (int i = 0; i < 2; ++i) {
+    threads.emplace_back([&, i] {
+      InterpreterSession session = manager().Acquire(i);
+      statuses[i] = session.Exec(kCompile);
+      if (!statuses[i].ok()) return;
+      StatusOr<Object> run = session.Eval("compiled_matches_eager");
+      StatusOr<Object> out = run.ok() ? run->Call({int64_t{i}}) : run;
+      if (!out.ok()) {
+        statuses[i] = out.status();
+        return;
+      }
+      StatusOr<c10::IValue> value = out->ToIValue();
+      matches[i] = value.ok() && value->toTupleRef().elements()[0].toBool();
+    });
+  }
+  for (auto& thread : threads) thread.join();
+  for (int i = 0; i < 2; ++i) {
+    EXPECT_TRUE(statuses[i].ok()) << "interpreter " << i << ": " << statuses[i].ToString();
+    EXPECT_TRUE(matches[i]) << "interpreter " << i;
+  }
+}
+
 TEST_F(InterpreterTest, ValuesRoundTrip) {
   InterpreterSession session = manager().AcquireOne();
   Object identity = VALUE_OR_FAIL(session.Eval("lambda x: x"));

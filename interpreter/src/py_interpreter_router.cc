@@ -232,6 +232,22 @@ const bool g_hooks_registered = [] {
 
 }  // namespace
 
+// torch 2.14 caches one torch.ops object per operator for the whole process
+// (the first interpreter's), which Python dispatch, the Python dispatcher and
+// Python kernels then use in every interpreter. Every copy of libtorch_python
+// calls torch::detail::getTorchApiFunction through its PLT, and the loader
+// looks in the global scope first: this definition, of the same name, stands
+// in for each copy's and answers with the calling thread's interpreter's object.
+void* TorchApiFunctionOfThisInterpreter(const c10::OperatorHandle& op)
+    __asm__("_ZN5torch6detail19getTorchApiFunctionERKN3c1014OperatorHandleE")
+    __attribute__((visibility("default"), used));
+void* TorchApiFunctionOfThisInterpreter(const c10::OperatorHandle& op) {
+  pyside::PySide* side = registry::Get(registry::CurrentSlot());
+  TORCH_CHECK(side != nullptr, "chorus: torch.ops object of ", op.operator_name().name,
+              " wanted on a thread that works in no interpreter");
+  return side->TorchApiFunction(op);
+}
+
 // torch._C registers its PyInterpreter for Python kernels registered from
 // Python (first registration wins); every copy's call lands here instead.
 bool RegisterTrampolineInterpreter(PyInterpreter* /*copy's own*/)

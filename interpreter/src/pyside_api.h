@@ -22,6 +22,8 @@ class Tensor;
 }  // namespace at
 namespace c10 {
 struct IValue;
+class OperatorHandle;
+class DispatchKeySet;
 }  // namespace c10
 
 namespace chorus::pyside {
@@ -57,13 +59,25 @@ class HostServices {
   // Reports that the owner made registration `key` (or failed to, which
   // frees the key for the next claimant).
   virtual void CompleteRegistration(const std::string& key, int slot, bool made) = 0;
-  // Bracket the initialization of an interpreter's torch._C, which makes its
-  // own copy of torch's Python autograd engine libtorch's process-wide default.
-  // Begin serializes those initializations; End returns that engine (a
+  // Records `slot`'s own Python function (a strong PyObject* reference the
+  // slot keeps) for kernel registration `key`, which another slot made: calls
+  // made in `slot` then run it (RunKernelFunction) instead of crossing.
+  virtual void AddKernelFunction(const std::string& key, int slot, void* fn, bool with_keyset) = 0;
+  // Runs `slot`'s function for kernel registration `key` if it has one
+  // (PySide::RunKernel); false if none. Throws c10::Error from the kernel.
+  virtual bool RunKernelFunction(const std::string& key, int slot, const c10::OperatorHandle& op,
+                                 c10::DispatchKeySet keys, std::vector<c10::IValue>* stack) = 0;
+  // Bracket a section that one interpreter at a time may run, process-wide
+  // (torch._C's initialization, inductor's kernel loading). Begin waits; call
+  // it without holding a GIL. Not re-entrant.
+  virtual void BeginExclusive() = 0;
+  virtual void EndExclusive() = 0;
+  // Right after an interpreter's torch._C initialized (which makes its own
+  // copy of torch's Python autograd engine libtorch's process-wide default,
+  // inside an exclusive section): returns that engine (a
   // torch::autograd::Engine*) and points the default back at chorus' router,
   // which picks the engine of the interpreter the calling thread works in.
-  virtual void BeginTorchInitialization() = 0;
-  virtual void* EndTorchInitialization() = 0;
+  virtual void* TakeAutogradEngine() = 0;
   // The tensor an interpreter receives for `tensor` crossing the boundary
   // (either way): a new TensorImpl over the same memory, sharing the version
   // counter, with no autograd history, and (torch 2.x) its own StorageImpl,
@@ -74,6 +88,8 @@ class HostServices {
   // the matching LeaveSlot.
   virtual void EnterSlot(int slot) = 0;
   virtual void LeaveSlot(int slot) = 0;
+  // The slot the calling thread works in now, or -1.
+  virtual int CurrentSlot() = 0;
 };
 
 struct StartOptions {
@@ -136,6 +152,14 @@ class PySide {
   // Any thread: this interpreter's torch PyInterpreter (its copy of
   // torch::getPyInterpreter(), a c10::impl::PyInterpreter*).
   virtual void* TorchPyInterpreter() = 0;
+  // GIL not held. Runs this interpreter's Python kernel function `fn` (from
+  // AddKernelFunction) for a call made in this interpreter. Throws c10::Error.
+  virtual void RunKernel(void* fn, bool with_keyset, const c10::OperatorHandle& op,
+                         c10::DispatchKeySet keys, std::vector<c10::IValue>* stack) = 0;
+  // GIL. This interpreter's torch.ops object for operator `op`
+  // (torch::detail::getTorchApiFunction's answer for this interpreter), a
+  // borrowed PyObject* kept for the interpreter's life. Throws c10::Error.
+  virtual void* TorchApiFunction(const c10::OperatorHandle& op) = 0;
   // Any thread: this interpreter's autograd engine (its copy of torch's
   // PythonEngine, as a torch::autograd::Engine*).
   virtual void* AutogradEngine() = 0;

@@ -100,6 +100,8 @@ at::Tensor CrossingAlias(const at::Tensor& tensor) {
   auto alias = c10::make_intrusive<c10::TensorImpl>(OwnStorageOver(tensor.storage()), keys,
                                                     tensor.dtype());
   alias->set_sizes_and_strides(tensor.sizes(), tensor.strides(), tensor.storage_offset());
+  // A Python scalar that became a tensor takes no part in type promotion.
+  if (impl->is_wrapped_number()) alias->set_wrapped_number(true);
   if (!tensor.is_inference()) alias->set_version_counter(impl->version_counter());
   return at::Tensor(std::move(alias));
 }

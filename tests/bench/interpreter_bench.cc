@@ -5,7 +5,9 @@
 //   N interpreters, each on its own thread (chorus);
 //   one interpreter shared by N threads (plain embedded Python: the GIL).
 // pure_python is a CPU-bound Python loop; small_torch a batch-1 4-layer MLP
-// forward (intra-op threads fixed at 1, so the only parallelism is ours).
+// forward; compiled_model the same MLP under torch.compile (inductor, its C++
+// kernels built once per interpreter before measuring; torch 2.x only).
+// Intra-op threads are fixed at 1, so the only parallelism is ours.
 // Start-up time and memory are measured in child processes (this binary with
 // --startup-child), one interpreter against N.
 #include <ATen/ATen.h>
@@ -55,6 +57,25 @@ _mlp = torch.nn.Sequential(
 def small_torch(x):
     with torch.no_grad():
         return _mlp(x)
+)";
+
+const char kCompiledModelSetup[] = R"(
+import torch
+torch.manual_seed(0)
+_compiled_mlp = torch.nn.Sequential(
+    torch.nn.Linear(64, 256), torch.nn.ReLU(),
+    torch.nn.Linear(256, 256), torch.nn.ReLU(),
+    torch.nn.Linear(256, 256), torch.nn.ReLU(),
+    torch.nn.Linear(256, 10)).eval()
+_compiled = torch.compile(_compiled_mlp, backend="inductor")
+
+def compiled_model(x):
+    with torch.no_grad():
+        return _compiled(x)
+
+with torch.no_grad():  # compile now, not while measuring; and check it against eager
+    _x = torch.randn(1, 64)
+    assert torch.allclose(compiled_model(_x), _compiled_mlp(_x), atol=1e-5)
 )";
 
 // Calls per second with `threads` threads, thread t using interpreter
@@ -169,7 +190,8 @@ void PrintTable(const nlohmann::json& r) {
               static_cast<int>(std::thread::hardware_concurrency()));
   std::printf("%-13s %16s %16s %20s %10s %10s\n", "workload", "1 interp calls/s",
               "N interps calls/s", "1 interp N thr calls/s", "vs 1", "vs threads");
-  for (const char* name : {"pure_python", "small_torch"}) {
+  for (const char* name : {"pure_python", "small_torch", "compiled_model"}) {
+    if (!r.contains(name)) continue;
     const auto& w = r[name];
     std::printf("%-13s %16.1f %16.1f %20.1f %9.2fx %9.2fx\n", name,
                 w["calls_per_s"]["one_interpreter"].get<double>(),
@@ -230,8 +252,20 @@ int main(int argc, char** argv) {
   result["rounds"] = rounds;
   Workload pure{"pure_python", kPurePythonSetup, "pure_python", {int64_t{20000}}};
   Workload torch{"small_torch", kSmallTorchSetup, "small_torch", {at::randn({1, 64})}};
+  {
+    InterpreterSession session = (*manager)->Acquire(0);
+    for (const auto& [key, expression] :
+         {std::pair("torch_version", "__import__('torch').__version__"),
+          std::pair("python_version", "__import__('platform').python_version()")}) {
+      result[key] = (*session.Eval(expression)).ToIValue()->toStringRef();
+    }
+  }
   result["pure_python"] = MeasureWorkload(**manager, pure, n, rounds, seconds);
   result["small_torch"] = MeasureWorkload(**manager, torch, n, rounds, seconds);
+  if (result["torch_version"].get<std::string>()[0] != '1') {
+    Workload compiled{"compiled_model", kCompiledModelSetup, "compiled_model", {at::randn({1, 64})}};
+    result["compiled_model"] = MeasureWorkload(**manager, compiled, n, rounds, seconds);
+  }
   manager->reset();
   char self[4096] = {0};
   if (readlink("/proc/self/exe", self, sizeof(self) - 1) <= 0) return 1;

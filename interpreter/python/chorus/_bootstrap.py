@@ -34,13 +34,15 @@ def _create_private_module(loader, spec):
     # default (one interpreter's torch._C at a time).
     initializes_torch = spec.name == "torch._C"
     if initializes_torch:
-        _chorus.begin_torch_initialization()
+        _chorus.begin_exclusive()
     try:
         module = _imp.create_dynamic(private_spec)
+        if initializes_torch:
+            _chorus.take_autograd_engine()
     finally:
         sys.setdlopenflags(flags)
         if initializes_torch:
-            _chorus.end_torch_initialization()
+            _chorus.end_exclusive()
     # Single-phase modules record the file they were loaded from; report the
     # real one, as the stock loader does.
     module.__file__ = loader.path

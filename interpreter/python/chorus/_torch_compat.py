@@ -18,20 +18,18 @@ import sys
 
 import _chorus
 
-_SHIMMED_MODULE = "torch.library"
-
-
 def install_import_hook():
-    """Applies the shims the moment torch.library is imported, before torch uses it."""
-    sys.meta_path.insert(0, _TorchLibraryHook)
+    """Applies each shim the moment its module is imported, before torch uses it."""
+    sys.meta_path.insert(0, _PostImportHook)
 
 
-class _TorchLibraryHook:
-    """Finds torch.library with the normal finders and shims it after it executes."""
+class _PostImportHook:
+    """Finds the shimmed modules with the normal finders and shims each after it executes."""
 
     @classmethod
     def find_spec(cls, name, path=None, target=None):
-        if name != _SHIMMED_MODULE:
+        shim = _SHIMS.get(name)
+        if shim is None:
             return None
         for finder in sys.meta_path:
             if finder is not cls and hasattr(finder, "find_spec"):
@@ -44,8 +42,10 @@ class _TorchLibraryHook:
 
         def exec_module(module):
             original_exec(module)
-            _shim_library(module)
-            sys.meta_path.remove(cls)  # done for good
+            shim(module)
+            del _SHIMS[name]
+            if not _SHIMS:
+                sys.meta_path.remove(cls)  # done for good
 
         spec.loader.exec_module = exec_module
         return spec
@@ -56,7 +56,6 @@ def _shim_library(library):
 
     Library = library.Library
     original_define = Library.define
-    original_impl = Library.impl
 
     # Shim 1: dispatcher libraries are created by chorus, not by torch._C, so
     # that each interpreter's registrations are removed when it is finalized
@@ -80,20 +79,10 @@ def _shim_library(library):
                 return parsed.name
             return original_define(self, schema, alias_analysis, **options)
 
-    # Shim 3: a kernel for an (operator, dispatch key) is registered once per
-    # process; another interpreter registering it again would override the
-    # first ("Overriding a previously registered kernel"). The first stays,
-    # and every interpreter's calls reach it (shim 1).
-    def impl(self, op_name, fn, dispatch_key="", **options):
-        name = op_name if isinstance(op_name, str) else _overload_name(op_name)
-        key = "%s/%s/%s" % (self.ns, name.split("::")[-1], dispatch_key or self.dispatch_key)
-        with _claim("impl:" + key) as owner:
-            if owner:
-                original_impl(self, op_name, fn, dispatch_key, **options)
-
     torch._C._dispatch_library = _dispatch_library
     Library.define = define
-    Library.impl = impl
+    if torch.__version__.startswith("1."):
+        _skip_impls_of_others(Library)
     _shim_fake_impls()
     _shim_load_library()
 
@@ -123,6 +112,27 @@ def _shim_load_library():
         self.loaded_libraries.add(resolved)
 
     ops_class.load_library = load_library
+
+
+def _skip_impls_of_others(Library):
+    """torch 1.x: an interpreter that does not own a kernel skips Library.impl.
+
+    torch 1.x's Library.impl reads the dispatcher's state (_dispatch_dump)
+    without its lock, which races with another interpreter registering, so
+    only the owner runs it (and torch 1.x has no per-interpreter kernels to
+    keep: its Python kernels are meta kernels, the same in every interpreter).
+    """
+    original_impl = Library.impl
+
+    def impl(self, op_name, fn, dispatch_key=""):
+        name = op_name if isinstance(op_name, str) else op_name._schema.name + (
+            "." + op_name._schema.overload_name if op_name._schema.overload_name else "")
+        key = "impl:%s/%s/%s" % (self.ns, name.split("::")[-1], dispatch_key or self.dispatch_key)
+        with _claim(key) as owner:
+            if owner:
+                original_impl(self, op_name, fn, dispatch_key)
+
+    Library.impl = impl
 
 
 def _shim_fake_impls():
@@ -166,23 +176,33 @@ def _claim(key):
             _chorus.complete_registration(key, made)
 
 
-def _overload_name(op):
-    name = op._schema.name
-    return name + "." + op._schema.overload_name if op._schema.overload_name else name
-
-
 class _DispatchLibrary:
     """Stands in for torch._C._DispatchModule: a dispatcher library owned by chorus."""
 
     def __init__(self, kind, ns, dispatch_key, file, line):
         self._handle = _chorus.open_library(kind, ns, dispatch_key, file, line)
+        self._ns = ns
+        self._dispatch_key = dispatch_key
 
     def define(self, schema, alias_analysis="", tags=()):
         return _chorus.library_define(self._handle, schema, alias_analysis,
                                       [int(tag) for tag in tags])
 
+    # Shim 3: a kernel for an (operator, dispatch key) is registered once per
+    # process; another interpreter registering it again would override the
+    # first ("Overriding a previously registered kernel"). The first stays in
+    # the dispatcher; every other interpreter that registers the same key
+    # hands chorus its own function, which runs its own calls (no tensor
+    # crosses); calls from interpreters without one reach the first's.
     def impl(self, name, dispatch_key, fn, with_keyset=False):
-        _chorus.library_impl(self._handle, name, dispatch_key, _kernel(fn), with_keyset)
+        op = name.split("::")[-1]
+        key = "impl:%s/%s/%s" % (self._ns, op, dispatch_key or self._dispatch_key)
+        with _claim(key) as owner:
+            if owner:
+                _chorus.library_impl(self._handle, name, dispatch_key, _kernel(fn), with_keyset,
+                                     key)
+            elif _kernel(fn) is not None:
+                _chorus.add_kernel_function(key, fn, with_keyset)
 
     def fallback(self, dispatch_key, fn, with_keyset=False):
         _chorus.library_fallback(self._handle, dispatch_key, _kernel(fn), with_keyset)
@@ -199,3 +219,36 @@ def _kernel(fn):
     import torch.library
 
     return None if fn is getattr(torch.library, "fallthrough_kernel", object()) else fn
+
+
+def _shim_inductor_codecache(codecache):
+    """Shim 6: torch.compile's C++ kernels (inductor).
+
+    Inductor hands each compiled kernel module a function address of this
+    interpreter's torch through a process-wide environment variable, read
+    when the module initializes: set, then load. Two interpreters doing that
+    at once could each load the other's address. chorus makes each
+    set-and-load one step for the process. The module itself is this
+    interpreter's private copy (chorus._bootstrap), even when two
+    interpreters compiled the same kernel to the same file.
+    """
+    bindings = getattr(codecache, "CppPythonBindingsCodeCache", None)
+    load = getattr(bindings, "__dict__", {}).get("_load_library_inner")
+    if not isinstance(load, classmethod):
+        return
+    original = load.__func__
+
+    def _load_library_inner(cls, *args, **kwargs):
+        _chorus.begin_exclusive()
+        try:
+            return original(cls, *args, **kwargs)
+        finally:
+            _chorus.end_exclusive()
+
+    bindings._load_library_inner = classmethod(_load_library_inner)
+
+
+_SHIMS = {
+    "torch.library": _shim_library,
+    "torch._inductor.codecache": _shim_inductor_codecache,
+}
