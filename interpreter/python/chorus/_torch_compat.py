@@ -6,8 +6,9 @@ kernels, decompositions). All interpreters share libtorch, so all of them
 register into the one c10 dispatcher. Stock torch assumes it is alone; each
 shim below says which assumption it repairs. Ownership of a registration is
 decided process-wide by the host (`_chorus.claim_registration`): the first
-interpreter to make a registration owns it, and the others skip theirs, so no
-kernel is overridden and each stays with the interpreter that registered it.
+interpreter to make a registration owns it, and the others do not repeat it in
+the dispatcher, so no kernel is overridden (their own kernel functions still
+run their own calls, shim 3).
 
 This is the only place chorus changes torch's behaviour.
 """
@@ -17,6 +18,7 @@ import os
 import sys
 
 import _chorus
+
 
 def install_import_hook():
     """Applies each shim the moment its module is imported, before torch uses it."""
