@@ -1,50 +1,67 @@
 # chorus: the two commands are `make demo` and `make test` (see README.md).
 #
-#   make deps          install missing Debian packages (quiet when all present)
+#   make deps          install missing Debian packages and create the venv with the
+#                      pinned torch (tools/requirements/torch-$(TORCH).txt); quiet
+#                      when all is present
 #   make build         configure and build (build/)
-#   make test          deps + build + every test through CTest, then the
-#                      sanitizer build of the torch-free core (build-asan/)
+#   make test          deps + build + every test through CTest, the sanitizer
+#                      build of the torch-free core (build-asan/), clang's
+#                      thread-safety analysis, and test-other-torch
 #   make demo          deps + build + the main job
 #   make bench         deps + build + the benchmark suite -> build/bench/suite.{json,md},
 #                      build/bench/suite_{throughput,memory}.png (about 14 minutes)
 #   make bench-check   make bench, then its ratios against tests/bench/suite/baseline.json
 #   make bench-NAME    deps + build + benchmark NAME -> build/bench/NAME.json
-#   make test-torch2   the interpreter core built against pip's torch 2.x, each
-#                      of TORCH2_VERSIONS (tools/requirements/torch-V.txt, a venv
-#                      made by tools/make-venv.sh) in build-torchV/, and its tests
+#   make test-other-torch  the interpreter core built against each of
+#                      OTHER_TORCH_VERSIONS (a venv per version, as for the default)
+#                      in build-torchV/, and its tests
 #
-# PYTHON pins the Python chorus embeds (it must import torch); any installed
-# torch works: PYTHON=/path/to/venv/bin/python builds against that venv's.
+# PYTHON pins the Python chorus embeds (it must import torch). By default it is
+# the venv that tools/make-venv.sh makes (once, in ~/.cache/chorus/venvs) from
+# tools/requirements/torch-$(TORCH).txt; any other torch works:
+# PYTHON=/path/to/venv/bin/python builds against that venv's.
 
-PYTHON ?= /usr/bin/python3
+# The newest torch served with its torchvision; and the GPU machine's.
+TORCH ?= 2.14
+OTHER_TORCH_VERSIONS ?= 2.11
+ifeq ($(origin PYTHON), undefined)
+# Evaluated once, when first needed (after `deps` has installed python3-venv).
+PYTHON = $(eval PYTHON := $(shell tools/make-venv.sh tools/requirements/torch-$(TORCH).txt))$(PYTHON)
+endif
 BUILD ?= build
 ASAN_BUILD ?= build-asan
-# The newest torch served with its torchvision, and the GPU machine's.
-TORCH2_VERSIONS ?= 2.14 2.11
 JOBS ?= $(shell nproc)
 CMAKE ?= cmake
 CTEST_ARGS ?=
 
-.PHONY: all deps configure build test test-core test-asan test-torch2 demo bench bench-check clean format
+.PHONY: all deps print-python configure build test test-core test-asan check-thread-safety test-other-torch demo bench bench-check clean format
 
 all: build
 
 deps:
 	@tools/install-deps.sh
+	@test -x "$(PYTHON)" || { echo "make: no Python with torch (PYTHON=$(PYTHON))" >&2; exit 1; }
 
+# A build tree configured for another Python is configured afresh (torch's
+# cached library paths would otherwise mix two torches).
 configure: deps
+	@if [ -f $(BUILD)/CMakeCache.txt ] && \
+	    ! grep -qxF "CHORUS_PYTHON:FILEPATH=$(PYTHON)" $(BUILD)/CMakeCache.txt; then \
+	  echo "make: $(BUILD)/ was configured for another Python; configuring afresh"; \
+	  rm -f $(BUILD)/CMakeCache.txt; \
+	fi
 	@$(CMAKE) -S . -B $(BUILD) -G Ninja -DCHORUS_PYTHON=$(PYTHON) >/dev/null
 
 build: configure
 	@$(CMAKE) --build $(BUILD) -j $(JOBS)
 
-test: build test-asan test-torch2
+test: build test-asan check-thread-safety test-other-torch
 	cd $(BUILD) && ctest --output-on-failure -j 1 $(CTEST_ARGS)
 
-# torch 2.x (pip wheels): PyObject routing, per-interpreter storages, the
-# copies' static registrations. The interpreter core and its tests for now.
-test-torch2: deps
-	@for version in $(TORCH2_VERSIONS); do \
+# The other supported torch versions: the interpreter core (where the
+# torch-version specific code is) and its tests.
+test-other-torch: deps
+	@for version in $(OTHER_TORCH_VERSIONS); do \
 	  python=$$(tools/make-venv.sh tools/requirements/torch-$$version.txt) && \
 	  $(CMAKE) -S . -B build-torch$$version -G Ninja -DCHORUS_PYTHON=$$python >/dev/null && \
 	  $(CMAKE) --build build-torch$$version -j $(JOBS) --target libcache_test interpreter_test && \
@@ -56,17 +73,17 @@ test-torch2: deps
 # AddressSanitizer, LeakSanitizer and UBSan, built with clang so that the
 # thread-safety annotations are checked too.
 test-asan: configure
-	@$(CMAKE) -S . -B $(ASAN_BUILD) -G Ninja -DCHORUS_CORE_ONLY=ON \
+	@$(CMAKE) -S . -B $(ASAN_BUILD) -G Ninja -DCHORUS_CORE_ONLY=ON -DCHORUS_PYTHON=$(PYTHON) \
 	  -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_C_COMPILER=clang \
 	  -DCHORUS_SANITIZE=address,undefined -DCMAKE_BUILD_TYPE=Debug >/dev/null
 	@$(CMAKE) --build $(ASAN_BUILD) -j $(JOBS)
 	cd $(ASAN_BUILD) && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=halt_on_error=1 \
 	  ctest --output-on-failure -L core
-	@for f in interpreter/src/watchdog.cc interpreter/src/interpreter_loader.cc; do \
-	  clang++ -std=c++17 -fsyntax-only -Wthread-safety -Werror=thread-safety -I. \
-	    -Icommon/include -Iinterpreter/include -I$(BUILD)/generated \
-	    -isystem /usr/include/torch/csrc/api/include $$f || exit 1; \
-	done
+
+# clang's thread-safety analysis over every file with lock annotations, with
+# the main build's flags (the torch-free core is also compiled by clang above).
+check-thread-safety: build
+	@$(PYTHON) tools/check_thread_safety.py $(BUILD)
 
 demo: build
 	@CHORUS_PYTHON=$(PYTHON) tools/demo.sh $(BUILD)
@@ -82,8 +99,12 @@ bench-check: bench
 bench-%: build
 	@$(BUILD)/bin/bench_$* --out $(BUILD)/bench/$*.json
 
+# The Python the build embeds (for running chorus' Python tools and examples).
+print-python: deps
+	@echo $(PYTHON)
+
 format:
 	@git ls-files '*.cc' '*.h' | xargs clang-format -i
 
 clean:
-	rm -rf $(BUILD) $(ASAN_BUILD) build-torch2.*
+	rm -rf $(BUILD) $(ASAN_BUILD) build-torch*

@@ -1,6 +1,12 @@
 # Facts about the Python that chorus embeds. CHORUS_PYTHON pins it (the Makefile
-# passes PYTHON); everything else is asked of that Python.
-set(CHORUS_PYTHON "/usr/bin/python3" CACHE FILEPATH "Python that imports torch; chorus embeds it")
+# passes PYTHON, by default the venv `make deps` makes); everything else is
+# asked of that Python, including where its torch is (cmake/ChorusTorch.cmake).
+set(CHORUS_PYTHON "" CACHE FILEPATH "Python that imports torch; chorus embeds it")
+if(NOT CHORUS_PYTHON)
+  message(FATAL_ERROR "CHORUS_PYTHON is not set. `make deps` creates a venv with the pinned "
+    "torch; or pass -DCHORUS_PYTHON=/path/to/venv/bin/python (a venv of Debian's "
+    "/usr/bin/python3 with torch installed).")
+endif()
 
 execute_process(
   COMMAND "${CHORUS_PYTHON}" "${PROJECT_SOURCE_DIR}/tools/python_facts.py"

@@ -1,6 +1,5 @@
-# Finds the torch that CHORUS_PYTHON imports (a pip wheel in chorus' venv, or
-# any other installed torch) and adapts the build to it.
-set(CHORUS_PYTHON "/usr/bin/python3" CACHE FILEPATH "Python that imports torch; chorus embeds it")
+# Finds the torch that CHORUS_PYTHON (cmake/ChorusPython.cmake) imports, a pip
+# wheel in chorus' venv or any other installed torch, and adapts the build to it.
 execute_process(
   COMMAND "${CHORUS_PYTHON}" -c "import torch.utils; print(torch.utils.cmake_prefix_path)"
   OUTPUT_VARIABLE _torch_prefix OUTPUT_STRIP_TRAILING_WHITESPACE

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # make demo: package the example MLP, serve it with chorus-server on loopback,
 # call it with chorus-client (one request, then 32 at once), show the metrics,
-# and stop the server with SIGTERM. Usage: tools/demo.sh BUILD_DIR
+# and stop the server with SIGTERM. Usage: CHORUS_PYTHON=PY tools/demo.sh BUILD_DIR
+# (PY: the Python the build embeds, `make -s print-python`).
 set -euo pipefail
+python="${CHORUS_PYTHON:?set CHORUS_PYTHON to the Python the build embeds}"
 build=$(realpath "$1")
 root=$(cd "$(dirname "$0")/.." && pwd)
 work="$build/demo"
@@ -39,7 +41,7 @@ step "3. chorus-client list / metadata / infer"
 "${client[@]}" infer mlp --input 'x=[[0.5, -1.0, 2.0, 0.0, 1.5, -0.5, 0.25, 1.0, -2.0, 0.0, 0.5, 1.0, -1.0, 2.0, 0.0, 0.75]]'
 
 step "4. 32 concurrent single-sample requests (dynamic batching)"
-/usr/bin/env "${CHORUS_PYTHON:-/usr/bin/python3}" - "127.0.0.1:$port" <<'PY'
+"$python" - "127.0.0.1:$port" <<'PY'
 import sys
 from concurrent.futures import ThreadPoolExecutor
 import numpy as np
@@ -52,7 +54,7 @@ print(f"32 answers, first: {np.round(outputs[0], 4).tolist()}")
 PY
 
 step "5. metrics excerpt (http://127.0.0.1:$metrics/metrics)"
-/usr/bin/env "${CHORUS_PYTHON:-/usr/bin/python3}" -c "
+"$python" -c "
 import urllib.request
 text = urllib.request.urlopen('http://127.0.0.1:$metrics/metrics').read().decode()
 for line in text.splitlines():

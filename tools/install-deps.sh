@@ -1,20 +1,19 @@
 #!/usr/bin/env bash
 # Installs the Debian 12 packages chorus needs. Idempotent: prints nothing and
-# touches nothing when every package is already present.
+# touches nothing when every package is already present. torch and the Python
+# packages come from PyPI into a venv (tools/make-venv.sh, run by `make deps`).
 set -euo pipefail
 
 packages=(
   # toolchain
   build-essential cmake ninja-build ccache pkg-config clang lld libclang-rt-14-dev zip unzip
-  # embedded Python and torch (the pinned interpreter is /usr/bin/python3)
-  python3-dev python3-venv python3-numpy python3-torch python3-torchvision python3-matplotlib libtorch-dev pybind11-dev
+  # the embedded Python: Debian's /usr/bin/python3 (a shared libpython), base of the venv
+  python3-dev python3-venv
   # packages, RPC and their tools
   libzip-dev libssl-dev zlib1g-dev libgloo-dev libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc
   # C++ libraries
   libgtest-dev libgmock-dev libbenchmark-dev libcli11-dev nlohmann-json3-dev
   libfmt-dev libspdlog-dev libcpp-httplib-dev
-  # Python tools and test clients
-  python3-pytest python3-grpcio python3-protobuf python3-matplotlib
 )
 
 missing=()

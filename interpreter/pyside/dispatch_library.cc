@@ -4,7 +4,6 @@
 #include <torch/csrc/jit/python/pybind_utils.h>
 #include <torch/csrc/utils/tensor_memoryformats.h>
 #include <torch/library.h>
-#include <torch/version.h>
 
 #include <memory>
 #include <set>
@@ -82,7 +81,8 @@ class KernelCall {
     for (size_t i = kwarg_start; ok && i < arguments.size(); ++i) {
       if (is_default(i)) continue;
       PyObject* value = ArgumentToPython(arguments[i], inputs[i]);
-      ok = value != nullptr && PyDict_SetItemString(kwargs, arguments[i].name().c_str(), value) == 0;
+      ok =
+          value != nullptr && PyDict_SetItemString(kwargs, arguments[i].name().c_str(), value) == 0;
       Py_XDECREF(value);
     }
     PyObject* result = ok ? PyObject_Call(fn_, args, kwargs) : nullptr;
@@ -98,8 +98,7 @@ class KernelCall {
     try {
       switch (type->kind()) {
         case c10::TypeKind::ScalarTypeType: {
-          PyObject* dtype =
-              reinterpret_cast<PyObject*>(torch::getTHPDtype(value.toScalarType()));
+          PyObject* dtype = reinterpret_cast<PyObject*>(torch::getTHPDtype(value.toScalarType()));
           Py_INCREF(dtype);
           return dtype;
         }
@@ -145,7 +144,8 @@ class KernelCall {
       if (returns.size() == 1) {
         items.push_back(out);
       } else {
-        for (auto item : pybind11::reinterpret_borrow<pybind11::sequence>(out)) items.push_back(item);
+        for (auto item : pybind11::reinterpret_borrow<pybind11::sequence>(out))
+          items.push_back(item);
         if (items.size() != returns.size()) return "returned the wrong number of outputs";
       }
       for (size_t i = 0; i < returns.size(); ++i) {
@@ -171,7 +171,8 @@ class KernelCall {
     if (info == nullptr || !info->isWrite()) return nullptr;
     for (size_t i = 0; i < schema.arguments().size(); ++i) {
       const c10::AliasInfo* in = schema.arguments()[i].alias_info();
-      if (in != nullptr && in->isWrite() && in->beforeSets() == info->beforeSets()) return &inputs[i];
+      if (in != nullptr && in->isWrite() && in->beforeSets() == info->beforeSets())
+        return &inputs[i];
     }
     return nullptr;
   }
@@ -319,8 +320,8 @@ PyObject* TranslatingExceptions(Body&& body) {
 
 }  // namespace
 
-PyObject* OpenLibrary(const char* kind, const char* ns, const char* dispatch_key,
-                      const char* file, int line) {
+PyObject* OpenLibrary(const char* kind, const char* ns, const char* dispatch_key, const char* file,
+                      int line) {
   return TranslatingErrors([&]() -> PyObject* {
     const std::string kind_name = kind;
     torch::Library::Kind library_kind;
@@ -360,13 +361,9 @@ PyObject* LibraryDefine(PyObject* capsule, const char* schema, const char* alias
     }
     c10::FunctionSchema parsed = torch::schema(schema, kind);
     std::string name = parsed.name();
-#if TORCH_VERSION_MAJOR >= 2
     std::vector<at::Tag> typed_tags;
     for (int tag : tags) typed_tags.push_back(static_cast<at::Tag>(tag));
     library->def(std::move(parsed), typed_tags, torch::_RegisterOrVerify::REGISTER);
-#else
-    library->def(std::move(parsed));
-#endif
     return PyUnicode_FromString(name.c_str());
   });
 }
@@ -404,8 +401,8 @@ PyObject* LibraryReset(PyObject* capsule) {
   Py_RETURN_NONE;
 }
 
-PyObject* LibraryImpl(PyObject* capsule, const char* name, const char* dispatch_key,
-                      PyObject* fn, bool with_keyset, const char* key) {
+PyObject* LibraryImpl(PyObject* capsule, const char* name, const char* dispatch_key, PyObject* fn,
+                      bool with_keyset, const char* key) {
   torch::Library* library = Unwrap(capsule);
   if (library == nullptr) return nullptr;
   return TranslatingErrors([&]() -> PyObject* {

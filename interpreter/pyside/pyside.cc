@@ -5,19 +5,16 @@
 
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/core/ivalue.h>
-#include <torch/version.h>
-#if TORCH_VERSION_MAJOR >= 2
 #include <torch/csrc/PyInterpreter.h>
-#endif
 
 #include <string>
 #include <unordered_map>
 #include <vector>
 
 #include "interpreter/pyside/convert.h"
+#include "interpreter/pyside/dispatch_library.h"
 #include "interpreter/pyside/native_module.h"
 #include "interpreter/pyside/python_error.h"
-#include "interpreter/pyside/dispatch_library.h"
 #include "interpreter/src/pyside_api.h"
 
 namespace chorus::pyside {
@@ -67,8 +64,8 @@ class PySideImpl final : public PySide {
   StatusOr<PyRef*> GetAttr(PyRef* obj, const std::string& name) override {
     return Result(PyObject_GetAttrString(Raw(obj), name.c_str()));
   }
-  StatusOr<PyRef*> Call(PyRef* callable, const std::vector<c10::IValue>& args,
-                        const Kwargs& kwargs, uint64_t call_token) override;
+  StatusOr<PyRef*> Call(PyRef* callable, const std::vector<c10::IValue>& args, const Kwargs& kwargs,
+                        uint64_t call_token) override;
   StatusOr<PyRef*> CallObjects(PyRef* callable, const std::vector<PyRef*>& args) override;
   Status Exec(const std::string& code) override;
   StatusOr<PyRef*> Eval(const std::string& expression) override;
@@ -87,15 +84,10 @@ class PySideImpl final : public PySide {
   // In a session now, or a thread Python itself runs (not one merely keeping
   // a retained thread state between sessions).
   bool ThreadAttached() override {
-    return !tls_gil_states.empty() ||
-           (!tls_retained && PyGILState_GetThisThreadState() != nullptr);
+    return !tls_gil_states.empty() || (!tls_retained && PyGILState_GetThisThreadState() != nullptr);
   }
   const void* TypeType() override { return &PyType_Type; }
-#if TORCH_VERSION_MAJOR >= 2
   void* TorchPyInterpreter() override { return getPyInterpreter(); }
-#else
-  void* TorchPyInterpreter() override { return nullptr; }  // torch 1.x routes per tensor itself
-#endif
   void* AutogradEngine() override { return pyside::AutogradEngine(); }
   void* TorchApiFunction(const c10::OperatorHandle& op) override;
   void RunKernel(void* fn, bool with_keyset, const c10::OperatorHandle& op,
@@ -133,8 +125,8 @@ Status PySideImpl::Start(const StartOptions& options) {
   config.install_signal_handlers = 0;  // signals belong to the host process
   config.site_import = 0;              // site runs after the import hook is in place
   config.parse_argv = 0;
-  PyStatus status = PyConfig_SetBytesString(&config, &config.program_name,
-                                            options.program_name.c_str());
+  PyStatus status =
+      PyConfig_SetBytesString(&config, &config.program_name, options.program_name.c_str());
   if (!PyStatus_Exception(status)) status = Py_InitializeFromConfig(&config);
   PyConfig_Clear(&config);
   if (PyStatus_Exception(status)) {

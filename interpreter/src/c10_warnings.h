@@ -5,7 +5,6 @@
 #define CHORUS_INTERPRETER_C10_WARNINGS_H_
 
 #include <c10/util/Exception.h>
-#include <torch/version.h>
 
 #include <string>
 
@@ -17,7 +16,6 @@ class WarningMessageHandler : public c10::WarningHandler {
   // Handles one warning; it may pass it on unchanged with Forward(next).
   virtual void OnWarning(const std::string& message) = 0;
 
-#if TORCH_VERSION_MAJOR >= 2
   void process(const c10::Warning& warning) override {
     current_ = &warning;
     OnWarning(warning.msg());
@@ -29,36 +27,13 @@ class WarningMessageHandler : public c10::WarningHandler {
 
  private:
   const c10::Warning* current_ = nullptr;
-#else
-  void process(const c10::SourceLocation& location, const std::string& message,
-               const bool verbatim) override {
-    location_ = &location;
-    message_ = &message;
-    verbatim_ = verbatim;
-    OnWarning(message);
-    location_ = nullptr;
-  }
-
- protected:
-  void Forward(c10::WarningHandler* next) { next->process(*location_, *message_, verbatim_); }
-
- private:
-  const c10::SourceLocation* location_ = nullptr;
-  const std::string* message_ = nullptr;
-  bool verbatim_ = false;
-#endif
 };
 
 // The calling thread's current handler, and the scope that replaces it.
-#if TORCH_VERSION_MAJOR >= 2
 inline c10::WarningHandler* CurrentWarningHandler() {
   return c10::WarningUtils::get_warning_handler();
 }
 using WarningHandlerScope = c10::WarningUtils::WarningHandlerGuard;
-#else
-inline c10::WarningHandler* CurrentWarningHandler() { return c10::Warning::get_warning_handler(); }
-using WarningHandlerScope = c10::Warning::WarningHandlerGuard;
-#endif
 
 }  // namespace chorus
 

@@ -1,15 +1,13 @@
 #include "interpreter/src/copy_registrations.h"
 
 #include <dlfcn.h>
-#include <torch/version.h>
 
 #include <string>
 
-#if TORCH_VERSION_MAJOR >= 2
-#include <torch/csrc/distributed/c10d/control_plane/Handlers.hpp>
 #include <torch/csrc/jit/frontend/schema_type_parser.h>
 #include <torch/custom_class.h>
 #include <torch/library.h>
+#include <torch/csrc/distributed/c10d/control_plane/Handlers.hpp>
 
 #include <atomic>
 #include <cstring>
@@ -19,11 +17,9 @@
 #include <typeinfo>
 #include <variant>
 #include <vector>
-#endif
 
 namespace chorus {
 
-#if TORCH_VERSION_MAJOR >= 2
 namespace {
 
 // Access to torch::Library's private _def overloads: an explicit template
@@ -35,29 +31,29 @@ struct PrivateAccess {
 
 struct DefineSchemaTag {
   using Member = torch::Library& (torch::Library::*)(c10::FunctionSchema&&, c10::OperatorName*,
-                                                      const std::vector<at::Tag>&,
-                                                      torch::_RegisterOrVerify) &;
+                                                     const std::vector<at::Tag>&,
+                                                     torch::_RegisterOrVerify) &;
   friend Member Get(DefineSchemaTag);
 };
 template struct PrivateAccess<DefineSchemaTag, &torch::Library::_def>;
 
 struct DefineWithKernelTag {
-  using Member = torch::Library& (torch::Library::*)(
-      std::variant<c10::OperatorName, c10::FunctionSchema>&&, torch::CppFunction&&,
-      const std::vector<at::Tag>&) &;
+  using Member =
+      torch::Library& (torch::Library::*)(std::variant<c10::OperatorName, c10::FunctionSchema>&&,
+                                          torch::CppFunction&&, const std::vector<at::Tag>&)&;
   friend Member Get(DefineWithKernelTag);
 };
 template struct PrivateAccess<DefineWithKernelTag, &torch::Library::_def>;
 
 struct ImplementTag {
   using Member = torch::Library& (torch::Library::*)(const char*, torch::CppFunction&&,
-                                                      torch::_RegisterOrVerify) &;
+                                                     torch::_RegisterOrVerify) &;
   friend Member Get(ImplementTag);
 };
 template struct PrivateAccess<ImplementTag, &torch::Library::_impl>;
 
 struct FallbackTag {
-  using Member = torch::Library& (torch::Library::*)(torch::CppFunction&&) &;
+  using Member = torch::Library& (torch::Library::*)(torch::CppFunction&&)&;
   friend Member Get(FallbackTag);
 };
 template struct PrivateAccess<FallbackTag, &torch::Library::_fallback>;
@@ -81,9 +77,7 @@ struct ClassBase : torch::detail::class_base {
 
 }  // namespace
 
-SkipCopyRegistrations::SkipCopyRegistrations(bool skip) : previous_(tls_skip) {
-  tls_skip = skip;
-}
+SkipCopyRegistrations::SkipCopyRegistrations(bool skip) : previous_(tls_skip) { tls_skip = skip; }
 SkipCopyRegistrations::~SkipCopyRegistrations() { tls_skip = previous_; }
 
 // The wrappers the copies bind to, by the names TorchPythonImportEdits gives.
@@ -156,8 +150,8 @@ void ConstructClassBase(torch::detail::class_base* self, const std::string& name
   }
   static std::atomic<int> next_copy{0};
   const std::string throw_away = "chorus_copy" + std::to_string(next_copy++);
-  auto* made = new (self) ClassBase(throw_away, class_name, std::move(doc), pointer_type,
-                                    capsule_type);
+  auto* made =
+      new (self) ClassBase(throw_away, class_name, std::move(doc), pointer_type, capsule_type);
   made->Adopt("__torch__.torch.classes." + namespace_name + "." + class_name);
 }
 
@@ -177,8 +171,7 @@ void AddClassMethod(c10::ClassType* self, torch::jit::Function* method) {
 
 // Handlers of torch.distributed's control plane (a process-wide table that
 // refuses a second handler of one name).
-void RegisterControlPlaneHandler(const std::string& name,
-                                 c10d::control_plane::HandlerFunc handler)
+void RegisterControlPlaneHandler(const std::string& name, c10d::control_plane::HandlerFunc handler)
     CHORUS_WRAPPER("chorus_c10d_control_plane_register_handler");
 void RegisterControlPlaneHandler(const std::string& name,
                                  c10d::control_plane::HandlerFunc handler) {
@@ -240,15 +233,6 @@ std::map<std::string, std::string> TorchPythonImportEdits() {
   }
   return edits;
 }
-
-#else  // torch 1.x copies register nothing that a second copy cannot repeat.
-
-std::map<std::string, std::string> TorchPythonImportEdits() { return {}; }
-
-SkipCopyRegistrations::SkipCopyRegistrations(bool skip) : previous_(skip) {}
-SkipCopyRegistrations::~SkipCopyRegistrations() = default;
-
-#endif
 
 std::string ExportedName(const void* code) {
   Dl_info info;

@@ -9,8 +9,8 @@
 
 #include "chorus/common/logging.h"
 #include "chorus/common/thread_annotations.h"
-#include "interpreter/src/interpreter_registry.h"
 #include "interpreter/src/interpreter_loader.h"
+#include "interpreter/src/interpreter_registry.h"
 #include "interpreter/src/pyside_api.h"
 #include "interpreter/src/slot.h"
 #include "interpreter/src/watchdog.h"
@@ -111,7 +111,8 @@ class InterpreterManagerImpl final : public InterpreterManager {
   }
 
   void SetReserved(int index, bool reserved) override {
-    core_->slots.at(static_cast<size_t>(index))->reserved.store(reserved, std::memory_order_relaxed);
+    core_->slots.at(static_cast<size_t>(index))
+        ->reserved.store(reserved, std::memory_order_relaxed);
   }
 
   std::vector<InterpreterStats> Stats() const override {
@@ -242,11 +243,10 @@ InterpreterSession::~InterpreterSession() {
   if (slot_ == nullptr) return;
   slot_->side->ReleaseGil();
   registry::LeaveSlot(slot_->library_slot);
-  slot_->busy_ns.fetch_add(
-      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() -
-                                                           opened_)
-          .count(),
-      std::memory_order_relaxed);
+  slot_->busy_ns.fetch_add(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                               std::chrono::steady_clock::now() - opened_)
+                               .count(),
+                           std::memory_order_relaxed);
   slot_->users.fetch_sub(1, std::memory_order_release);
 }
 
@@ -333,6 +333,12 @@ StatusOr<Object> Object::Call(const std::vector<c10::IValue>& args, const Kwargs
   return Object(slot_, *result);
 }
 
+StatusOr<Object> Object::Call(const std::vector<c10::IValue>& args) const {
+  return Call(args, Kwargs{});
+}
+
+StatusOr<Object> Object::Call() const { return Call({}, Kwargs{}); }
+
 StatusOr<Object> Object::CallObjects(const std::vector<Object>& args) const {
   if (!valid()) return FailedPreconditionError("Call on an empty Object");
   std::vector<pyside::PyRef*> refs;
@@ -400,6 +406,10 @@ StatusOr<Object> ReplicatedObject::In(InterpreterSession& session) const {
     return Object(slot, expected);
   }
   return made;
+}
+
+StatusOr<c10::IValue> ReplicatedObject::Call(const std::vector<c10::IValue>& args) const {
+  return Call(args, Kwargs{});
 }
 
 StatusOr<c10::IValue> ReplicatedObject::Call(const std::vector<c10::IValue>& args,

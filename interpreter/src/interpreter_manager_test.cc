@@ -4,7 +4,6 @@
 #include <ATen/core/ivalue.h>
 #include <dirent.h>
 #include <gtest/gtest.h>
-#include <torch/version.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -29,12 +28,12 @@ constexpr int kInterpreters = 4;
 constexpr char kCacheDir[] = "test-cache/interpreter";
 
 // Asserts `expr` (a StatusOr) is OK and yields its value.
-#define VALUE_OR_FAIL(expr)                                    \
-  ({                                                           \
-    auto result_ = (expr);                                     \
-    EXPECT_TRUE(result_.ok()) << result_.status().ToString();  \
-    if (!result_.ok()) return;                                 \
-    std::move(result_).value();                                \
+#define VALUE_OR_FAIL(expr)                                   \
+  ({                                                          \
+    auto result_ = (expr);                                    \
+    EXPECT_TRUE(result_.ok()) << result_.status().ToString(); \
+    if (!result_.ok()) return;                                \
+    std::move(result_).value();                               \
   })
 
 // One manager with four interpreters shared by the tests of this file:
@@ -146,8 +145,8 @@ scale_lib.impl("scale_add", scale_add, "CompositeExplicitAutograd")
   // raises nothing: the namespace, schema and kernel stay interpreter 0's.
   Status again = s2.Exec(kDefine);
   EXPECT_TRUE(again.ok()) << again.ToString();
-  Object owner = VALUE_OR_FAIL(s2.Eval(
-      "float(torch.ops.chorus_test.scale_add(torch.ones(1), 10.0)[0])"));
+  Object owner =
+      VALUE_OR_FAIL(s2.Eval("float(torch.ops.chorus_test.scale_add(torch.ones(1), 10.0)[0])"));
   EXPECT_EQ(VALUE_OR_FAIL(owner.ToIValue()).toDouble(), 11.0);
 }
 
@@ -195,13 +194,10 @@ TEST_F(InterpreterTest, TensorMadeInOneInterpreterCrossesToAnother) {
   EXPECT_TRUE(at::equal(result, at::arange(6.0).reshape({2, 3}).t()));
 }
 
-// torch 2.x hands back the Python object a storage already has: one storage
+// torch hands back the Python object a storage already has: one storage
 // reached from two interpreters (untyped_storage(), torch.save, deepcopy) must
 // give each its own, over the same memory.
 TEST_F(InterpreterTest, StorageReachedFromTwoInterpretersGivesEachItsOwnObject) {
-#if TORCH_VERSION_MAJOR < 2
-  GTEST_SKIP() << "torch 1.x storages hold no Python object (and have no untyped_storage())";
-#endif
   constexpr char kTouch[] = R"(
 def touch(t):
     import copy, io
@@ -222,7 +218,8 @@ def touch(t):
     Object touch = VALUE_OR_FAIL(session.Eval("touch"));
     for (const at::Tensor& tensor : {host, made}) {
       if (!tensor.defined()) continue;
-      auto out = VALUE_OR_FAIL(VALUE_OR_FAIL(touch.Call({tensor})).ToIValue()).toTupleRef().elements();
+      auto out =
+          VALUE_OR_FAIL(VALUE_OR_FAIL(touch.Call({tensor})).ToIValue()).toTupleRef().elements();
       EXPECT_TRUE(out[0].toBool()) << "interpreter " << i << " got another interpreter's storage";
       EXPECT_EQ(out[1].toInt(), reinterpret_cast<int64_t>(tensor.data_ptr()));
       EXPECT_TRUE(out[2].toBool());
@@ -237,9 +234,6 @@ def touch(t):
 // thread-local in libtorch: one interpreter's must not reach another's code on
 // the same thread (a session inside a session), and come back after it.
 TEST_F(InterpreterTest, ModesSetInOneInterpreterAreInvisibleToAnotherOnTheSameThread) {
-#if TORCH_VERSION_MAJOR < 2
-  GTEST_SKIP() << "torch 1.x has no set_default_device; its modes are per interpreter already";
-#endif
   constexpr char kState[] = R"(
 def state():
     import torch.utils._python_dispatch as pd
@@ -248,7 +242,8 @@ def state():
 )";
   InterpreterSession outer = manager().Acquire(0);
   ASSERT_TRUE(outer.Exec(kState).ok());
-  ASSERT_TRUE(outer.Exec(R"(
+  ASSERT_TRUE(outer
+                  .Exec(R"(
 from torch.utils._python_dispatch import TorchDispatchMode
 class Counting(TorchDispatchMode):
     calls = 0
@@ -260,36 +255,41 @@ _mode.__enter__()
 torch.set_default_device('meta')
 _hooks = torch.autograd.graph.saved_tensors_hooks(lambda t: t, lambda t: t)
 _hooks.__enter__()
-)").ok());
-  auto before = VALUE_OR_FAIL(VALUE_OR_FAIL(outer.Eval("state()")).ToIValue()).toTupleRef().elements();
+)")
+                  .ok());
+  auto before =
+      VALUE_OR_FAIL(VALUE_OR_FAIL(outer.Eval("state()")).ToIValue()).toTupleRef().elements();
   EXPECT_EQ(before[0].toStringRef(), "meta");
   EXPECT_EQ(before[1].toInt(), 1);
   {
     InterpreterSession inner = manager().Acquire(1);
     ASSERT_TRUE(inner.Exec(kState).ok());
-    auto seen = VALUE_OR_FAIL(VALUE_OR_FAIL(inner.Eval("state()")).ToIValue()).toTupleRef().elements();
+    auto seen =
+        VALUE_OR_FAIL(VALUE_OR_FAIL(inner.Eval("state()")).ToIValue()).toTupleRef().elements();
     EXPECT_EQ(seen[0].toStringRef(), "cpu");
     EXPECT_EQ(seen[1].toInt(), 0);
     EXPECT_EQ(seen[2].toInt(), 0);
-    Object grad = VALUE_OR_FAIL(inner.Eval(
-        "(lambda x: (x * x).sum().backward() or float(x.grad.sum()))(torch.ones(3, requires_grad=True))"));
+    Object grad =
+        VALUE_OR_FAIL(inner.Eval("(lambda x: (x * x).sum().backward() or "
+                                 "float(x.grad.sum()))(torch.ones(3, requires_grad=True))"));
     EXPECT_EQ(VALUE_OR_FAIL(grad.ToIValue()).toDouble(), 6.0);
   }
-  auto after = VALUE_OR_FAIL(VALUE_OR_FAIL(outer.Eval("state()")).ToIValue()).toTupleRef().elements();
+  auto after =
+      VALUE_OR_FAIL(VALUE_OR_FAIL(outer.Eval("state()")).ToIValue()).toTupleRef().elements();
   EXPECT_EQ(after[0].toStringRef(), "meta");
   EXPECT_EQ(after[1].toInt(), 1);
-  EXPECT_EQ(VALUE_OR_FAIL(VALUE_OR_FAIL(outer.Eval("Counting.calls > 0")).ToIValue()).toBool(), true);
-  ASSERT_TRUE(outer.Exec("_hooks.__exit__(None, None, None)\n"
-                         "torch.set_default_device(None)\n"
-                         "_mode.__exit__(None, None, None)").ok());
+  EXPECT_EQ(VALUE_OR_FAIL(VALUE_OR_FAIL(outer.Eval("Counting.calls > 0")).ToIValue()).toBool(),
+            true);
+  ASSERT_TRUE(outer
+                  .Exec("_hooks.__exit__(None, None, None)\n"
+                        "torch.set_default_device(None)\n"
+                        "_mode.__exit__(None, None, None)")
+                  .ok());
 }
 
 // torch.compile (inductor: C++ kernels built at run time and loaded by file
 // path) in two interpreters at once, each matching eager.
 TEST_F(InterpreterTest, TorchCompileRunsInTwoInterpretersAtOnce) {
-#if TORCH_VERSION_MAJOR < 2
-  GTEST_SKIP() << "torch.compile needs torch 2";
-#endif
   constexpr char kCompile[] = R"(
 def compiled_matches_eager(seed):
     torch.manual_seed(seed)
@@ -352,8 +352,10 @@ TEST_F(InterpreterTest, ValuesRoundTrip) {
     }
   }
   // Keyword arguments, and lists that come back typed.
-  Object make = VALUE_OR_FAIL(session.Eval("lambda n, scale=1: [torch.full((1,), scale * i) for i in range(n)]"));
-  c10::IValue tensors = VALUE_OR_FAIL(VALUE_OR_FAIL(make.Call({int64_t{3}}, {{"scale", 2.0}})).ToIValue());
+  Object make = VALUE_OR_FAIL(
+      session.Eval("lambda n, scale=1: [torch.full((1,), scale * i) for i in range(n)]"));
+  c10::IValue tensors =
+      VALUE_OR_FAIL(VALUE_OR_FAIL(make.Call({int64_t{3}}, {{"scale", 2.0}})).ToIValue());
   ASSERT_TRUE(tensors.isTensorList());
   EXPECT_EQ(tensors.toTensorVector()[2].item<double>(), 4.0);
 }
@@ -432,7 +434,8 @@ def quick(x):
     // Calls with deadlines that finish in time are untouched, and no stale
     // interrupt reaches the next call.
     for (int i = 0; i < 20; ++i) {
-      Object next = VALUE_OR_FAIL(quick.Call({int64_t{i}}, {}, {steady_clock::now() + milliseconds(1000)}));
+      Object next =
+          VALUE_OR_FAIL(quick.Call({int64_t{i}}, {}, {steady_clock::now() + milliseconds(1000)}));
       EXPECT_EQ(VALUE_OR_FAIL(next.ToIValue()).toInt(), i + 1);
     }
   }
@@ -542,8 +545,9 @@ TEST(InterpreterChild, CreateFourInterpretersAndRunTorch) {
   ASSERT_TRUE(manager.ok()) << manager.status().ToString();
   for (int i = 0; i < kInterpreters; ++i) {
     InterpreterSession session = (*manager)->Acquire(i);
-    Object out = VALUE_OR_FAIL(session.Eval(
-        "float(__import__('torch').nn.functional.relu(__import__('torch').tensor([-1.0, 2.0])).sum())"));
+    Object out =
+        VALUE_OR_FAIL(session.Eval("float(__import__('torch').nn.functional.relu(__import__('torch'"
+                                   ").tensor([-1.0, 2.0])).sum())"));
     EXPECT_EQ(VALUE_OR_FAIL(out.ToIValue()).toDouble(), 2.0);
   }
 }
@@ -632,7 +636,8 @@ def work(t):
         continue;
       }
       auto elements = out->toTupleRef().elements();
-      if (!at::equal(elements[0].toTensor(), x * 2) || elements[1].toTensor()[0].item<double>() != i % 100) {
+      if (!at::equal(elements[0].toTensor(), x * 2) ||
+          elements[1].toTensor()[0].item<double>() != i % 100) {
         ++failures;
       }
       std::lock_guard<std::mutex> lock(ring_mu);
@@ -694,8 +699,9 @@ TEST(InterpreterLifecycleTest, SequentialManagersAndCleanShutdown) {
     ASSERT_TRUE(manager.ok()) << manager.status().ToString();
     for (int i = 0; i < 2; ++i) {
       InterpreterSession session = (*manager)->Acquire(i);
-      Object meta = VALUE_OR_FAIL(session.Eval(
-          "(lambda torch: tuple(torch.ops.prims.convert_element_type(torch.ones(2), torch.float64).shape))(__import__('torch'))"));
+      Object meta = VALUE_OR_FAIL(
+          session.Eval("(lambda torch: tuple(torch.ops.prims.convert_element_type(torch.ones(2), "
+                       "torch.float64).shape))(__import__('torch'))"));
       EXPECT_EQ(VALUE_OR_FAIL(meta.ToIValue()).toTupleRef().elements()[0].toInt(), 2);
     }
   }

@@ -1,11 +1,7 @@
 #include "interpreter/src/py_interpreter_router.h"
 
-#include <torch/version.h>
-
 #include <cstdio>
 
-#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 9)
-#define CHORUS_ROUTE_PY_INTERPRETER 1
 #include <ATen/core/PythonOpRegistrationTrampoline.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/core/ivalue.h>
@@ -18,11 +14,9 @@
 #include "interpreter/src/copy_registrations.h"
 #include "interpreter/src/interpreter_registry.h"
 #include "interpreter/src/pyside_api.h"
-#endif
 
 namespace chorus {
 
-#ifdef CHORUS_ROUTE_PY_INTERPRETER
 namespace {
 
 using c10::impl::PyInterpreter;
@@ -238,8 +232,8 @@ const bool g_hooks_registered = [] {
 // calls torch::detail::getTorchApiFunction through its PLT, and the loader
 // looks in the global scope first: this definition, of the same name, stands
 // in for each copy's and answers with the calling thread's interpreter's object.
-void* TorchApiFunctionOfThisInterpreter(const c10::OperatorHandle& op)
-    __asm__("_ZN5torch6detail19getTorchApiFunctionERKN3c1014OperatorHandleE")
+void* TorchApiFunctionOfThisInterpreter(const c10::OperatorHandle& op) __asm__(
+    "_ZN5torch6detail19getTorchApiFunctionERKN3c1014OperatorHandleE")
     __attribute__((visibility("default"), used));
 void* TorchApiFunctionOfThisInterpreter(const c10::OperatorHandle& op) {
   pyside::PySide* side = registry::Get(registry::CurrentSlot());
@@ -250,17 +244,15 @@ void* TorchApiFunctionOfThisInterpreter(const c10::OperatorHandle& op) {
 
 // torch._C registers its PyInterpreter for Python kernels registered from
 // Python (first registration wins); every copy's call lands here instead.
-bool RegisterTrampolineInterpreter(PyInterpreter* /*copy's own*/)
-    __asm__("chorus_register_trampoline_interpreter") __attribute__((visibility("default"), used));
+bool RegisterTrampolineInterpreter(PyInterpreter* /*copy's own*/) __asm__(
+    "chorus_register_trampoline_interpreter") __attribute__((visibility("default"), used));
 bool RegisterTrampolineInterpreter(PyInterpreter* /*copy's own*/) {
   return at::impl::PythonOpRegistrationTrampoline::registerInterpreter(RoutingInterpreter());
 }
 
-bool RoutesPyInterpreter() { return true; }
-
 std::map<std::string, std::string> TorchPythonRoutingImportEdits() {
-  std::string name = ExportedName(
-      reinterpret_cast<const void*>(&at::impl::PythonOpRegistrationTrampoline::registerInterpreter));
+  std::string name = ExportedName(reinterpret_cast<const void*>(
+      &at::impl::PythonOpRegistrationTrampoline::registerInterpreter));
   if (name.empty()) return {};
   return {{name, "chorus_register_trampoline_interpreter"}};
 }
@@ -271,15 +263,4 @@ std::map<std::string, std::string> TorchPythonConstantEdits(int slot) {
   std::snprintf(key, sizeof(key), "PyInterpreterH%04u", static_cast<unsigned>(slot) % 10000u);
   return {{kHooksKey, key}};
 }
-
-#else
-
-bool RoutesPyInterpreter() { return false; }
-
-std::map<std::string, std::string> TorchPythonConstantEdits(int /*slot*/) { return {}; }
-
-std::map<std::string, std::string> TorchPythonRoutingImportEdits() { return {}; }
-
-#endif
-
 }  // namespace chorus

@@ -18,10 +18,6 @@
 
 namespace chorus {
 
-// Whether the torch chorus was built with has a process-wide PyInterpreter
-// that chorus routes.
-bool RoutesPyInterpreter();
-
 // String constants to rewrite in slot `slot`'s copy of libtorch_python (empty
 // when no routing is needed).
 std::map<std::string, std::string> TorchPythonConstantEdits(int slot);

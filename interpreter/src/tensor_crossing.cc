@@ -2,7 +2,6 @@
 
 #include <ATen/ATen.h>
 #include <c10/core/InferenceMode.h>
-#include <torch/version.h>
 
 #include <deque>
 #include <thread>
@@ -12,7 +11,6 @@
 
 namespace chorus {
 
-#if TORCH_VERSION_MAJOR >= 2
 namespace {
 
 // Releases storages on a thread of its own. Dropping the last C++ reference
@@ -36,7 +34,9 @@ class StorageReleaser {
   }
 
  private:
-  StorageReleaser() { std::thread([this] { Run(); }).detach(); }
+  StorageReleaser() {
+    std::thread([this] { Run(); }).detach();
+  }
 
   void Run() {
     while (true) {
@@ -74,8 +74,7 @@ c10::Storage OwnStorageOver(const c10::Storage& storage) {
                                  ? *static_cast<const c10::Storage*>(data.get_context())
                                  : storage;
   const c10::DataPtr& root_data = root.data_ptr();
-  c10::DataPtr alias(root_data.get(), new c10::Storage(root), &ReleaseOriginal,
-                     root_data.device());
+  c10::DataPtr alias(root_data.get(), new c10::Storage(root), &ReleaseOriginal, root_data.device());
   return c10::Storage(c10::Storage::use_byte_size_t(), root.nbytes(), std::move(alias),
                       /*allocator=*/nullptr, /*resizable=*/false);
 }
@@ -95,25 +94,15 @@ at::Tensor CrossingAlias(const at::Tensor& tensor) {
   // Inference tensors stay inference tensors (TensorImpl decides by the mode).
   c10::InferenceMode inference(tensor.is_inference());
   const c10::DispatchKeySet keys =
-      impl->key_set() - c10::DispatchKeySet({c10::DispatchKey::Python,
-                                             c10::DispatchKey::PythonTLSSnapshot});
-  auto alias = c10::make_intrusive<c10::TensorImpl>(OwnStorageOver(tensor.storage()), keys,
-                                                    tensor.dtype());
+      impl->key_set() -
+      c10::DispatchKeySet({c10::DispatchKey::Python, c10::DispatchKey::PythonTLSSnapshot});
+  auto alias =
+      c10::make_intrusive<c10::TensorImpl>(OwnStorageOver(tensor.storage()), keys, tensor.dtype());
   alias->set_sizes_and_strides(tensor.sizes(), tensor.strides(), tensor.storage_offset());
   // A Python scalar that became a tensor takes no part in type promotion.
   if (impl->is_wrapped_number()) alias->set_wrapped_number(true);
   if (!tensor.is_inference()) alias->set_version_counter(impl->version_counter());
   return at::Tensor(std::move(alias));
 }
-
-#else  // torch 1.x: StorageImpl holds no Python object; a new TensorImpl is enough.
-
-at::Tensor CrossingAlias(const at::Tensor& tensor) {
-  // detach() makes a new TensorImpl sharing storage and version counter, and
-  // keeps no reference to the original TensorImpl (unlike a differentiable view).
-  return tensor.defined() ? tensor.detach() : tensor;
-}
-
-#endif
 
 }  // namespace chorus

@@ -1,8 +1,5 @@
 #include "interpreter/src/torch_thread_state.h"
 
-#include <torch/version.h>
-
-#if TORCH_VERSION_MAJOR >= 2
 #include <ATen/PythonTorchFunctionTLS.h>
 #include <ATen/SavedTensorHooks.h>
 #include <c10/core/impl/PythonDispatcherTLS.h>
@@ -10,11 +7,9 @@
 
 #include <unordered_map>
 #include <utility>
-#endif
 
 namespace chorus {
 
-#if TORCH_VERSION_MAJOR >= 2
 namespace {
 
 struct TorchThreadState {
@@ -73,11 +68,5 @@ void SwitchTorchThreadState(int from, int to) {
     Install(TorchThreadState());
   }
 }
-
-#else  // torch 1.x: one interpreter's modes do not reach another's tensors.
-
-void SwitchTorchThreadState(int /*from*/, int /*to*/) {}
-
-#endif
 
 }  // namespace chorus

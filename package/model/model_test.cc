@@ -16,12 +16,12 @@ namespace {
 const std::string kCorpus = std::string(CHORUS_SOURCE_DIR) + "/tests/data/package_corpus/";
 const std::string kWork = "test-work/model";
 
-#define VALUE_OR_FAIL(expr)                                    \
-  ({                                                           \
-    auto result_ = (expr);                                     \
-    EXPECT_TRUE(result_.ok()) << result_.status().ToString();  \
-    if (!result_.ok()) return;                                 \
-    std::move(result_).value();                                \
+#define VALUE_OR_FAIL(expr)                                   \
+  ({                                                          \
+    auto result_ = (expr);                                    \
+    EXPECT_TRUE(result_.ok()) << result_.status().ToString(); \
+    if (!result_.ok()) return;                                \
+    std::move(result_).value();                               \
   })
 
 // Runs Python code with the pinned interpreter and chorus' Python package;
@@ -29,8 +29,8 @@ const std::string kWork = "test-work/model";
 int RunPython(const std::string& code) {
   std::string script = kWork + "/script.py";
   std::ofstream(script) << code;
-  std::string command = std::string("PYTHONPATH=") + CHORUS_PYTHON_DIR + " " + CHORUS_PYTHON +
-                        " " + script;
+  std::string command =
+      std::string("PYTHONPATH=") + CHORUS_PYTHON_DIR + " " + CHORUS_PYTHON + " " + script;
   return std::system(command.c_str());
 }
 
@@ -111,6 +111,66 @@ TEST_F(ModelTest, StockTorchPackageArchiveLoadsInChorus) {
   EXPECT_TRUE(at::equal(ours, VALUE_OR_FAIL(StockImporterOutput(path, x, "model"))));
 }
 
+// torchvision's classifiers as a user exports them with stock torch.package
+// (model code interned, no chorus import): every interpreter's replica gives
+// the exporting process's outputs.
+TEST_F(ModelTest, StockTorchvisionClassifiersMatchTheExportingProcess) {
+  const std::vector<std::string> names = {"resnet18", "mobilenet_v3_small", "squeezenet1_1",
+                                          "shufflenet_v2_x0_5"};
+  ASSERT_EQ(RunPython(R"(
+import warnings
+import torch, torchvision
+from torch.package import PackageExporter
+warnings.simplefilter("ignore")  # the exporter's own TypedStorage deprecation
+for name in ["resnet18", "mobilenet_v3_small", "squeezenet1_1", "shufflenet_v2_x0_5"]:
+    torch.manual_seed(0)
+    model = getattr(torchvision.models, name)(weights=None).eval()
+    x = torch.randn(2, 3, 64, 64)
+    with torch.no_grad():
+        y = model(x)
+    with PackageExporter(f")" +
+                      kWork + R"(/{name}.pt") as exporter:
+        exporter.intern("torchvision.models.**")
+        exporter.extern(["torchvision.**", "sys"])
+        exporter.save_pickle("model", "model.pkl", model)
+    torch.save({"input": x, "output": y}, f")" +
+                      kWork + R"(/{name}.expected.pt")
+)"),
+            0);
+  ModelOptions options;
+  options.entry_point = EntryPoint{"pickle", "model", "model.pkl", "", ""};
+  for (const std::string& name : names) {
+    const std::string expected_path = kWork + "/" + name + ".expected.pt";
+    auto model = VALUE_OR_FAIL(Model::Load(manager_, kWork + "/" + name + ".pt", options));
+    // In two interpreters, Python calling its own replica.
+    for (int i = 0; i < 2; ++i) {
+      InterpreterSession session = manager_->Acquire(i);
+      ASSERT_TRUE(session.Exec("import torch").ok());
+      Object replica = VALUE_OR_FAIL(model->In(session));
+      Object diff = VALUE_OR_FAIL(session.Eval(R"(lambda model, path: (lambda e: float(
+    (torch.inference_mode()(model)(e["input"]) - e["output"]).abs().max()))(torch.load(path)))"));
+      Object path = VALUE_OR_FAIL(session.Eval("'" + expected_path + "'"));
+      const double max_abs_diff =
+          VALUE_OR_FAIL(VALUE_OR_FAIL(diff.CallObjects({replica, path})).ToIValue()).toDouble();
+      RecordProperty(name + "_max_abs_diff_" + std::to_string(i), std::to_string(max_abs_diff));
+      EXPECT_LE(max_abs_diff, 1e-5) << name << " in interpreter " << i;
+    }
+    // From C++, through Forward.
+    c10::IValue expected;
+    {
+      InterpreterSession session = manager_->AcquireOne();
+      expected = VALUE_OR_FAIL(
+          VALUE_OR_FAIL(session.Eval("__import__('torch').load('" + expected_path + "')"))
+              .ToIValue());
+    }
+    at::Tensor x = expected.toGenericDict().at("input").toTensor();
+    at::Tensor want = expected.toGenericDict().at("output").toTensor();
+    at::Tensor got = VALUE_OR_FAIL(model->Forward({x})).toTensor();
+    ASSERT_EQ(got.sizes(), want.sizes()) << name;
+    EXPECT_LE((got - want).abs().max().item<double>(), 1e-5) << name;
+  }
+}
+
 TEST_F(ModelTest, WeightsAreSharedByEveryInterpreter) {
   auto model = VALUE_OR_FAIL(Model::Load(manager_, kCorpus + "good.pt"));
   const Archive& archive = *model->archive();
@@ -135,7 +195,8 @@ TEST_F(ModelTest, WeightsAreSharedByEveryInterpreter) {
 }
 
 TEST_F(ModelTest, LoadErrorsAreSpecificAndAGoodArchiveStillLoads) {
-  StatusOr<std::shared_ptr<Model>> short_storage = Model::Load(manager_, kCorpus + "short_storage.pt");
+  StatusOr<std::shared_ptr<Model>> short_storage =
+      Model::Load(manager_, kCorpus + "short_storage.pt");
   ASSERT_FALSE(short_storage.ok());
   EXPECT_NE(short_storage.status().message().find("storage record shorter than its tensor"),
             std::string::npos)
@@ -160,8 +221,10 @@ import torch
 from chorus.package import create_package
 torch.manual_seed(0)
 model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 2)).eval()
-create_package(")" + package_path + R"(", model, (torch.randn(3, 4),), name="tiny", progress=False)
-torch.jit.save(torch.jit.script(model), ")" + script_path + R"(")
+create_package(")" + package_path +
+                      R"(", model, (torch.randn(3, 4),), name="tiny", progress=False)
+torch.jit.save(torch.jit.script(model), ")" +
+                      script_path + R"(")
 )"),
             0);
   auto python = VALUE_OR_FAIL(Model::Load(manager_, package_path));
@@ -188,7 +251,8 @@ layers = []
 for a, b in zip(sizes[:-1], sizes[1:]):
     layers += [torch.nn.Linear(a, b), torch.nn.ReLU()]
 model = torch.nn.Sequential(*layers[:-1]).eval()
-create_package(")" + path + R"(", model, (torch.randn(1, 4096),), name="large", progress=False)
+create_package(")" + path +
+                      R"(", model, (torch.randn(1, 4096),), name="large", progress=False)
 )"),
             0);
   const double weights_mib = (4.0 * 4096 * 3200 + 2 * 3200 + 2 * 4096) * 4 / (1 << 20);
@@ -206,9 +270,9 @@ create_package(")" + path + R"(", model, (torch.randn(1, 4096),), name="large", 
     InterpreterSession session = manager_->Acquire(i);
     Object replica = VALUE_OR_FAIL(model->In(session));
     // Touch every weight byte in every interpreter.
-    Object touch = VALUE_OR_FAIL(session.Eval(
-        "lambda m: (sum(float(p.double().sum()) for p in m.parameters()), "
-        "next(m.parameters()).data_ptr())"));
+    Object touch = VALUE_OR_FAIL(
+        session.Eval("lambda m: (sum(float(p.double().sum()) for p in m.parameters()), "
+                     "next(m.parameters()).data_ptr())"));
     c10::IValue result = VALUE_OR_FAIL(VALUE_OR_FAIL(touch.CallObjects({replica})).ToIValue());
     first_weight.insert(result.toTupleRef().elements()[1].toInt());
   }

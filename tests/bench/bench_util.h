@@ -12,6 +12,8 @@
 #include <cstdio>
 #include <fstream>
 #include <functional>
+#include <map>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -38,6 +40,30 @@ inline double ResidentMiB() {
     if (line.rfind("VmRSS:", 0) == 0) return std::stod(line.substr(6)) / 1024.0;
   }
   return 0.0;
+}
+
+// Resident memory of this process by mapping, in MiB (from /proc/self/smaps):
+// the mapped file's path, or "[anonymous]" for heap, stacks and anonymous maps.
+inline std::map<std::string, double> ResidentMiBByMapping() {
+  std::ifstream smaps("/proc/self/smaps");
+  std::map<std::string, double> by_mapping;
+  std::string line, current = "[anonymous]";
+  while (std::getline(smaps, line)) {
+    std::istringstream fields(line);
+    std::string first;
+    fields >> first;
+    if (first == "Rss:") {
+      double kib = 0;
+      fields >> kib;
+      by_mapping[current] += kib / 1024.0;
+    } else if (first.find('-') != std::string::npos && first.back() != ':') {
+      // A mapping header: "start-end perms offset dev inode [path]".
+      std::string perms, offset, device, inode, path;
+      fields >> perms >> offset >> device >> inode >> path;
+      current = path.empty() || path[0] == '[' ? "[anonymous]" : path;
+    }
+  }
+  return by_mapping;
 }
 
 // Runs each mode once per round, `rounds` times, interleaved, and returns the

@@ -14,14 +14,16 @@
 #include <ATen/Parallel.h>
 #include <ATen/core/ivalue.h>
 
+#include <unistd.h>
 #include <CLI/CLI.hpp>
 #include <atomic>
+#include <climits>
 #include <cstdio>
+#include <cstdlib>
 #include <iostream>
 #include <memory>
 #include <string>
 #include <thread>
-#include <unistd.h>
 #include <vector>
 
 #include "chorus/interpreter/interpreter_manager.h"
@@ -91,7 +93,8 @@ double Throughput(InterpreterManager& manager, const Workload& workload, int thr
   }
   for (auto& worker : workers) worker.join();
   double seconds = SecondsSince(start);
-  if (failures > 0) std::fprintf(stderr, "%s: %d calls failed\n", workload.name.c_str(), failures.load());
+  if (failures > 0)
+    std::fprintf(stderr, "%s: %d calls failed\n", workload.name.c_str(), failures.load());
   return threads * calls / seconds;
 }
 
@@ -129,6 +132,45 @@ nlohmann::json MeasureWorkload(InterpreterManager& manager, const Workload& work
   return result;
 }
 
+// Resident memory by what it is: "library_copies" (each interpreter's
+// private copies of libpython, libtorch_python and extension modules, from
+// the library cache), "anonymous" (Python objects, heaps, stacks) and
+// "shared_files" (everything mapped once per process: libtorch, the CUDA
+// wheels' libraries, the host binary; "cuda_libraries" is the CUDA part of
+// it); plus the copies by library name.
+// The CUDA wheels' libraries (nvidia-*, triton) and torch's CUDA parts.
+bool IsCudaLibrary(const std::string& path) {
+  for (const char* marker :
+       {"/nvidia/", "/triton/", "/cuda/", "_cuda.so", "libcudart", "libnccl"}) {
+    if (path.find(marker) != std::string::npos) return true;
+  }
+  return false;
+}
+
+nlohmann::json ResidentMiBByKind(const std::string& cache) {
+  char resolved[PATH_MAX];
+  const std::string cache_root =
+      std::string(realpath(cache.c_str(), resolved) ? resolved : cache.c_str()) + "/";
+  nlohmann::json kinds = {
+      {"library_copies", 0.0}, {"anonymous", 0.0}, {"shared_files", 0.0}, {"cuda_libraries", 0.0}};
+  nlohmann::json copies = nlohmann::json::object();
+  for (const auto& [mapping, mib] : ResidentMiBByMapping()) {
+    if (mapping == "[anonymous]") {
+      kinds["anonymous"] = kinds["anonymous"].get<double>() + mib;
+    } else if (mapping.rfind(cache_root, 0) == 0) {
+      kinds["library_copies"] = kinds["library_copies"].get<double>() + mib;
+      const std::string name = mapping.substr(mapping.rfind('/') + 1);
+      copies[name] = copies.value(name, 0.0) + mib;
+    } else {
+      kinds["shared_files"] = kinds["shared_files"].get<double>() + mib;
+      if (IsCudaLibrary(mapping))
+        kinds["cuda_libraries"] = kinds["cuda_libraries"].get<double>() + mib;
+    }
+  }
+  kinds["copies"] = copies;
+  return kinds;
+}
+
 // Child mode: create n interpreters, report start-up time and RSS as JSON.
 int StartupChild(int n, const std::string& cache) {
   double rss_before = ResidentMiB();
@@ -142,8 +184,10 @@ int StartupChild(int n, const std::string& cache) {
     return 1;
   }
   double startup = SecondsSince(start);
-  nlohmann::json out = {{"startup_s", startup}, {"rss_mib", ResidentMiB()},
-                        {"rss_before_mib", rss_before}};
+  nlohmann::json out = {{"startup_s", startup},
+                        {"rss_mib", ResidentMiB()},
+                        {"rss_before_mib", rss_before},
+                        {"rss_by_kind_mib", ResidentMiBByKind(cache)}};
   std::cout << out.dump() << std::endl;
   std::_Exit(0);  // the parent measured what it needs; skip finalization
 }
@@ -162,12 +206,15 @@ nlohmann::json MeasureStartup(const std::string& self, int n, int rounds,
                               const std::string& cache) {
   RunChild(self, n, cache);  // warm the library cache and the page cache
   std::vector<double> startup_one, startup_n, rss_one, rss_n;
+  nlohmann::json kinds_one, kinds_n;  // from the last round
   for (int round = 0; round < rounds; ++round) {
     nlohmann::json one = RunChild(self, 1, cache), many = RunChild(self, n, cache);
     startup_one.push_back(one["startup_s"]);
     startup_n.push_back(many["startup_s"]);
     rss_one.push_back(one["rss_mib"]);
     rss_n.push_back(many["rss_mib"]);
+    kinds_one = one["rss_by_kind_mib"];
+    kinds_n = many["rss_by_kind_mib"];
   }
   nlohmann::json result;
   result["startup_s"] = {{"one", Median(startup_one)}, {"n", Median(startup_n)}};
@@ -175,6 +222,22 @@ nlohmann::json MeasureStartup(const std::string& self, int n, int rounds,
   result["rss_mib"] = {{"one", Median(rss_one)}, {"n", Median(rss_n)}};
   result["rss_mb_per_extra_interpreter"] =
       n > 1 ? (Median(rss_n) - Median(rss_one)) / (n - 1) : 0.0;
+  // What one extra interpreter's memory is made of (one round's children).
+  nlohmann::json per_extra = nlohmann::json::object();
+  for (const char* kind : {"library_copies", "anonymous", "shared_files"}) {
+    per_extra[kind] =
+        n > 1 ? (kinds_n[kind].get<double>() - kinds_one[kind].get<double>()) / (n - 1) : 0.0;
+  }
+  nlohmann::json copies = nlohmann::json::object();
+  for (const auto& [name, mib] : kinds_n["copies"].items()) {
+    const double one = kinds_one["copies"].value(name, 0.0);
+    if (n > 1 && mib.get<double>() - one >= 0.5) copies[name] = (mib.get<double>() - one) / (n - 1);
+  }
+  per_extra["library_copies_by_name"] = copies;
+  result["rss_extra_interpreter_by_kind_mib"] = per_extra;
+  // The process-wide libraries a plain `import torch` maps, of which the CUDA
+  // wheels' (nvidia/*, triton) are paid once per process, not per interpreter.
+  result["rss_cuda_libraries_mib"] = kinds_one["cuda_libraries"];
   return result;
 }
 
@@ -197,8 +260,14 @@ void PrintTable(const nlohmann::json& r) {
   std::printf("start-up: one interpreter %.2f s, %d interpreters %.2f s (%.2fx)\n",
               r["startup_s"]["one"].get<double>(), n, r["startup_s"]["n"].get<double>(),
               r["startup_n_over_one"].get<double>());
-  std::printf("memory: %.0f MiB with one interpreter, +%.1f MiB per extra interpreter\n\n",
-              r["rss_mib"]["one"].get<double>(), r["rss_mb_per_extra_interpreter"].get<double>());
+  const auto& kinds = r["rss_extra_interpreter_by_kind_mib"];
+  std::printf(
+      "memory: %.0f MiB with one interpreter, +%.1f MiB per extra interpreter "
+      "(library copies %.1f, Python objects and heaps %.1f); CUDA libraries %.1f MiB "
+      "once per process\n\n",
+      r["rss_mib"]["one"].get<double>(), r["rss_mb_per_extra_interpreter"].get<double>(),
+      kinds["library_copies"].get<double>(), kinds["anonymous"].get<double>(),
+      r["rss_cuda_libraries_mib"].get<double>());
 }
 
 }  // namespace
@@ -221,8 +290,7 @@ int main(int argc, char** argv) {
   app.add_option("--seconds", seconds, "target seconds per measured run");
   app.add_option("--cache", cache, "library cache directory");
   app.add_flag("--quick", quick, "fewer, shorter rounds (for make demo)");
-  app.add_option("--startup-child", startup_child, "internal: child process mode")
-      ->group("");
+  app.add_option("--startup-child", startup_child, "internal: child process mode")->group("");
   CLI11_PARSE(app, argc, argv);
   if (startup_child > 0) return StartupChild(startup_child, cache);
   if (quick) {
@@ -257,8 +325,10 @@ int main(int argc, char** argv) {
   result["pure_python"] = MeasureWorkload(**manager, pure, n, rounds, seconds);
   result["small_torch"] = MeasureWorkload(**manager, torch, n, rounds, seconds);
   if (result["torch_version"].get<std::string>()[0] != '1') {
-    Workload compiled{"compiled_model", std::string(kSmallTorchSetup) + kCompiledModelSetup,
-                      "compiled_model", {at::randn({1, 64})}};
+    Workload compiled{"compiled_model",
+                      std::string(kSmallTorchSetup) + kCompiledModelSetup,
+                      "compiled_model",
+                      {at::randn({1, 64})}};
     result["compiled_model"] = MeasureWorkload(**manager, compiled, n, rounds, seconds);
   }
   manager->reset();

@@ -83,8 +83,6 @@ def _shim_library(library):
 
     torch._C._dispatch_library = _dispatch_library
     Library.define = define
-    if torch.__version__.startswith("1."):
-        _skip_impls_of_others(Library)
     _shim_fake_impls()
     _shim_load_library()
 
@@ -116,41 +114,18 @@ def _shim_load_library():
     ops_class.load_library = load_library
 
 
-def _skip_impls_of_others(Library):
-    """torch 1.x: an interpreter that does not own a kernel skips Library.impl.
-
-    torch 1.x's Library.impl reads the dispatcher's state (_dispatch_dump)
-    without its lock, which races with another interpreter registering, so
-    only the owner runs it (and torch 1.x has no per-interpreter kernels to
-    keep: its Python kernels are meta kernels, the same in every interpreter).
-    """
-    original_impl = Library.impl
-
-    def impl(self, op_name, fn, dispatch_key=""):
-        name = op_name if isinstance(op_name, str) else op_name._schema.name + (
-            "." + op_name._schema.overload_name if op_name._schema.overload_name else "")
-        key = "impl:%s/%s/%s" % (self.ns, name.split("::")[-1], dispatch_key or self.dispatch_key)
-        with _claim(key) as owner:
-            if owner:
-                original_impl(self, op_name, fn, dispatch_key)
-
-    Library.impl = impl
-
-
 def _shim_fake_impls():
     """Shim 4: fake (meta) implementations registered from Python.
 
-    torch 2.x's register_fake refuses an operator that already has a Meta
+    torch's register_fake refuses an operator that already has a Meta
     kernel in the dispatcher, and the dispatcher is the process': the second
     interpreter importing torch would fail on torch's own register_fake calls.
     The first interpreter registers as stock torch does; the others record the
     fake implementation in their own registry (their FakeTensor uses it) and
     leave the dispatcher's kernel to the first (shim 3 skips it).
     """
-    fake_impl = sys.modules.get("torch._library.fake_impl")
-    holder = getattr(fake_impl, "FakeImplHolder", None)
-    if holder is None:
-        return
+    import torch._library.fake_impl as fake_impl
+    holder = fake_impl.FakeImplHolder
     original_register = holder.register
 
     def register(self, func, source, lib, *, allow_override=False):

@@ -76,10 +76,11 @@ def test_create_writes_manifest_with_signature_and_hashes(workdir):
     assert manifest["outputs"] == [{"name": "output", "dtype": "float32", "shape": [-1, 3]}]
     assert manifest["batching"] == {"batchable": True, "batch_dim": 0, "max_batch_size": 32}
     assert manifest["source"] == "mymodel:build"
-    # Every record but the manifest and torch's version marker is hashed.
+    # Every record but the manifest and what torch's zip writer adds itself
+    # (.data/version; byteorder and .data/serialization_id on torch 2.x) is hashed.
     hashed = set(manifest["files"])
     assert hashed == {n.split("/", 1)[1] for n in names} - {
-        ".data/chorus/manifest.json", ".data/version"}
+        ".data/chorus/manifest.json", ".data/version", "byteorder", ".data/serialization_id"}
     assert "mymodel.py" in hashed  # the user's code is interned
     extern = zipfile.ZipFile(path).read("model/.data/extern_modules").decode().split()
     assert "torch" in extern and "mymodel" not in extern

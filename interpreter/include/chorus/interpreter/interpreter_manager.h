@@ -182,9 +182,13 @@ class Object {
   // False for a default-constructed or moved-from Object.
   bool valid() const { return ref_ != nullptr; }
 
-  // self(*args, **kwargs), arguments converted from IValues.
-  StatusOr<Object> Call(const std::vector<c10::IValue>& args = {}, const Kwargs& kwargs = {},
+  // self(*args, **kwargs), arguments converted from IValues. (Overloads, not
+  // default arguments: a defaulted vector of the incomplete IValue does not
+  // compile under clang in C++20.)
+  StatusOr<Object> Call(const std::vector<c10::IValue>& args, const Kwargs& kwargs,
                         const CallOptions& options = {}) const;
+  StatusOr<Object> Call(const std::vector<c10::IValue>& args) const;
+  StatusOr<Object> Call() const;
   // self(*args) with Python objects (of the same interpreter) as arguments.
   StatusOr<Object> CallObjects(const std::vector<Object>& args) const;
   // getattr(self, name).
@@ -213,8 +217,9 @@ class ReplicatedObject {
 
   // Calls the object on an idle interpreter (see AcquireOne) and converts the
   // result to an IValue. Any thread.
-  StatusOr<c10::IValue> Call(const std::vector<c10::IValue>& args, const Kwargs& kwargs = {},
+  StatusOr<c10::IValue> Call(const std::vector<c10::IValue>& args, const Kwargs& kwargs,
                              const CallOptions& options = {}) const;
+  StatusOr<c10::IValue> Call(const std::vector<c10::IValue>& args) const;
   // The object in `session`'s interpreter, made there if needed.
   StatusOr<Object> In(InterpreterSession& session) const;
 

@@ -50,7 +50,8 @@ def cmd_create(args) -> int:
         model = factory(**json.loads(args.factory_kwargs))
         source = args.module
     else:
-        model = torch.load(args.pickle)
+        # A whole pickled module (the user names the file): full unpickling.
+        model = torch.load(args.pickle, weights_only=False)
         source = os.path.basename(args.pickle)
     name = args.name or (args.module.partition(":")[0] if args.module else
                          os.path.splitext(os.path.basename(args.pickle))[0])

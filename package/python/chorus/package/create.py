@@ -12,6 +12,7 @@ import inspect
 import io
 import json
 import sys
+import warnings
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Sequence
 
@@ -81,8 +82,8 @@ class _HashingWriter:
         self.files: Dict[str, Dict[str, Any]] = {}
 
     def write_record(self, name, data, size):
-        if isinstance(data, int):  # a data pointer (tensor storages)
-            view = memoryview((ctypes.c_char * size).from_address(data)) if size else b""
+        if isinstance(data, torch.UntypedStorage):  # tensor storages
+            view = memoryview((ctypes.c_char * size).from_address(data.data_ptr())) if size else b""
         else:
             view = data
         self.files[name] = {"sha256": hashlib.sha256(view).hexdigest(), "size": size}
@@ -231,7 +232,11 @@ def create_package(output: str, model: Any, example_inputs: Sequence[torch.Tenso
                     exporter.save_binary(package_name, resource, content)
             for module_name in modules:
                 exporter.save_module(module_name)
-            exporter.save_pickle(fmt.MODEL_PICKLE_PACKAGE, fmt.MODEL_PICKLE_RESOURCE, model)
+            with warnings.catch_warnings():
+                # torch.package's own pickler still goes through TypedStorage on
+                # torch 2.x and warns; that is not the user's to fix.
+                warnings.filterwarnings("ignore", "TypedStorage is deprecated", UserWarning)
+                exporter.save_pickle(fmt.MODEL_PICKLE_PACKAGE, fmt.MODEL_PICKLE_RESOURCE, model)
             exporter._write(fmt.EXAMPLE_INPUTS_RECORD, _torch_save_bytes(list(example_inputs)))
             exporter._write(fmt.EXAMPLE_OUTPUTS_RECORD, _torch_save_bytes(output_tensors))
             exporter.manifest = manifest

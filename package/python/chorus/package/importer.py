@@ -10,6 +10,7 @@ once per process, so every interpreter's weights are the same memory.
 
 import builtins
 import io
+import warnings
 
 import torch
 from torch.package import PackageImporter
@@ -75,7 +76,11 @@ def load_model(archive, entry_point):
     """The model object an archive's entry point names (a dict from the manifest)."""
     importer = ChorusImporter(archive)
     if entry_point["kind"] == fmt.ENTRY_POINT_PICKLE:
-        model = importer.load_pickle(entry_point["package"], entry_point["resource"])
+        with warnings.catch_warnings():
+            # torch.package's own unpickler still reads TypedStorage records and
+            # warns about it on torch 2.x; that is not the user's to fix.
+            warnings.filterwarnings("ignore", "TypedStorage is deprecated", UserWarning)
+            model = importer.load_pickle(entry_point["package"], entry_point["resource"])
     elif entry_point["kind"] == fmt.ENTRY_POINT_FACTORY:
         module = importer.import_module(entry_point["module"])
         model = getattr(module, entry_point["factory"])(**entry_point.get("kwargs", {}))

@@ -110,7 +110,7 @@ class _Unit:
 
     def pre_forward(self, module, args):
         fulls = _Unshard.apply(self, self.flat)
-        self.storages = {t.storage().data_ptr(): i for i, t in enumerate(fulls)}
+        self.storages = {t.untyped_storage().data_ptr(): i for i, t in enumerate(fulls)}
         self.fulls = fulls
         for (owner, attr, _), tensor in zip(self.entries, fulls):
             owner.__dict__[attr] = tensor
@@ -124,14 +124,14 @@ class _Unit:
             self.saving = None
         # Autograd kept markers, not the gathered parameters: free them now.
         for tensor in self.fulls:
-            tensor.storage().resize_(0)
+            tensor.untyped_storage().resize_(0)
         self.fulls = None
         self.storages = {}
         return output
 
     def pack(self, tensor):
         try:
-            index = self.storages.get(tensor.storage().data_ptr())
+            index = self.storages.get(tensor.untyped_storage().data_ptr())
         except (RuntimeError, NotImplementedError):
             index = None
         return tensor if index is None else _Saved(index, tensor)
