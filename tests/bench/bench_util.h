@@ -14,6 +14,7 @@
 #include <functional>
 #include <map>
 #include <sstream>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -30,6 +31,15 @@ inline double Median(std::vector<double> values) {
 
 inline double SecondsSince(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+// The JSON object a child process printed as its last line starting with '{'
+// (logs may come before it).
+inline nlohmann::json LastJsonLine(const std::string& output) {
+  size_t start = output.rfind("\n{");
+  start = start == std::string::npos ? output.find('{') : start + 1;
+  if (start == std::string::npos) throw std::runtime_error("no JSON in: " + output);
+  return nlohmann::json::parse(output.substr(start));
 }
 
 // Resident set size of this process, in MiB (from /proc/self/status).

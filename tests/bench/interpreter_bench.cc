@@ -199,7 +199,7 @@ nlohmann::json RunChild(const std::string& self, int n, const std::string& cache
   char buffer[4096];
   while (pipe && fgets(buffer, sizeof(buffer), pipe)) output += buffer;
   if (!pipe || pclose(pipe) != 0) throw std::runtime_error("startup child failed: " + command);
-  return nlohmann::json::parse(output.substr(output.rfind('{')));
+  return LastJsonLine(output);
 }
 
 nlohmann::json MeasureStartup(const std::string& self, int n, int rounds,

@@ -145,10 +145,10 @@ int main(int argc, char** argv) {
   for (int round = 0; round < rounds; ++round) {
     std::string chorus_out = RunCapture(std::string(self) + " --chorus-child " + archive +
                                         " --cache " + cache);
-    auto c = nlohmann::json::parse(chorus_out.substr(chorus_out.rfind('{')));
+    auto c = LastJsonLine(chorus_out);
     std::string stock_out =
         RunCapture(PythonEnv(python_dir) + data_dir + "/stock_load.py " + archive);
-    auto s = nlohmann::json::parse(stock_out.substr(stock_out.rfind('{')));
+    auto s = LastJsonLine(stock_out);
     first.push_back(c["first_s"]);
     extra.push_back(c["extra_s"]);
     growth.push_back(c["rss_growth_mib"]);
