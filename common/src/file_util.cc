@@ -8,6 +8,8 @@
 #include <atomic>
 #include <cerrno>
 #include <filesystem>
+#include <string>
+#include <vector>
 
 namespace chorus {
 
@@ -22,6 +24,16 @@ UniqueFd& UniqueFd::operator=(UniqueFd&& other) noexcept {
 UniqueFd::~UniqueFd() {
   if (fd_ >= 0) ::close(fd_);
 }
+
+namespace {
+
+std::string ParentDirectory(const std::string& path) {
+  const size_t slash = path.rfind('/');
+  if (slash == std::string::npos) return ".";
+  return slash == 0 ? "/" : path.substr(0, slash);
+}
+
+}  // namespace
 
 std::string TemporarySiblingPath(const std::string& path) {
   static std::atomic<unsigned> counter{0};
@@ -61,12 +73,41 @@ Status WriteFileAtomically(const std::string& path, std::string_view contents) {
     UniqueFd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644));
     if (!fd.valid()) return ErrnoError("create " + tmp, errno);
     Status written = WriteAll(fd.get(), contents.data(), contents.size(), tmp);
+    if (written.ok() && ::fsync(fd.get()) != 0) written = ErrnoError("fsync " + tmp, errno);
     if (!written.ok()) {
       ::unlink(tmp.c_str());
       return written;
     }
   }
-  return RenameFile(tmp, path);
+  CHORUS_RETURN_IF_ERROR(RenameFile(tmp, path));
+  return SyncPath(ParentDirectory(path));
+}
+
+Status SyncPath(const std::string& path) {
+  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!fd.valid()) return ErrnoError("open " + path, errno);
+  if (::fsync(fd.get()) != 0) return ErrnoError("fsync " + path, errno);
+  return OkStatus();
+}
+
+Status SyncTree(const std::string& dir) {
+  std::error_code error;
+  std::vector<std::string> directories = {dir};
+  for (std::filesystem::recursive_directory_iterator it(dir, error), end; !error && it != end;
+       it.increment(error)) {
+    if (it->is_symlink(error)) continue;
+    if (it->is_directory(error)) {
+      directories.push_back(it->path().string());
+    } else {
+      CHORUS_RETURN_IF_ERROR(SyncPath(it->path().string()));
+    }
+  }
+  if (error) return ErrnoError("list " + dir, error.value());
+  // Children before parents: a directory's entries name synced objects.
+  for (auto it = directories.rbegin(); it != directories.rend(); ++it) {
+    CHORUS_RETURN_IF_ERROR(SyncPath(*it));
+  }
+  return OkStatus();
 }
 
 Status CopyFile(const std::string& from, const std::string& to) {

@@ -6,6 +6,9 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <fstream>
+#include <map>
+#include <regex>
 #include <string>
 #include <vector>
 
@@ -91,6 +94,80 @@ TEST_F(FileUtilTest, ConcurrentWritersLeaveOneWholeFile) {
   EXPECT_EQ(contents, std::string(100000, contents[0]));
   std::string leftovers = dir_ + "/shared.tmp-*";
   EXPECT_NE(std::system(("ls " + leftovers + " >/dev/null 2>&1").c_str()), 0);
+}
+
+// Run under strace by WritesReachTheDiskBeforeTheyAreNamed below.
+TEST(FileUtilChild, SyncTreeThenWriteAtomically) {
+  const char* dir = std::getenv("CHORUS_FILE_UTIL_CHILD_DIR");
+  if (dir == nullptr) GTEST_SKIP() << "child mode only";
+  ASSERT_TRUE(MakeDirectories(std::string(dir) + "/step/sub").ok());
+  std::ofstream(std::string(dir) + "/step/shard") << "shard";
+  std::ofstream(std::string(dir) + "/step/sub/part") << "part";
+  ASSERT_TRUE(SyncTree(std::string(dir) + "/step").ok());
+  ASSERT_TRUE(WriteFileAtomically(std::string(dir) + "/latest", "step\n").ok());
+}
+
+// The order of the system calls: every file and directory of a tree is
+// fsync'ed before the pointer to it is renamed into place, the pointer's own
+// data before its rename, and its directory after. A power loss then leaves
+// either the old pointer or a new one to complete data.
+TEST_F(FileUtilTest, WritesReachTheDiskBeforeTheyAreNamed) {
+  ASSERT_EQ(std::system("strace -V >/dev/null 2>&1"), 0) << "strace is needed (make deps)";
+  char self[4096] = {0};
+  ASSERT_GT(readlink("/proc/self/exe", self, sizeof(self) - 1), 0);
+  const std::string log = dir_ + "/strace.log";
+  // LeakSanitizer (the sanitizer build) cannot run under ptrace.
+  const std::string command = "ASAN_OPTIONS=detect_leaks=0 CHORUS_FILE_UTIL_CHILD_DIR=" + dir_ +
+                              " strace -f -qq -e trace=open,openat,fsync,rename -o " + log + " " +
+                              self + " --gtest_filter=FileUtilChild.* >/dev/null 2>&1";
+  ASSERT_EQ(std::system(command.c_str()), 0);
+  // The events, in order: "fsync PATH" and "rename FROM TO".
+  std::ifstream in(log);
+  std::map<std::string, std::string> fd_paths;  // by "pid fd"
+  std::vector<std::string> events;
+  const std::regex open_call(R"re(^(\d+) +open(at)?\((AT_FDCWD, )?"([^"]+)".*\) = (\d+)$)re");
+  const std::regex fsync_call(R"re(^(\d+) +fsync\((\d+)\) += 0$)re");
+  const std::regex rename_call(R"re(^\d+ +rename\("([^"]+)", "([^"]+)"\) += 0$)re");
+  std::smatch m;
+  for (std::string line; std::getline(in, line);) {
+    if (std::regex_match(line, m, open_call)) {
+      fd_paths[m[1].str() + " " + m[5].str()] = m[4];
+    } else if (std::regex_match(line, m, fsync_call)) {
+      events.push_back("fsync " + fd_paths[m[1].str() + " " + m[2].str()]);
+    } else if (std::regex_match(line, m, rename_call)) {
+      events.push_back("rename " + m[1].str() + " " + m[2].str());
+    }
+  }
+  auto position = [&](const std::string& prefix, const std::string& suffix = "") -> long {
+    for (size_t i = 0; i < events.size(); ++i) {
+      const std::string& e = events[i];
+      if (e.rfind(prefix, 0) == 0 && e.size() >= suffix.size() &&
+          e.compare(e.size() - suffix.size(), suffix.size(), suffix) == 0) {
+        return static_cast<long>(i);
+      }
+    }
+    return -1;
+  };
+  std::string all;
+  for (const std::string& e : events) all += e + "\n";
+  const long rename_latest = position("rename " + dir_ + "/latest.tmp-", " " + dir_ + "/latest");
+  ASSERT_GE(rename_latest, 0) << all;
+  for (const std::string& synced :
+       {dir_ + "/step/shard", dir_ + "/step/sub/part", dir_ + "/step/sub", dir_ + "/step"}) {
+    const long at = position("fsync " + synced, synced);
+    EXPECT_GE(at, 0) << synced << " never synced:\n" << all;
+    EXPECT_LT(at, rename_latest) << synced << " synced after latest moved:\n" << all;
+  }
+  const std::string part = dir_ + "/step/sub/part", sub = dir_ + "/step/sub";
+  EXPECT_LT(position("fsync " + part, part), position("fsync " + sub, sub))
+      << "a directory before its files:\n"
+      << all;
+  const long data = position("fsync " + dir_ + "/latest.tmp-");
+  EXPECT_GE(data, 0) << all;
+  EXPECT_LT(data, rename_latest) << all;
+  const long directory = static_cast<long>(events.size()) - 1;
+  EXPECT_EQ(events.back(), "fsync " + dir_) << "the rename itself is not made durable:\n" << all;
+  EXPECT_GT(directory, rename_latest);
 }
 
 }  // namespace

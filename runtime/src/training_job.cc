@@ -61,6 +61,11 @@ StatusOr<std::unique_ptr<TrainingJob>> TrainingJob::Create(InterpreterManager* m
   if (options.dp < 1 || options.tp < 1) {
     return InvalidArgumentError("dp_shard and tp must be at least 1");
   }
+  CHORUS_RETURN_IF_ERROR(options.spec.Validate());
+  if (options.spec.global_batch > 0 && options.spec.global_batch % options.dp != 0) {
+    return InvalidArgumentError("global_batch " + std::to_string(options.spec.global_batch) +
+                                " does not divide among dp_shard " + std::to_string(options.dp));
+  }
   if (static_cast<int>(options.interpreters.size()) != world) {
     return InvalidArgumentError("dp_shard x tp = " + std::to_string(world) +
                                 " ranks need as many "
@@ -85,8 +90,9 @@ StatusOr<std::unique_ptr<TrainingJob>> TrainingJob::Create(InterpreterManager* m
   }
   TrainingJob* raw = job.get();
   StatusOr<std::vector<c10::IValue>> created = job->OnRanks("create_rank", [raw](int rank) {
-    return std::vector<c10::IValue>{ArchiveToIValue(raw->options_.archive), raw->options_.spec_json,
-                                    raw->dp_comms_[rank], raw->tp_comms_[rank]};
+    return std::vector<c10::IValue>{ArchiveToIValue(raw->options_.archive),
+                                    raw->options_.spec.ToJson(), raw->dp_comms_[rank],
+                                    raw->tp_comms_[rank]};
   });
   if (!created.ok()) {
     // The message is the spec's problem, as Python reported it.
@@ -95,8 +101,20 @@ StatusOr<std::unique_ptr<TrainingJob>> TrainingJob::Create(InterpreterManager* m
   return job;
 }
 
-TrainingJob::~TrainingJob() {
-  (void)OnRanks("delete", [](int) { return std::vector<c10::IValue>{}; });
+TrainingJob::~TrainingJob() { Shutdown(); }
+
+void TrainingJob::Shutdown() {
+  MutexLock lock(&mu_);
+  if (shut_down_) return;
+  shut_down_ = true;
+  Status deleted = OnRanks("delete", [](int) { return std::vector<c10::IValue>{}; }).status();
+  if (!deleted.ok())
+    Log().warn("training job {}: deleting its state: {}", options_.id, deleted.ToString());
+}
+
+Status TrainingJob::CheckOpen() const {
+  if (shut_down_) return FailedPreconditionError("training job " + options_.id + " was deleted");
+  return OkStatus();
 }
 
 StatusOr<std::vector<c10::IValue>> TrainingJob::OnRanks(
@@ -159,6 +177,7 @@ void TrainingJob::Record(const StepMetrics& metrics) {
 StatusOr<std::vector<StepMetrics>> TrainingJob::Step(int steps,
                                                      const std::optional<at::Tensor>& batch) {
   MutexLock lock(&mu_);
+  CHORUS_RETURN_IF_ERROR(CheckOpen());
   std::vector<StepMetrics> done;
   const int count = batch ? 1 : steps;
   for (int i = 0; i < count; ++i) {
@@ -196,6 +215,7 @@ StatusOr<std::vector<StepMetrics>> TrainingJob::Step(int steps,
 
 StatusOr<std::string> TrainingJob::Save(const std::string& root) {
   MutexLock lock(&mu_);
+  CHORUS_RETURN_IF_ERROR(CheckOpen());
   CHORUS_RETURN_IF_ERROR(MakeDirectories(root));
   const int64_t step = History().empty() ? 0 : History().back().step;
   const std::string final_path = root + "/" + StepFolder(step);
@@ -209,10 +229,14 @@ StatusOr<std::string> TrainingJob::Save(const std::string& root) {
                              {"dp", options_.dp},
                              {"tp", options_.tp},
                              {"ranks", world_size()},
-                             {"spec", nlohmann::json::parse(options_.spec_json)}};
+                             {"spec", nlohmann::json::parse(options_.spec.ToJson())}};
   if (saved.ok()) saved = WriteFileAtomically(partial + "/manifest.json", manifest.dump(2));
+  // Every shard on the disk before the step folder gets its name, and the
+  // name before `latest` points to it: a power loss leaves the previous one.
+  if (saved.ok()) saved = SyncTree(partial);
   if (saved.ok()) saved = RemoveTree(final_path);  // re-saving the same step
   if (saved.ok()) saved = RenameFile(partial, final_path);
+  if (saved.ok()) saved = SyncPath(root);
   if (saved.ok()) saved = WriteFileAtomically(root + "/latest", StepFolder(step) + "\n");
   if (!saved.ok()) {
     (void)RemoveTree(partial);
@@ -223,6 +247,7 @@ StatusOr<std::string> TrainingJob::Save(const std::string& root) {
 
 StatusOr<int64_t> TrainingJob::Load(const std::string& path) {
   MutexLock lock(&mu_);
+  CHORUS_RETURN_IF_ERROR(CheckOpen());
   std::string folder = path;
   if (!IsDirectory(path)) return NotFoundError("no checkpoint at " + path);
   if (StatusOr<std::string> latest = ReadFile(path + "/latest"); latest.ok()) {
@@ -255,6 +280,7 @@ StatusOr<int64_t> TrainingJob::Load(const std::string& path) {
 
 StatusOr<at::Tensor> TrainingJob::Evaluate(const at::Tensor& tokens) {
   MutexLock lock(&mu_);
+  CHORUS_RETURN_IF_ERROR(CheckOpen());
   CHORUS_ASSIGN_OR_RETURN(std::vector<c10::IValue> results, OnRanks("evaluate", [&](int) {
                             return std::vector<c10::IValue>{tokens};
                           }));
@@ -264,6 +290,7 @@ StatusOr<at::Tensor> TrainingJob::Evaluate(const at::Tensor& tokens) {
 Status TrainingJob::Export(const std::string& path, const std::string& name, int64_t version,
                            int64_t example_length) {
   MutexLock lock(&mu_);
+  CHORUS_RETURN_IF_ERROR(CheckOpen());
   return OnRanks("export",
                  [&](int) {
                    return std::vector<c10::IValue>{path, name, version, example_length};

@@ -13,9 +13,7 @@ constexpr char kServerName[] = "chorus";
 constexpr char kServerVersion[] = "0.1.0";
 
 grpc::ServerUnaryReactor* Finish(grpc::CallbackServerContext* ctx, const Status& status) {
-  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
-  reactor->Finish(ToGrpcStatus(status));
-  return reactor;
+  return FinishCall(ctx, status);
 }
 
 // Finishes the call with `expr`'s error, if any.
@@ -56,49 +54,6 @@ void FillDuration(const ModelStatsSnapshot::Duration& from, inference::Statistic
 }
 
 }  // namespace
-
-BackgroundRunner::BackgroundRunner()
-    : thread_([this] {
-        while (true) {
-          std::function<void()> work;
-          {
-            MutexLock lock(&mu_);
-            while (work_.empty() && !stopping_) changed_.Wait(&mu_);
-            if (work_.empty()) return;
-            work = std::move(work_.front());
-            work_.pop_front();
-          }
-          work();
-        }
-      }) {}
-
-BackgroundRunner::~BackgroundRunner() {
-  {
-    MutexLock lock(&mu_);
-    stopping_ = true;
-  }
-  changed_.SignalAll();
-  thread_.join();
-}
-
-void BackgroundRunner::Post(std::function<void()> work) {
-  {
-    MutexLock lock(&mu_);
-    work_.push_back(std::move(work));
-  }
-  changed_.Signal();
-}
-
-Status ServiceContext::Authorize(const grpc::CallbackServerContext& call) const {
-  if (auth_token.empty()) return OkStatus();
-  const std::string expected = "Bearer " + auth_token;
-  auto range = call.client_metadata().equal_range("authorization");
-  for (auto it = range.first; it != range.second; ++it) {
-    if (std::string(it->second.data(), it->second.size()) == expected) return OkStatus();
-  }
-  return Status(StatusCode::kUnauthenticated,
-                "missing or wrong bearer token (metadata \"authorization: Bearer <token>\")");
-}
 
 // Liveness and readiness stay open without a token: orchestrators probe them.
 grpc::ServerUnaryReactor* InferenceService::ServerLive(grpc::CallbackServerContext* ctx,
@@ -264,9 +219,11 @@ grpc::ServerUnaryReactor* InferenceService::ChangeRepository(
   CHORUS_RETURN_IF_ERROR_REACTOR(ctx, context_->Authorize(*ctx));
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
   ModelRepository* repository = context_->repository;
-  context_->background->Post([repository, reactor, name = std::move(name), change] {
-    reactor->Finish(ToGrpcStatus(change(*repository, name)));
-  });
+  if (!context_->background->Post([repository, reactor, name = std::move(name), change] {
+        reactor->Finish(ToGrpcStatus(change(*repository, name)));
+      })) {
+    reactor->Finish(ToGrpcStatus(UnavailableError("the server is shutting down")));
+  }
   return reactor;
 }
 

@@ -5,49 +5,14 @@
 #ifndef CHORUS_SERVER_INFERENCE_SERVICE_H_
 #define CHORUS_SERVER_INFERENCE_SERVICE_H_
 
-#include <atomic>
-#include <chrono>
-#include <deque>
 #include <functional>
 #include <string>
-#include <thread>
 
-#include "chorus/common/thread_annotations.h"
 #include "chorus/inference/grpc_service.grpc.pb.h"
-#include "chorus/interpreter/interpreter_manager.h"
 #include "server/src/model_repository.h"
+#include "server/src/service_context.h"
 
 namespace chorus {
-
-// Runs blocking work (model loads) off the reactor threads, in order.
-class BackgroundRunner {
- public:
-  BackgroundRunner();
-  // Finishes the queued work, then joins.
-  ~BackgroundRunner();
-  void Post(std::function<void()> work) CHORUS_EXCLUDES(mu_);
-
- private:
-  Mutex mu_;
-  CondVar changed_;
-  std::deque<std::function<void()>> work_ CHORUS_GUARDED_BY(mu_);
-  bool stopping_ CHORUS_GUARDED_BY(mu_) = false;
-  std::thread thread_;
-};
-
-// What the handlers need from the server; owned by it.
-struct ServiceContext {
-  ModelRepository* repository;
-  InterpreterManager* manager;
-  BackgroundRunner* background;
-  std::string auth_token;
-  std::chrono::milliseconds request_timeout{0};
-  std::atomic<bool> ready{false};
-
-  // OK when no token is configured or the call carries "authorization: Bearer
-  // <auth_token>"; UNAUTHENTICATED otherwise. Any thread.
-  Status Authorize(const grpc::CallbackServerContext& call) const;
-};
 
 class InferenceService final : public inference::GRPCInferenceService::CallbackService {
  public:

@@ -14,7 +14,8 @@ int main(int argc, char** argv) {
   CLI::App app{"chorus-server: serve PyTorch models packaged with chorus-package"};
   int64_t timeout_ms = 0, drain_ms = 30000;
   app.add_option("--model-repository", options.model_repository,
-                 "directory of <model>/<version>/<archive>.pt")->required();
+                 "directory of <model>/<version>/<archive>.pt")
+      ->required();
   app.add_option("--interpreters", options.interpreters, "Python interpreters (0: one per core)");
   app.add_option("--host", options.host, "address to listen on");
   app.add_option("--port", options.port, "gRPC port (0: any free port)");

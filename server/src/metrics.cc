@@ -44,15 +44,14 @@ std::string RenderMetrics(const ModelRepository& repository, const InterpreterMa
   per_model("nv_inference_compute_infer_duration_us", "counter",
             "Cumulative model execution time, microseconds",
             [](const ModelStatsSnapshot& s) { return s.compute_infer.ns / 1000; });
-  per_model("nv_inference_pending_request_count", "gauge",
-            "Requests queued or running",
+  per_model("nv_inference_pending_request_count", "gauge", "Requests queued or running",
             [](const ModelStatsSnapshot& s) { return s.pending; });
 
   Header(out, "chorus_batch_size", "histogram", "Samples per model execution");
   const int64_t bounds[] = {1, 2, 4, 8, 16, 32, 64, 128};
   for (size_t i = 0; i < models.size(); ++i) {
-    const std::string labels = "model=\"" + models[i]->name() + "\",version=\"" +
-                               models[i]->version() + "\"";
+    const std::string labels =
+        "model=\"" + models[i]->name() + "\",version=\"" + models[i]->version() + "\"";
     uint64_t cumulative = 0, total = 0, sum = 0;
     for (const auto& [size, duration] : stats[i].batches) {
       total += duration.count;

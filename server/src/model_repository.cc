@@ -51,7 +51,8 @@ StatusOr<SchedulerOptions> SchedulingFor(const std::string& model_dir, const Man
   }
   try {
     if (config.contains("dynamic_batching")) {
-      scheduling.batching.enabled = config["dynamic_batching"].get<bool>() && manifest.batching.batchable;
+      scheduling.batching.enabled =
+          config["dynamic_batching"].get<bool>() && manifest.batching.batchable;
     }
     if (config.contains("max_batch_size")) {
       scheduling.batching.max_batch_size = config["max_batch_size"].get<int64_t>();
@@ -144,10 +145,12 @@ StatusOr<std::shared_ptr<LoadedModel>> ModelRepository::LoadVersion(const std::s
       break;
     }
   }
-  if (archive.empty()) return NotFoundError("model " + name + " version " + version + " has no .pt archive");
+  if (archive.empty())
+    return NotFoundError("model " + name + " version " + version + " has no .pt archive");
   CHORUS_ASSIGN_OR_RETURN(std::shared_ptr<Model> model, Model::Load(manager_, archive));
   if (model->manifest() == nullptr) {
-    return FailedPreconditionError(archive + " has no chorus manifest: the server needs its "
+    return FailedPreconditionError(archive +
+                                   " has no chorus manifest: the server needs its "
                                    "signature (package it with chorus-package)");
   }
   CHORUS_ASSIGN_OR_RETURN(SchedulerOptions scheduling,
@@ -231,8 +234,8 @@ std::vector<RepositoryEntry> ModelRepository::Index() const {
       index.push_back({name, it->second->version(), "READY", ""});
     } else {
       auto failure = failures_.find(name);
-      index.push_back({name, "", "UNAVAILABLE",
-                       failure != failures_.end() ? failure->second : "unloaded"});
+      index.push_back(
+          {name, "", "UNAVAILABLE", failure != failures_.end() ? failure->second : "unloaded"});
     }
   }
   return index;

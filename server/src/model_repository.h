@@ -48,7 +48,8 @@ class LoadedModel {
   ModelScheduler& scheduler() { return *scheduler_; }
 
   // Records one answered request (from the server's completion path).
-  void RecordRequest(const InferenceResult& result, std::chrono::nanoseconds total) CHORUS_EXCLUDES(mu_);
+  void RecordRequest(const InferenceResult& result, std::chrono::nanoseconds total)
+      CHORUS_EXCLUDES(mu_);
   ModelStatsSnapshot Snapshot() const CHORUS_EXCLUDES(mu_);
 
  private:
@@ -95,7 +96,8 @@ class ModelRepository {
 
   // The loaded model; `version` "" means the served one. NOT_FOUND otherwise.
   StatusOr<std::shared_ptr<LoadedModel>> Find(const std::string& name,
-                                              const std::string& version) const CHORUS_EXCLUDES(mu_);
+                                              const std::string& version) const
+      CHORUS_EXCLUDES(mu_);
   std::vector<std::shared_ptr<LoadedModel>> Loaded() const CHORUS_EXCLUDES(mu_);
   std::vector<RepositoryEntry> Index() const CHORUS_EXCLUDES(mu_);
   // Drains every model's queue until `deadline` (server shutdown).

@@ -14,11 +14,11 @@ struct Dtype {
 };
 
 const Dtype kDtypes[] = {
-    {"bool", "BOOL", at::kBool},         {"uint8", "UINT8", at::kByte},
-    {"int8", "INT8", at::kChar},         {"int16", "INT16", at::kShort},
-    {"int32", "INT32", at::kInt},        {"int64", "INT64", at::kLong},
-    {"float16", "FP16", at::kHalf},      {"bfloat16", "BF16", at::kBFloat16},
-    {"float32", "FP32", at::kFloat},     {"float64", "FP64", at::kDouble},
+    {"bool", "BOOL", at::kBool},     {"uint8", "UINT8", at::kByte},
+    {"int8", "INT8", at::kChar},     {"int16", "INT16", at::kShort},
+    {"int32", "INT32", at::kInt},    {"int64", "INT64", at::kLong},
+    {"float16", "FP16", at::kHalf},  {"bfloat16", "BF16", at::kBFloat16},
+    {"float32", "FP32", at::kFloat}, {"float64", "FP64", at::kDouble},
 };
 
 const Dtype* ByManifest(const std::string& name) {
@@ -57,8 +57,8 @@ Status FromTypedContents(const inference::InferTensorContents& c, const Dtype& d
   const int64_t n = tensor.numel();
   auto count_check = [&](int count) -> Status {
     if (count != n) {
-      return Invalid(name, std::to_string(count) + " typed values for " + std::to_string(n) +
-                               " elements");
+      return Invalid(
+          name, std::to_string(count) + " typed values for " + std::to_string(n) + " elements");
     }
     return OkStatus();
   };
@@ -73,7 +73,8 @@ Status FromTypedContents(const inference::InferTensorContents& c, const Dtype& d
     case at::kShort:
     case at::kInt: {
       CHORUS_RETURN_IF_ERROR(count_check(c.int_contents_size()));
-      at::Tensor values = at::tensor(std::vector<int32_t>(c.int_contents().begin(), c.int_contents().end()));
+      at::Tensor values =
+          at::tensor(std::vector<int32_t>(c.int_contents().begin(), c.int_contents().end()));
       tensor.view({-1}).copy_(values);
       return OkStatus();
     }
@@ -152,8 +153,9 @@ StatusOr<std::vector<at::Tensor>> DecodeInputs(const inference::ModelInferReques
     at::Tensor tensor = at::empty(shape, at::TensorOptions().dtype(dtype->scalar));
     const bool typed = input.has_contents() && HasTypedContents(input.contents());
     if (raw && typed) {
-      return Invalid(input.name(), "has typed contents and the request has raw_input_contents; "
-                                   "use one or the other");
+      return Invalid(input.name(),
+                     "has typed contents and the request has raw_input_contents; "
+                     "use one or the other");
     }
     if (raw) {
       const std::string& bytes = request.raw_input_contents(k);
@@ -187,7 +189,8 @@ Status EncodeOutputs(const std::vector<at::Tensor>& outputs, const Manifest& man
     bool known = false;
     for (const TensorSpec& spec : manifest.outputs) known = known || spec.name == requested.name();
     if (!known) {
-      return InvalidArgumentError("output \"" + requested.name() + "\": the model has no such output");
+      return InvalidArgumentError("output \"" + requested.name() +
+                                  "\": the model has no such output");
     }
     wanted.insert(requested.name());
   }

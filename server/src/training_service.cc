@@ -5,21 +5,19 @@
 #include <algorithm>
 #include <cstring>
 #include <deque>
-#include <nlohmann/json.hpp>
 #include <sstream>
 
 #include "chorus/common/file_util.h"
 #include "chorus/common/logging.h"
 #include "chorus/package/model.h"
 #include "server/src/grpc_status.h"
+#include "server/src/model_repository.h"
 
 namespace chorus {
 namespace {
 
 grpc::ServerUnaryReactor* Finish(grpc::CallbackServerContext* ctx, const Status& status) {
-  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
-  reactor->Finish(ToGrpcStatus(status));
-  return reactor;
+  return FinishCall(ctx, status);
 }
 
 StatusOr<at::Tensor> FromProto(const training::Tensor& tensor) {
@@ -67,51 +65,39 @@ void ToProto(const std::string& job, const StepMetrics& m, training::StepMetrics
   out->set_memory_mib(m.memory_mib);
 }
 
-// The JSON spec chorus.training.trainer reads, from the request; checks what
-// can be checked without building the model.
-StatusOr<std::string> SpecJson(const training::JobSpec& spec) {
-  if (spec.model_factory().empty()) return InvalidArgumentError("spec.model_factory is required");
-  nlohmann::json model_config = nlohmann::json::object();
-  if (!spec.model_config_json().empty()) {
-    model_config = nlohmann::json::parse(spec.model_config_json(), nullptr, false);
-    if (model_config.is_discarded() || !model_config.is_object()) {
-      return InvalidArgumentError("spec.model_config_json must be a JSON object");
-    }
-  }
-  if (spec.data_loader().empty() == false && (spec.global_batch() <= 0 || spec.seq_len() <= 0)) {
-    return InvalidArgumentError("a data_loader needs global_batch and seq_len");
-  }
-  if (spec.global_batch() > 0 && spec.dp_shard() > 0 && spec.global_batch() % spec.dp_shard()) {
-    return InvalidArgumentError("global_batch " + std::to_string(spec.global_batch()) +
-                                " does not divide among dp_shard " +
-                                std::to_string(spec.dp_shard()));
-  }
-  const auto& opt = spec.optimizer();
-  nlohmann::json json = {
-      {"model_factory", spec.model_factory()},
-      {"model_config", model_config},
-      {"loss", spec.loss().empty() ? "cross_entropy" : spec.loss()},
-      {"optimizer",
-       {{"name", opt.name().empty() ? "adamw" : opt.name()},
-        {"lr", opt.lr() > 0 ? opt.lr() : 1e-3},
-        {"beta1", opt.beta1() > 0 ? opt.beta1() : 0.9},
-        {"beta2", opt.beta2() > 0 ? opt.beta2() : 0.95},
-        {"eps", opt.eps() > 0 ? opt.eps() : 1e-8},
-        {"weight_decay", opt.weight_decay()}}},
-      {"lr_schedule",
-       {{"kind", spec.lr_schedule().kind().empty() ? "constant" : spec.lr_schedule().kind()},
-        {"warmup_steps", spec.lr_schedule().warmup_steps()},
-        {"total_steps", spec.lr_schedule().total_steps()},
-        {"min_lr_ratio", spec.lr_schedule().min_lr_ratio()}}},
-      {"seed", spec.seed()},
-      {"parallelize", spec.parallelize()},
-      {"data_loader", spec.data_loader()},
-      {"global_batch", spec.global_batch()},
-      {"seq_len", spec.seq_len()},
-      {"param_dtype", spec.param_dtype()},
-      {"devices", std::vector<std::string>(spec.devices().begin(), spec.devices().end())},
+// The request's spec: its fields where set, the spec's defaults elsewhere
+// (proto3 reads an unset number as 0; where 0 is a value the field is optional).
+TrainingSpec SpecOf(const training::JobSpec& from) {
+  TrainingSpec spec;
+  auto set = [](const std::string& value, std::string* to) {
+    if (!value.empty()) *to = value;
   };
-  return json.dump();
+  auto positive = [](auto value, auto* to) {
+    if (value > 0) *to = value;
+  };
+  set(from.model_factory(), &spec.model_factory);
+  set(from.model_config_json(), &spec.model_config_json);
+  set(from.loss(), &spec.loss);
+  const training::OptimizerConfig& opt = from.optimizer();
+  set(opt.name(), &spec.optimizer.name);
+  positive(opt.lr(), &spec.optimizer.lr);
+  positive(opt.beta1(), &spec.optimizer.beta1);
+  positive(opt.beta2(), &spec.optimizer.beta2);
+  positive(opt.eps(), &spec.optimizer.eps);
+  if (opt.has_weight_decay()) spec.optimizer.weight_decay = opt.weight_decay();
+  const training::LrSchedule& schedule = from.lr_schedule();
+  set(schedule.kind(), &spec.lr_schedule.kind);
+  positive(schedule.warmup_steps(), &spec.lr_schedule.warmup_steps);
+  positive(schedule.total_steps(), &spec.lr_schedule.total_steps);
+  if (schedule.has_min_lr_ratio()) spec.lr_schedule.min_lr_ratio = schedule.min_lr_ratio();
+  spec.seed = from.seed();
+  set(from.parallelize(), &spec.parallelize);
+  set(from.data_loader(), &spec.data_loader);
+  positive(from.global_batch(), &spec.global_batch);
+  positive(from.seq_len(), &spec.seq_len);
+  set(from.param_dtype(), &spec.param_dtype);
+  spec.devices.assign(from.devices().begin(), from.devices().end());
+  return spec;
 }
 
 int64_t NextVersion(const std::string& model_dir) {
@@ -211,6 +197,9 @@ JobRegistry::~JobRegistry() {
     MutexLock lock(&mu_);
     jobs.swap(jobs_);
   }
+  // Stopped here, so that no entry is last released on its own runner's
+  // thread (a runner cannot join itself).
+  for (auto& [id, entry] : jobs) entry->runner.Stop();
 }
 
 StatusOr<std::vector<int>> JobRegistry::Reserve(int ranks) {
@@ -240,11 +229,14 @@ void JobRegistry::Release(const std::vector<int>& interpreters) {
   }
 }
 
-std::string JobRegistry::Add(std::shared_ptr<JobEntry> entry) {
+std::string JobRegistry::NewId() {
   MutexLock lock(&mu_);
-  std::string id = "job-" + std::to_string(next_id_++);
+  return "job-" + std::to_string(next_id_++);
+}
+
+void JobRegistry::Add(const std::string& id, std::shared_ptr<JobEntry> entry) {
+  MutexLock lock(&mu_);
   jobs_[id] = std::move(entry);
-  return id;
 }
 
 StatusOr<std::shared_ptr<JobEntry>> JobRegistry::Find(const std::string& id) const {
@@ -301,8 +293,10 @@ grpc::ServerUnaryReactor* TrainingService::OnJob(grpc::CallbackServerContext* ct
   if (!entry.ok()) return Finish(ctx, entry.status());
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
   std::shared_ptr<JobEntry> job = *entry;
-  job->runner->Post(
-      [job, reactor, work = std::move(work)] { reactor->Finish(ToGrpcStatus(work(*job))); });
+  if (!job->runner.Post(
+          [job, reactor, work = std::move(work)] { reactor->Finish(ToGrpcStatus(work(*job))); })) {
+    reactor->Finish(ToGrpcStatus(NotFoundError("training job \"" + job_id + "\" was deleted")));
+  }
   return reactor;
 }
 
@@ -311,8 +305,8 @@ grpc::ServerUnaryReactor* TrainingService::CreateJob(grpc::CallbackServerContext
                                                      training::CreateJobResponse* response) {
   if (Status auth = context_->Authorize(*ctx); !auth.ok()) return Finish(ctx, auth);
   const training::JobSpec& spec = request->spec();
-  StatusOr<std::string> json = SpecJson(spec);
-  if (!json.ok()) return Finish(ctx, json.status());
+  TrainingSpec training_spec = SpecOf(spec);
+  if (Status valid = training_spec.Validate(); !valid.ok()) return Finish(ctx, valid);
   const int dp = std::max(1, spec.dp_shard()), tp = std::max(1, spec.tp());
   StatusOr<std::vector<int>> interpreters = jobs_->Reserve(dp * tp);
   if (!interpreters.ok()) return Finish(ctx, interpreters.status());
@@ -320,41 +314,43 @@ grpc::ServerUnaryReactor* TrainingService::CreateJob(grpc::CallbackServerContext
   JobRegistry* jobs = jobs_;
   InterpreterManager* manager = context_->manager;
   // Building the model takes a while: off the reactor, on the shared runner.
-  context_->background->Post([=, spec = spec, json = *json, held = *interpreters] {
-    auto fail = [&](const Status& status) {
-      jobs->Release(held);
-      reactor->Finish(ToGrpcStatus(status));
-    };
-    StatusOr<std::shared_ptr<Archive>> archive = Archive::Open(spec.archive());
-    if (!archive.ok()) {
-      fail(InvalidArgumentError("spec.archive: " + archive.status().message()));
-      return;
-    }
-    TrainingJobOptions options;
-    options.archive = *archive;
-    options.spec_json = json;
-    options.dp = dp;
-    options.tp = tp;
-    options.interpreters = held;
-    options.metrics_log = spec.metrics_log();
-    auto entry = std::make_shared<JobEntry>();
-    entry->name = spec.name();
-    entry->runner = std::make_unique<BackgroundRunner>();
-    std::string id = jobs->Add(entry);
-    options.id = id;
-    StatusOr<std::unique_ptr<TrainingJob>> job = TrainingJob::Create(manager, options);
-    if (!job.ok()) {
-      jobs->Remove(id);
-      fail(job.status());
-      return;
-    }
-    entry->job = std::move(*job);
-    response->set_job_id(id);
-    for (int i : held) response->add_interpreters(i);
-    Log().info("training job {} ({}): dp {} x tp {} on {} interpreters", id, spec.name(), dp, tp,
-               held.size());
-    reactor->Finish(grpc::Status::OK);
-  });
+  // The job is published only once it exists.
+  const bool posted = context_->background->Post(
+      [=, spec = spec, training_spec = std::move(training_spec), held = *interpreters] {
+        auto fail = [&](const Status& status) {
+          jobs->Release(held);
+          reactor->Finish(ToGrpcStatus(status));
+        };
+        StatusOr<std::shared_ptr<Archive>> archive = Archive::Open(spec.archive());
+        if (!archive.ok()) {
+          fail(InvalidArgumentError("spec.archive: " + archive.status().message()));
+          return;
+        }
+        TrainingJobOptions options;
+        options.archive = *archive;
+        options.spec = training_spec;
+        options.dp = dp;
+        options.tp = tp;
+        options.interpreters = held;
+        options.metrics_log = spec.metrics_log();
+        const std::string id = jobs->NewId();
+        options.id = id;
+        StatusOr<std::unique_ptr<TrainingJob>> job = TrainingJob::Create(manager, options);
+        if (!job.ok()) {
+          fail(job.status());
+          return;
+        }
+        jobs->Add(id, std::make_shared<JobEntry>(spec.name(), std::move(*job)));
+        response->set_job_id(id);
+        for (int i : held) response->add_interpreters(i);
+        Log().info("training job {} ({}): dp {} x tp {} on {} interpreters", id, spec.name(), dp,
+                   tp, held.size());
+        reactor->Finish(grpc::Status::OK);
+      });
+  if (!posted) {
+    jobs_->Release(*interpreters);
+    reactor->Finish(ToGrpcStatus(UnavailableError("the server is shutting down")));
+  }
   return reactor;
 }
 
@@ -369,9 +365,8 @@ grpc::ServerUnaryReactor* TrainingService::Step(grpc::CallbackServerContext* ctx
   }
   return OnJob(ctx, request->job_id(), [=](JobEntry& entry) -> Status {
     if (batch) {
-      nlohmann::json spec = nlohmann::json::parse(entry.job->options().spec_json);
-      const int64_t rows = spec.value("global_batch", int64_t{0});
-      const int64_t columns = spec.value("seq_len", int64_t{0});
+      const int64_t rows = entry.job->options().spec.global_batch;
+      const int64_t columns = entry.job->options().spec.seq_len;
       if (batch->dim() != 2 || batch->scalar_type() != at::kLong ||
           (rows > 0 && batch->size(0) != rows) || (columns > 0 && batch->size(1) != columns + 1) ||
           batch->size(0) % entry.job->options().dp != 0) {
@@ -473,15 +468,13 @@ grpc::ServerWriteReactor<training::StepMetrics>* TrainingService::StreamMetrics(
     grpc::CallbackServerContext* ctx, const training::StreamMetricsRequest* request) {
   StatusOr<std::shared_ptr<JobEntry>> entry = jobs_->Find(request->job_id());
   Status auth = context_->Authorize(*ctx);
-  if (!auth.ok() || !entry.ok() || !(*entry)->job) {
+  if (!auth.ok() || !entry.ok()) {
     class Refused final : public grpc::ServerWriteReactor<training::StepMetrics> {
      public:
       explicit Refused(const grpc::Status& status) { Finish(status); }
       void OnDone() override { delete this; }
     };
-    return new Refused(ToGrpcStatus(!auth.ok()    ? auth
-                                    : !entry.ok() ? entry.status()
-                                                  : UnavailableError("the job is starting")));
+    return new Refused(ToGrpcStatus(!auth.ok() ? auth : entry.status()));
   }
   return new MetricsStream(*entry, request->job_id(), request->from_step());
 }
@@ -494,15 +487,16 @@ grpc::ServerUnaryReactor* TrainingService::DeleteJob(grpc::CallbackServerContext
   if (!entry) return Finish(ctx, NotFoundError("no training job \"" + request->job_id() + "\""));
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
   JobRegistry* jobs = jobs_;
-  // Tearing down waits for the job's running operation: off the reactor.
-  context_->background->Post([entry, reactor, jobs]() mutable {
-    std::vector<int> held = entry->job ? entry->job->options().interpreters : std::vector<int>{};
-    entry->runner.reset();                                        // finishes queued operations
-    if (entry->job) entry->job->Close(std::chrono::seconds(10));  // ends metric streams
-    entry->job.reset();
-    jobs->Release(held);
+  // Tearing down waits for the job's running operation: off the reactor. Who
+  // still holds the entry (a stats call, a stream) keeps a valid, shut job.
+  auto tear_down = [entry, reactor, jobs] {
+    entry->runner.Stop();                         // finishes queued operations
+    entry->job->Close(std::chrono::seconds(10));  // ends metric streams
+    entry->job->Shutdown();                       // frees its interpreters' state
+    jobs->Release(entry->job->options().interpreters);
     reactor->Finish(grpc::Status::OK);
-  });
+  };
+  if (!context_->background->Post(tear_down)) tear_down();  // shutting down: do it here
   return reactor;
 }
 

@@ -13,15 +13,20 @@
 #include "chorus/common/thread_annotations.h"
 #include "chorus/runtime/training_job.h"
 #include "chorus/training/training_service.grpc.pb.h"
-#include "server/src/inference_service.h"
+#include "server/src/service_context.h"
 
 namespace chorus {
 
-// A job and what serves it.
+// A job and what serves it. Complete before the registry publishes it, and
+// never emptied afterwards: whoever holds an entry may use its job and runner,
+// even after the job was deleted (whose operations then fail).
 struct JobEntry {
-  std::unique_ptr<TrainingJob> job;
-  std::unique_ptr<BackgroundRunner> runner;  // the job's operations, in order
-  std::string name;
+  JobEntry(std::string name, std::unique_ptr<TrainingJob> job)
+      : name(std::move(name)), job(std::move(job)) {}
+
+  const std::string name;
+  const std::unique_ptr<TrainingJob> job;
+  BackgroundRunner runner;  // the job's operations, in order; stopped on delete
 };
 
 // The server's jobs, and which interpreters they hold. Thread-safe.
@@ -34,8 +39,12 @@ class JobRegistry {
   // INVALID_ARGUMENT when there are not enough.
   StatusOr<std::vector<int>> Reserve(int ranks) CHORUS_EXCLUDES(mu_);
   void Release(const std::vector<int>& interpreters) CHORUS_EXCLUDES(mu_);
-  std::string Add(std::shared_ptr<JobEntry> entry) CHORUS_EXCLUDES(mu_);
+  // A fresh job id; nothing is published under it until Add.
+  std::string NewId() CHORUS_EXCLUDES(mu_);
+  // Publishes a complete entry under an id from NewId.
+  void Add(const std::string& id, std::shared_ptr<JobEntry> entry) CHORUS_EXCLUDES(mu_);
   StatusOr<std::shared_ptr<JobEntry>> Find(const std::string& id) const CHORUS_EXCLUDES(mu_);
+  // Unpublishes the entry (nullptr if there is none); the caller tears it down.
   std::shared_ptr<JobEntry> Remove(const std::string& id) CHORUS_EXCLUDES(mu_);
   // Prometheus gauges of every job's last step.
   std::string RenderMetrics() const CHORUS_EXCLUDES(mu_);

@@ -230,3 +230,55 @@ def test_inference_moves_off_the_interpreters_a_job_holds(server, llama_archive)
     assert during[training[0]] == before[training[0]]  # not one request ran there
     assert during[serving] > before[serving]
     assert after[training[0]] > during[training[0]]  # serving again once the job is gone
+
+
+def test_scrapes_and_stats_while_jobs_come_and_go_leave_the_server_serving(server, llama_archive):
+    """Prometheus scrapes /metrics every few seconds and a job takes seconds to create: a
+    scrape (or GetStats, or a metrics stream) while a job was being created or deleted used
+    to dereference a job that did not exist (SIGSEGV)."""
+    stop = threading.Event()
+    unexpected, polls = [], {"scrapes": 0, "stats_ok": 0, "not_found": 0}
+    with TrainingClient(server.address) as client:  # the id of a job made before this test
+        created = [client.create_job(**spec(llama_archive))]
+        client.delete(created[0])
+
+    def poll():
+        with TrainingClient(server.address) as client:
+            while not stop.is_set():
+                try:
+                    server.metrics()
+                    polls["scrapes"] += 1
+                    # The jobs made so far, and the next few ids (one is being created).
+                    last = int(created[-1].split("-")[1]) if created else 0
+                    for job_id in created[-1:] + [f"job-{last + n}" for n in range(1, 4)]:
+                        try:
+                            client.stats(job_id)
+                            polls["stats_ok"] += 1
+                        except ClientError as e:
+                            if e.code != grpc.StatusCode.NOT_FOUND:
+                                unexpected.append(e)
+                            polls["not_found"] += 1
+                except Exception as e:  # the server went away, or answered nonsense
+                    unexpected.append(e)
+                    return
+
+    pollers = [threading.Thread(target=poll) for _ in range(2)]
+    for thread in pollers:
+        thread.start()
+    try:
+        with TrainingClient(server.address) as client:
+            for _ in range(3):
+                job = client.create_job(**spec(llama_archive))
+                created.append(job)
+                assert len(client.step(job, 1)) == 1
+                client.delete(job)
+                with pytest.raises(ClientError) as gone:
+                    client.stats(job)
+                assert gone.value.code == grpc.StatusCode.NOT_FOUND
+    finally:
+        stop.set()
+        for thread in pollers:
+            thread.join()
+    assert server.process.poll() is None, server.log_text()[-3000:]
+    assert not unexpected, unexpected
+    assert polls["scrapes"] >= 6 and polls["stats_ok"] > 0, polls

@@ -41,7 +41,16 @@ Status MakeDirectories(const std::string& dir);
 
 // Writes `contents` to `path` atomically: readers see the old file or the whole
 // new one, never a part. Safe when several processes write the same path.
+// Durable when it returns OK: the file's data and its directory entry are
+// flushed to the disk (a power loss then leaves the new file).
 Status WriteFileAtomically(const std::string& path, std::string_view contents);
+
+// Flushes `path` (a file, or a directory's entries) to the disk (fsync).
+Status SyncPath(const std::string& path);
+
+// SyncPath on every file under `dir`, then on `dir` and each directory under
+// it: what was written there survives a power loss.
+Status SyncTree(const std::string& dir);
 
 // Copies `from` to a new file `to` (which must not exist), preserving the mode.
 Status CopyFile(const std::string& from, const std::string& to);

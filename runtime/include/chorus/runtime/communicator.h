@@ -86,9 +86,8 @@ class InProcessGroup {
 // through a file store at `store_path` (a path every rank can reach: local
 // processes, or a shared file system). Blocks until every rank has joined,
 // DEADLINE_EXCEEDED after the timeout.
-StatusOr<std::shared_ptr<Communicator>> CreateGlooCommunicator(const std::string& store_path,
-                                                              int rank, int size,
-                                                              const CommunicatorOptions& options = {});
+StatusOr<std::shared_ptr<Communicator>> CreateGlooCommunicator(
+    const std::string& store_path, int rank, int size, const CommunicatorOptions& options = {});
 
 }  // namespace chorus
 

@@ -43,10 +43,10 @@ class FlatShard {
  private:
   struct Entry {
     std::vector<int64_t> shape;
-    int64_t rows;         // dim 0
-    int64_t row_numel;    // elements per row
-    int64_t shard_rows;   // padded rows per rank
-    int64_t offset;       // in the local flat shard
+    int64_t rows;        // dim 0
+    int64_t row_numel;   // elements per row
+    int64_t shard_rows;  // padded rows per rank
+    int64_t offset;      // in the local flat shard
   };
   // Copies rank `r`'s rows of `full` into `flat` (a rank's flat shard), zero
   // padding past the end.

@@ -122,7 +122,8 @@ class ModelScheduler {
 
 // The outputs of a model call as tensors, in `manifest` output order: a
 // tensor, a tuple/list of tensors, or a dict keyed by output name.
-StatusOr<std::vector<at::Tensor>> FlattenOutputs(const c10::IValue& value, const Manifest* manifest);
+StatusOr<std::vector<at::Tensor>> FlattenOutputs(const c10::IValue& value,
+                                                 const Manifest* manifest);
 
 }  // namespace chorus
 

@@ -20,13 +20,14 @@
 #include "chorus/common/thread_annotations.h"
 #include "chorus/interpreter/interpreter_manager.h"
 #include "chorus/package/archive.h"
+#include "chorus/runtime/training_spec.h"
 
 namespace chorus {
 
 struct TrainingJobOptions {
   std::string id;
   std::shared_ptr<Archive> archive;
-  std::string spec_json;           // chorus.training.trainer's spec (model factory, optimizer, ...)
+  TrainingSpec spec;               // what to train and how (validated by Create)
   int dp = 1;                      // data-parallel (FSDP) degree
   int tp = 1;                      // tensor-parallel degree
   std::vector<int> interpreters;   // dp * tp distinct interpreter indices; rank r on [r]
@@ -61,7 +62,8 @@ class TrainingJob {
   StatusOr<std::vector<StepMetrics>> Step(int steps, const std::optional<at::Tensor>& batch)
       CHORUS_EXCLUDES(mu_);
   // Writes <root>/step-<N>/ (a file per rank and manifest.json) and then
-  // <root>/latest, each atomically: a crash leaves the previous checkpoint.
+  // <root>/latest, each atomically and flushed to the disk before the next:
+  // a crash or a power loss leaves the previous checkpoint.
   StatusOr<std::string> Save(const std::string& root) CHORUS_EXCLUDES(mu_);
   // Restores a step folder (or a root's latest). FAILED_PRECONDITION if its
   // layout (dp, tp) differs from this job's. Returns the step reached.
@@ -84,6 +86,11 @@ class TrainingJob {
   // `timeout`) until they have all unsubscribed.
   void Close(std::chrono::milliseconds timeout) CHORUS_EXCLUDES(history_mu_);
 
+  // Deletes the job's state on every rank, after the running operation, so
+  // its interpreters are free for other work; later operations fail with
+  // FAILED_PRECONDITION. Idempotent; the destructor calls it.
+  void Shutdown() CHORUS_EXCLUDES(mu_);
+
  private:
   explicit TrainingJob(InterpreterManager* manager, TrainingJobOptions options);
   // Calls chorus.training.trainer.<function>(job_id, *args(rank)) on every
@@ -95,7 +102,11 @@ class TrainingJob {
   InterpreterManager* const manager_;
   const TrainingJobOptions options_;
   std::vector<c10::IValue> dp_comms_, tp_comms_;  // per rank (None when degree 1)
-  Mutex mu_;                                      // one operation at a time
+  // FAILED_PRECONDITION once Shutdown has run.
+  Status CheckOpen() const CHORUS_REQUIRES(mu_);
+
+  Mutex mu_;  // one operation at a time
+  bool shut_down_ CHORUS_GUARDED_BY(mu_) = false;
   mutable Mutex history_mu_;
   std::vector<StepMetrics> history_ CHORUS_GUARDED_BY(history_mu_);
   struct Listener {

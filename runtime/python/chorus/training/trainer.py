@@ -20,6 +20,7 @@ import torch.nn.functional as F
 
 from chorus.distributed import Communicator, MixedPrecision, full_parameters, fully_shard
 from chorus.package.importer import ChorusImporter
+from chorus.training.spec import JobSpec
 
 _JOBS = {}
 
@@ -59,13 +60,13 @@ def _rank_device(devices, rank, world):
 
 
 def _lr_lambda(schedule):
-    kind = schedule.get("kind", "constant")
+    kind = schedule.kind
     if kind == "constant":
         return lambda step: 1.0
     if kind == "warmup_cosine":
-        warmup = max(1, int(schedule.get("warmup_steps", 0)))
-        total = max(warmup + 1, int(schedule.get("total_steps", 1000)))
-        floor = float(schedule.get("min_lr_ratio", 0.1))
+        warmup = max(1, int(schedule.warmup_steps))
+        total = max(warmup + 1, int(schedule.total_steps))
+        floor = float(schedule.min_lr_ratio)
 
         def factor(step):
             if step < warmup:
@@ -82,33 +83,32 @@ class Job:
         self.dp, self.tp = dp, tp
         self.rank = (dp.rank if dp else 0) * (tp.size if tp else 1) + (tp.rank if tp else 0)
         self.importer = ChorusImporter(archive)
-        factory = _resolve(self.importer, spec["model_factory"], "model_factory")
-        self.model = factory(seed=int(spec.get("seed", 0)), **spec.get("model_config", {}))
+        factory = _resolve(self.importer, spec.model_factory, "model_factory")
+        self.model = factory(seed=int(spec.seed), **spec.model_config)
         self.flops_per_token = self._flops_per_token()  # on the whole model, before sharding
-        self.device = _rank_device(spec.get("devices") or [], self.rank,
+        self.device = _rank_device(spec.devices, self.rank,
                                    (dp.size if dp else 1) * (tp.size if tp else 1))
         self.model.to(self.device)
-        param_dtype = spec.get("param_dtype", "")
+        param_dtype = spec.param_dtype
         mp = MixedPrecision(param_dtype=getattr(torch, param_dtype) if param_dtype else None,
                             reduce_dtype=torch.float32)
-        parallelize = (_resolve(self.importer, spec["parallelize"], "parallelize")
-                       if spec.get("parallelize") else _default_parallelize)
+        parallelize = (_resolve(self.importer, spec.parallelize, "parallelize")
+                       if spec.parallelize else _default_parallelize)
         parallelize(self.model, dp, tp, mp)
         # FSDP casts parameters itself; without it, autocast gives the same
         # low-precision compute with fp32 master weights.
         self.autocast_dtype = mp.param_dtype if dp is None else None
-        self.data = _resolve(self.importer, spec["data_loader"], "data_loader") \
-            if spec.get("data_loader") else None
-        opt = spec.get("optimizer", {})
-        if opt.get("name", "adamw") != "adamw":
-            raise ValueError(f"unknown optimizer {opt.get('name')!r} (adamw)")
+        self.data = _resolve(self.importer, spec.data_loader, "data_loader") \
+            if spec.data_loader else None
+        opt = spec.optimizer
+        if opt.name != "adamw":
+            raise ValueError(f"unknown optimizer {opt.name!r} (adamw)")
         self.optimizer = torch.optim.AdamW(
-            self.model.parameters(), lr=float(opt.get("lr", 1e-3)),
-            betas=(float(opt.get("beta1", 0.9)), float(opt.get("beta2", 0.95))),
-            eps=float(opt.get("eps", 1e-8)), weight_decay=float(opt.get("weight_decay", 0.1)))
+            self.model.parameters(), lr=float(opt.lr), betas=(float(opt.beta1), float(opt.beta2)),
+            eps=float(opt.eps), weight_decay=float(opt.weight_decay))
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
-            self.optimizer, _lr_lambda(spec.get("lr_schedule", {})))
-        self.loss = spec.get("loss", "cross_entropy")
+            self.optimizer, _lr_lambda(spec.lr_schedule))
+        self.loss = spec.loss
         if self.loss not in ("cross_entropy", "mse"):
             raise ValueError(f"unknown loss {self.loss!r} (cross_entropy, mse)")
         self.step_count = 0
@@ -121,7 +121,7 @@ class Job:
         if args is None:
             return 6.0 * total
         embedding = args.vocab_size * args.dim
-        seq_len = int(self.spec.get("seq_len", 0))
+        seq_len = int(self.spec.seq_len)
         return (6.0 * (total - embedding) +
                 12.0 * args.n_layers * args.n_heads * (args.dim // args.n_heads) * seq_len)
 
@@ -137,8 +137,8 @@ class Job:
         if tokens is None:
             if self.data is None:
                 raise ValueError("no batch given and the job has no data_loader")
-            tokens = self.data(self.step_count, int(self.spec["global_batch"]),
-                               int(self.spec["seq_len"]), int(self.spec.get("seed", 0)))
+            tokens = self.data(self.step_count, int(self.spec.global_batch),
+                               int(self.spec.seq_len), int(self.spec.seed))
         local = self._local_batch(tokens)
         start = time.perf_counter()
         self.model.train()
@@ -208,7 +208,7 @@ def _memory_mib(device):
 # --- What the host calls on every rank ------------------------------------
 
 def create_rank(job_id, archive, spec_json, dp_handle, tp_handle):
-    spec = json.loads(spec_json)
+    spec = JobSpec.from_dict(json.loads(spec_json))
     dp = Communicator(dp_handle) if dp_handle is not None else None
     tp = Communicator(tp_handle) if tp_handle is not None else None
     _JOBS[job_id] = Job(archive, spec, dp, tp)
@@ -242,15 +242,15 @@ def export(job_id, path, name, version, example_len):
     weights = job.full_state()
     if job.rank != 0:
         return
-    factory = _resolve(job.importer, job.spec["model_factory"], "model_factory")
-    model = factory(seed=int(job.spec.get("seed", 0)), **job.spec.get("model_config", {}))
+    factory = _resolve(job.importer, job.spec.model_factory, "model_factory")
+    model = factory(seed=int(job.spec.seed), **job.spec.model_config)
     model.load_state_dict(weights)
     model.eval()
     example = torch.zeros(1, int(example_len), dtype=torch.long)
     # A language model takes sequences of any length: dim 1 of tokens and logits.
     sequence = {"tokens": [1], "logits": [1]} if job.loss == "cross_entropy" else {}
     # The job's other pieces travel too, so the export can itself be trained on.
-    pieces = [job.spec.get(key, "") for key in ("parallelize", "data_loader")]
+    pieces = [job.spec.parallelize, job.spec.data_loader]
     modules = sorted({piece.split(":")[0] for piece in pieces if piece})
     create_package(path, model, (example,), name=name, version=str(version), progress=False,
                    importer=job.importer, output_names=["logits"], input_names=["tokens"],

@@ -1,0 +1,63 @@
+#include "server/src/service_context.h"
+
+#include "server/src/grpc_status.h"
+
+namespace chorus {
+
+BackgroundRunner::BackgroundRunner()
+    : thread_([this] {
+        while (true) {
+          std::function<void()> work;
+          {
+            MutexLock lock(&mu_);
+            while (work_.empty() && !stopping_) changed_.Wait(&mu_);
+            if (work_.empty()) return;
+            work = std::move(work_.front());
+            work_.pop_front();
+          }
+          work();
+        }
+      }) {}
+
+BackgroundRunner::~BackgroundRunner() { Stop(); }
+
+bool BackgroundRunner::Post(std::function<void()> work) {
+  {
+    MutexLock lock(&mu_);
+    if (stopping_) return false;
+    work_.push_back(std::move(work));
+  }
+  changed_.Signal();
+  return true;
+}
+
+void BackgroundRunner::Stop() {
+  {
+    MutexLock lock(&mu_);
+    stopping_ = true;
+  }
+  changed_.SignalAll();
+  // Two stoppers at once: std::thread::join is not safe to race, so one joins
+  // while the other waits for it.
+  MutexLock join(&join_mu_);
+  if (thread_.joinable()) thread_.join();
+}
+
+Status ServiceContext::Authorize(const grpc::CallbackServerContext& call) const {
+  if (auth_token.empty()) return OkStatus();
+  const std::string expected = "Bearer " + auth_token;
+  auto range = call.client_metadata().equal_range("authorization");
+  for (auto it = range.first; it != range.second; ++it) {
+    if (std::string(it->second.data(), it->second.size()) == expected) return OkStatus();
+  }
+  return Status(StatusCode::kUnauthenticated,
+                "missing or wrong bearer token (metadata \"authorization: Bearer <token>\")");
+}
+
+grpc::ServerUnaryReactor* FinishCall(grpc::CallbackServerContext* ctx, const Status& status) {
+  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+  reactor->Finish(ToGrpcStatus(status));
+  return reactor;
+}
+
+}  // namespace chorus
