@@ -34,13 +34,17 @@ JOBS ?= $(shell nproc)
 CMAKE ?= cmake
 CTEST_ARGS ?=
 
-.PHONY: all deps print-python configure build test test-core test-asan check-thread-safety test-other-torch demo bench bench-check clean format
+.PHONY: all deps debian-packages print-python configure build test test-core test-asan check-thread-safety test-other-torch demo bench bench-check clean format
 
 all: build
 
-deps:
-	@tools/install-deps.sh
+# Two rules: make expands a whole recipe before running its first line, and
+# the venv (PYTHON) needs the Debian packages first.
+deps: debian-packages
 	@test -x "$(PYTHON)" || { echo "make: no Python with torch (PYTHON=$(PYTHON))" >&2; exit 1; }
+
+debian-packages:
+	@tools/install-deps.sh
 
 # A build tree configured for another Python is configured afresh (torch's
 # cached library paths would otherwise mix two torches).
