@@ -9,7 +9,7 @@
 #                      thread-safety analysis, and test-other-torch
 #   make demo          deps + build + the main job
 #   make bench         deps + build + the benchmark suite -> build/bench/suite.{json,md},
-#                      build/bench/suite_{throughput,memory}.png (about 14 minutes)
+#                      build/bench/suite_{throughput,memory}.png (about 20 minutes)
 #   make bench-check   make bench, then its ratios against tests/bench/suite/baseline.json
 #   make bench-NAME    deps + build + benchmark NAME -> build/bench/NAME.json
 #   make test-other-torch  the interpreter core built against each of
