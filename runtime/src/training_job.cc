@@ -19,6 +19,21 @@
 namespace chorus {
 namespace {
 
+// `base` plus the number `result[key]` of a rank's step result (a dict); an
+// error, never an exception, when the trainer returned something else.
+StatusOr<double> AddNumber(const c10::IValue& result, const char* key, double base) {
+  if (result.isGenericDict()) {
+    auto dict = result.toGenericDict();
+    auto it = dict.find(key);
+    if (it != dict.end() && (it->value().isDouble() || it->value().isInt())) {
+      return base + (it->value().isDouble() ? it->value().toDouble()
+                                            : static_cast<double>(it->value().toInt()));
+    }
+  }
+  return InternalError(std::string("chorus.training.trainer.step returned no number \"") + key +
+                       "\" (got a " + result.tagKind() + ")");
+}
+
 constexpr char kTrainer[] = "chorus.training.trainer";
 
 std::string StepFolder(int64_t step) {
@@ -191,15 +206,15 @@ StatusOr<std::vector<StepMetrics>> TrainingJob::Step(int steps,
     StepMetrics metrics;
     double tokens = 0, flops_per_token = 0;
     for (const c10::IValue& result : results) {
-      auto dict = result.toGenericDict();
-      tokens += dict.at("tokens").toDouble();
-      flops_per_token = dict.at("flops_per_token").toDouble();
-      metrics.memory_mib = std::max(metrics.memory_mib, dict.at("memory_mib").toDouble());
+      CHORUS_ASSIGN_OR_RETURN(tokens, AddNumber(result, "tokens", tokens));
+      CHORUS_ASSIGN_OR_RETURN(flops_per_token, AddNumber(result, "flops_per_token", 0));
+      CHORUS_ASSIGN_OR_RETURN(double memory, AddNumber(result, "memory_mib", 0));
+      metrics.memory_mib = std::max(metrics.memory_mib, memory);
     }
-    auto first = results[0].toGenericDict();
-    metrics.step = first.at("step").toInt();
-    metrics.loss = first.at("loss").toDouble();
-    metrics.lr = first.at("lr").toDouble();
+    CHORUS_ASSIGN_OR_RETURN(double step, AddNumber(results[0], "step", 0));
+    metrics.step = static_cast<int64_t>(step);
+    CHORUS_ASSIGN_OR_RETURN(metrics.loss, AddNumber(results[0], "loss", 0));
+    CHORUS_ASSIGN_OR_RETURN(metrics.lr, AddNumber(results[0], "lr", 0));
     metrics.step_seconds = wall;
     // Tensor-parallel ranks of a group process the same tokens.
     const double unique_tokens = tokens / options_.tp;
@@ -284,6 +299,10 @@ StatusOr<at::Tensor> TrainingJob::Evaluate(const at::Tensor& tokens) {
   CHORUS_ASSIGN_OR_RETURN(std::vector<c10::IValue> results, OnRanks("evaluate", [&](int) {
                             return std::vector<c10::IValue>{tokens};
                           }));
+  if (!results[0].isTensor()) {
+    return InternalError("chorus.training.trainer.evaluate returned a " + results[0].tagKind() +
+                         ", not a tensor");
+  }
   return results[0].toTensor();
 }
 

@@ -8,6 +8,7 @@
 
 #include "chorus/common/file_util.h"
 #include "chorus/common/logging.h"
+#include "chorus/common/numbers.h"
 
 namespace chorus {
 namespace {
@@ -28,10 +29,6 @@ std::vector<std::string> Entries(const std::string& dir, bool directories) {
   closedir(d);
   std::sort(names.begin(), names.end());
   return names;
-}
-
-bool IsNumber(const std::string& text) {
-  return !text.empty() && std::all_of(text.begin(), text.end(), ::isdigit);
 }
 
 // Scheduling for a model: its manifest's batching hints, then config.json.
@@ -132,8 +129,12 @@ ModelRepository::~ModelRepository() {
 StatusOr<std::shared_ptr<LoadedModel>> ModelRepository::LoadVersion(const std::string& name) {
   const std::string model_dir = root_ + "/" + name;
   std::string version;
+  int64_t highest = -1;
   for (const std::string& entry : Entries(model_dir, /*directories=*/true)) {
-    if (IsNumber(entry) && (version.empty() || std::stoll(entry) > std::stoll(version))) {
+    // Folders that are not an int64 (too long, not digits) are not versions.
+    std::optional<int64_t> number = ParseNonNegativeInt64(entry);
+    if (number && *number > highest) {
+      highest = *number;
       version = entry;
     }
   }

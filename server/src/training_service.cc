@@ -9,6 +9,7 @@
 
 #include "chorus/common/file_util.h"
 #include "chorus/common/logging.h"
+#include "chorus/common/numbers.h"
 #include "chorus/package/model.h"
 #include "server/src/grpc_status.h"
 #include "server/src/model_repository.h"
@@ -104,9 +105,8 @@ int64_t NextVersion(const std::string& model_dir) {
   int64_t highest = 0;
   if (DIR* d = opendir(model_dir.c_str())) {
     while (dirent* entry = readdir(d)) {
-      std::string name = entry->d_name;
-      if (!name.empty() && std::all_of(name.begin(), name.end(), ::isdigit)) {
-        highest = std::max<int64_t>(highest, std::stoll(name));
+      if (std::optional<int64_t> number = ParseNonNegativeInt64(entry->d_name)) {
+        highest = std::max(highest, *number);
       }
     }
     closedir(d);
