@@ -189,6 +189,21 @@ class MetricsStream final : public grpc::ServerWriteReactor<training::StepMetric
   int listener_ = -1;
 };
 
+void FillStats(const std::string& id, const JobEntry& entry, training::JobStats* out) {
+  const TrainingJob& job = *entry.job;
+  out->set_job_id(id);
+  out->set_name(entry.name);
+  out->set_dp_shard(job.options().dp);
+  out->set_tp(job.options().tp);
+  for (int i : job.options().interpreters) out->add_interpreters(i);
+  out->set_peak_flops_per_rank(job.options().peak_flops_per_rank);
+  auto history = job.History();
+  if (!history.empty()) {
+    out->set_step(history.back().step);
+    ToProto(id, history.back(), out->mutable_last());
+  }
+}
+
 }  // namespace
 
 JobRegistry::~JobRegistry() {
@@ -244,6 +259,11 @@ StatusOr<std::shared_ptr<JobEntry>> JobRegistry::Find(const std::string& id) con
   auto it = jobs_.find(id);
   if (it == jobs_.end()) return NotFoundError("no training job \"" + id + "\"");
   return it->second;
+}
+
+std::map<std::string, std::shared_ptr<JobEntry>> JobRegistry::List() const {
+  MutexLock lock(&mu_);
+  return jobs_;
 }
 
 std::shared_ptr<JobEntry> JobRegistry::Remove(const std::string& id) {
@@ -449,18 +469,15 @@ grpc::ServerUnaryReactor* TrainingService::GetStats(grpc::CallbackServerContext*
   if (Status auth = context_->Authorize(*ctx); !auth.ok()) return Finish(ctx, auth);
   StatusOr<std::shared_ptr<JobEntry>> entry = jobs_->Find(request->job_id());
   if (!entry.ok()) return Finish(ctx, entry.status());
-  const TrainingJob& job = *(*entry)->job;
-  response->set_job_id(request->job_id());
-  response->set_name((*entry)->name);
-  response->set_dp_shard(job.options().dp);
-  response->set_tp(job.options().tp);
-  for (int i : job.options().interpreters) response->add_interpreters(i);
-  response->set_peak_flops_per_rank(job.options().peak_flops_per_rank);
-  auto history = job.History();
-  if (!history.empty()) {
-    response->set_step(history.back().step);
-    ToProto(request->job_id(), history.back(), response->mutable_last());
-  }
+  FillStats(request->job_id(), **entry, response);
+  return Finish(ctx, OkStatus());
+}
+
+grpc::ServerUnaryReactor* TrainingService::ListJobs(grpc::CallbackServerContext* ctx,
+                                                    const training::ListJobsRequest*,
+                                                    training::ListJobsResponse* response) {
+  if (Status auth = context_->Authorize(*ctx); !auth.ok()) return Finish(ctx, auth);
+  for (const auto& [id, entry] : jobs_->List()) FillStats(id, *entry, response->add_jobs());
   return Finish(ctx, OkStatus());
 }
 

@@ -44,6 +44,8 @@ class JobRegistry {
   // Publishes a complete entry under an id from NewId.
   void Add(const std::string& id, std::shared_ptr<JobEntry> entry) CHORUS_EXCLUDES(mu_);
   StatusOr<std::shared_ptr<JobEntry>> Find(const std::string& id) const CHORUS_EXCLUDES(mu_);
+  // Every published job, by id.
+  std::map<std::string, std::shared_ptr<JobEntry>> List() const CHORUS_EXCLUDES(mu_);
   // Unpublishes the entry (nullptr if there is none); the caller tears it down.
   std::shared_ptr<JobEntry> Remove(const std::string& id) CHORUS_EXCLUDES(mu_);
   // Prometheus gauges of every job's last step.
@@ -83,6 +85,9 @@ class TrainingService final : public chorus::training::TrainingService::Callback
   grpc::ServerUnaryReactor* GetStats(grpc::CallbackServerContext* ctx,
                                      const training::GetStatsRequest* request,
                                      training::JobStats* response) override;
+  grpc::ServerUnaryReactor* ListJobs(grpc::CallbackServerContext* ctx,
+                                     const training::ListJobsRequest* request,
+                                     training::ListJobsResponse* response) override;
   grpc::ServerWriteReactor<training::StepMetrics>* StreamMetrics(
       grpc::CallbackServerContext* ctx, const training::StreamMetricsRequest* request) override;
   grpc::ServerUnaryReactor* DeleteJob(grpc::CallbackServerContext* ctx,

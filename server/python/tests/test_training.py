@@ -235,7 +235,7 @@ def test_inference_moves_off_the_interpreters_a_job_holds(server, llama_archive)
 def test_scrapes_and_stats_while_jobs_come_and_go_leave_the_server_serving(server, llama_archive):
     """Prometheus scrapes /metrics every few seconds and a job takes seconds to create: a
     scrape (or GetStats, or a metrics stream) while a job was being created or deleted used
-    to dereference a job that did not exist (SIGSEGV)."""
+    to dereference a job that did not exist (SIGSEGV). ListJobs lists only jobs that exist."""
     stop = threading.Event()
     unexpected, polls = [], {"scrapes": 0, "stats_ok": 0, "not_found": 0}
     with TrainingClient(server.address) as client:  # the id of a job made before this test
@@ -248,6 +248,9 @@ def test_scrapes_and_stats_while_jobs_come_and_go_leave_the_server_serving(serve
                 try:
                     server.metrics()
                     polls["scrapes"] += 1
+                    for listed in client.list_jobs():
+                        if listed.name != "tiny-llama" or not listed.interpreters:
+                            unexpected.append(listed)
                     # The jobs made so far, and the next few ids (one is being created).
                     last = int(created[-1].split("-")[1]) if created else 0
                     for job_id in created[-1:] + [f"job-{last + n}" for n in range(1, 4)]:
@@ -270,8 +273,10 @@ def test_scrapes_and_stats_while_jobs_come_and_go_leave_the_server_serving(serve
             for _ in range(3):
                 job = client.create_job(**spec(llama_archive))
                 created.append(job)
+                assert job in [listed.job_id for listed in client.list_jobs()]
                 assert len(client.step(job, 1)) == 1
                 client.delete(job)
+                assert job not in [listed.job_id for listed in client.list_jobs()]
                 with pytest.raises(ClientError) as gone:
                     client.stats(job)
                 assert gone.value.code == grpc.StatusCode.NOT_FOUND

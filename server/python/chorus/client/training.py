@@ -57,6 +57,10 @@ class TrainingClient(Connection):
     def stats(self, job_id: str) -> pb.JobStats:
         return self._call("GetStats", pb.GetStatsRequest(job_id=job_id))
 
+    def list_jobs(self) -> List[pb.JobStats]:
+        """Every job that exists (created and not yet deleted)."""
+        return list(self._call("ListJobs", pb.ListJobsRequest()).jobs)
+
     def stream_metrics(self, job_id: str, from_step: int = 0) -> Iterator[pb.StepMetrics]:
         return self._stub.StreamMetrics(pb.StreamMetricsRequest(job_id=job_id, from_step=from_step),
                                         metadata=self._metadata)
