@@ -171,10 +171,15 @@ Status ModelRepository::LoadAll() {
   return OkStatus();
 }
 
-Status ModelRepository::Load(const std::string& name) {
+Status CheckModelName(const std::string& name) {
   if (name.empty() || name.find('/') != std::string::npos || name[0] == '.') {
     return InvalidArgumentError("bad model name \"" + name + "\"");
   }
+  return OkStatus();
+}
+
+Status ModelRepository::Load(const std::string& name) {
+  CHORUS_RETURN_IF_ERROR(CheckModelName(name));
   StatusOr<std::shared_ptr<LoadedModel>> model = LoadVersion(name);
   std::shared_ptr<LoadedModel> replaced;
   {

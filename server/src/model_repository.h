@@ -77,6 +77,10 @@ struct RepositoryEntry {
   std::string reason;  // why UNAVAILABLE
 };
 
+// OK if `name` can name a model (a folder of the repository root): not empty,
+// no '/', not starting with '.'. INVALID_ARGUMENT naming it otherwise.
+Status CheckModelName(const std::string& name);
+
 class ModelRepository {
  public:
   // `manager` outlives the repository.

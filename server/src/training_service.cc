@@ -433,9 +433,7 @@ grpc::ServerUnaryReactor* TrainingService::Export(grpc::CallbackServerContext* c
   const std::string root = model_repository_;
   return OnJob(ctx, request->job_id(), [=](JobEntry& entry) -> Status {
     const std::string& name = request->model_name();
-    if (name.empty() || name.find('/') != std::string::npos || name[0] == '.') {
-      return InvalidArgumentError("bad model name \"" + name + "\"");
-    }
+    CHORUS_RETURN_IF_ERROR(CheckModelName(name));
     const int64_t version =
         request->version() > 0 ? request->version() : NextVersion(root + "/" + name);
     const std::string dir = root + "/" + name + "/" + std::to_string(version);

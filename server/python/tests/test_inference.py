@@ -190,6 +190,8 @@ def test_second_model_loads_and_unloads_while_the_first_serves(server, repositor
             assert rpc_code(lambda: client.infer("scale", {"x": np.ones((1, 4), np.float32)})) == \
                 grpc.StatusCode.NOT_FOUND
             assert rpc_code(lambda: client.load("no_such_model")) == grpc.StatusCode.NOT_FOUND
+            for outside in ("../repository", ".hidden", "a/b", ""):  # never a path out
+                assert rpc_code(lambda: client.load(outside)) == grpc.StatusCode.INVALID_ARGUMENT
     finally:
         done.set()
         for t in threads:
