@@ -5,15 +5,15 @@
 namespace chorus {
 namespace {
 
-void Header(std::ostringstream& out, const char* name, const char* type, const char* help) {
-  out << "# HELP " << name << " " << help << "\n# TYPE " << name << " " << type << "\n";
-}
-
 std::string Labels(const LoadedModel& model) {
   return "{model=\"" + model.name() + "\",version=\"" + model.version() + "\"}";
 }
 
 }  // namespace
+
+void AppendMetricHeader(std::ostream& out, const char* name, const char* type, const char* help) {
+  out << "# HELP " << name << " " << help << "\n# TYPE " << name << " " << type << "\n";
+}
 
 std::string RenderMetrics(const ModelRepository& repository, const InterpreterManager& manager) {
   std::ostringstream out;
@@ -22,7 +22,7 @@ std::string RenderMetrics(const ModelRepository& repository, const InterpreterMa
   for (const auto& model : models) stats.push_back(model->Snapshot());
 
   auto per_model = [&](const char* name, const char* type, const char* help, auto value) {
-    Header(out, name, type, help);
+    AppendMetricHeader(out, name, type, help);
     for (size_t i = 0; i < models.size(); ++i) {
       out << name << Labels(*models[i]) << " " << value(stats[i]) << "\n";
     }
@@ -47,7 +47,7 @@ std::string RenderMetrics(const ModelRepository& repository, const InterpreterMa
   per_model("nv_inference_pending_request_count", "gauge", "Requests queued or running",
             [](const ModelStatsSnapshot& s) { return s.pending; });
 
-  Header(out, "chorus_batch_size", "histogram", "Samples per model execution");
+  AppendMetricHeader(out, "chorus_batch_size", "histogram", "Samples per model execution");
   const int64_t bounds[] = {1, 2, 4, 8, 16, 32, 64, 128};
   for (size_t i = 0; i < models.size(); ++i) {
     const std::string labels =
@@ -71,13 +71,14 @@ std::string RenderMetrics(const ModelRepository& repository, const InterpreterMa
   }
 
   const auto interpreters = manager.Stats();
-  Header(out, "chorus_interpreter_busy_seconds_total", "counter",
-         "Time sessions held each interpreter, seconds");
+  AppendMetricHeader(out, "chorus_interpreter_busy_seconds_total", "counter",
+                     "Time sessions held each interpreter, seconds");
   for (size_t i = 0; i < interpreters.size(); ++i) {
     out << "chorus_interpreter_busy_seconds_total{interpreter=\"" << i << "\"} "
         << interpreters[i].busy_seconds << "\n";
   }
-  Header(out, "chorus_interpreter_sessions", "gauge", "Sessions open on each interpreter");
+  AppendMetricHeader(out, "chorus_interpreter_sessions", "gauge",
+                     "Sessions open on each interpreter");
   for (size_t i = 0; i < interpreters.size(); ++i) {
     out << "chorus_interpreter_sessions{interpreter=\"" << i << "\"} " << interpreters[i].sessions
         << "\n";

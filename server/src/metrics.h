@@ -3,6 +3,7 @@
 #ifndef CHORUS_SERVER_METRICS_H_
 #define CHORUS_SERVER_METRICS_H_
 
+#include <ostream>
 #include <string>
 
 #include "chorus/interpreter/interpreter_manager.h"
@@ -14,6 +15,10 @@ namespace chorus {
 // counts, queue and compute durations, inference and execution counts,
 // pending requests and a batch-size histogram; per interpreter, busy time.
 std::string RenderMetrics(const ModelRepository& repository, const InterpreterManager& manager);
+
+// Writes a metric family's "# HELP" and "# TYPE" lines (type: counter, gauge,
+// histogram); the one place the exposition format's header is written.
+void AppendMetricHeader(std::ostream& out, const char* name, const char* type, const char* help);
 
 }  // namespace chorus
 

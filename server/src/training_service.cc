@@ -12,6 +12,7 @@
 #include "chorus/common/numbers.h"
 #include "chorus/package/model.h"
 #include "server/src/grpc_status.h"
+#include "server/src/metrics.h"
 #include "server/src/model_repository.h"
 
 namespace chorus {
@@ -286,7 +287,7 @@ std::string JobRegistry::RenderMetrics() const {
     }
   }
   auto gauge = [&](const char* name, const char* help, auto value) {
-    out << "# HELP " << name << " " << help << "\n# TYPE " << name << " gauge\n";
+    AppendMetricHeader(out, name, "gauge", help);
     for (const auto& [id, m] : last) out << name << "{job=\"" << id << "\"} " << value(m) << "\n";
   };
   gauge("chorus_training_step", "Last completed step", [](const StepMetrics& m) { return m.step; });
