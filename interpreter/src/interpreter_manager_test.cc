@@ -18,6 +18,8 @@
 #include <thread>
 #include <vector>
 
+#include "chorus/common/status_testing.h"
+
 namespace chorus {
 namespace {
 
@@ -26,15 +28,6 @@ using std::chrono::steady_clock;
 
 constexpr int kInterpreters = 4;
 constexpr char kCacheDir[] = "test-cache/interpreter";
-
-// Asserts `expr` (a StatusOr) is OK and yields its value.
-#define VALUE_OR_FAIL(expr)                                   \
-  ({                                                          \
-    auto result_ = (expr);                                    \
-    EXPECT_TRUE(result_.ok()) << result_.status().ToString(); \
-    if (!result_.ok()) return;                                \
-    std::move(result_).value();                               \
-  })
 
 // One manager with four interpreters shared by the tests of this file:
 // creating one imports torch four times.

@@ -10,19 +10,13 @@
 #include <set>
 #include <string>
 
+#include "chorus/common/status_testing.h"
+
 namespace chorus {
 namespace {
 
 const std::string kCorpus = std::string(CHORUS_SOURCE_DIR) + "/tests/data/package_corpus/";
 const std::string kWork = "test-work/model";
-
-#define VALUE_OR_FAIL(expr)                                   \
-  ({                                                          \
-    auto result_ = (expr);                                    \
-    EXPECT_TRUE(result_.ok()) << result_.status().ToString(); \
-    if (!result_.ok()) return;                                \
-    std::move(result_).value();                               \
-  })
 
 // Runs Python code with the pinned interpreter and chorus' Python package;
 // returns its exit status.

@@ -19,15 +19,15 @@
 namespace chorus {
 namespace {
 
-// `base` plus the number `result[key]` of a rank's step result (a dict); an
-// error, never an exception, when the trainer returned something else.
-StatusOr<double> AddNumber(const c10::IValue& result, const char* key, double base) {
+// The number `result[key]` of a rank's step result (a dict); an error, never
+// an exception, when the trainer returned something else.
+StatusOr<double> NumberIn(const c10::IValue& result, const char* key) {
   if (result.isGenericDict()) {
     auto dict = result.toGenericDict();
     auto it = dict.find(key);
     if (it != dict.end() && (it->value().isDouble() || it->value().isInt())) {
-      return base + (it->value().isDouble() ? it->value().toDouble()
-                                            : static_cast<double>(it->value().toInt()));
+      return it->value().isDouble() ? it->value().toDouble()
+                                    : static_cast<double>(it->value().toInt());
     }
   }
   return InternalError(std::string("chorus.training.trainer.step returned no number \"") + key +
@@ -206,15 +206,16 @@ StatusOr<std::vector<StepMetrics>> TrainingJob::Step(int steps,
     StepMetrics metrics;
     double tokens = 0, flops_per_token = 0;
     for (const c10::IValue& result : results) {
-      CHORUS_ASSIGN_OR_RETURN(tokens, AddNumber(result, "tokens", tokens));
-      CHORUS_ASSIGN_OR_RETURN(flops_per_token, AddNumber(result, "flops_per_token", 0));
-      CHORUS_ASSIGN_OR_RETURN(double memory, AddNumber(result, "memory_mib", 0));
+      CHORUS_ASSIGN_OR_RETURN(double rank_tokens, NumberIn(result, "tokens"));
+      CHORUS_ASSIGN_OR_RETURN(flops_per_token, NumberIn(result, "flops_per_token"));
+      CHORUS_ASSIGN_OR_RETURN(double memory, NumberIn(result, "memory_mib"));
+      tokens += rank_tokens;
       metrics.memory_mib = std::max(metrics.memory_mib, memory);
     }
-    CHORUS_ASSIGN_OR_RETURN(double step, AddNumber(results[0], "step", 0));
+    CHORUS_ASSIGN_OR_RETURN(double step, NumberIn(results[0], "step"));
     metrics.step = static_cast<int64_t>(step);
-    CHORUS_ASSIGN_OR_RETURN(metrics.loss, AddNumber(results[0], "loss", 0));
-    CHORUS_ASSIGN_OR_RETURN(metrics.lr, AddNumber(results[0], "lr", 0));
+    CHORUS_ASSIGN_OR_RETURN(metrics.loss, NumberIn(results[0], "loss"));
+    CHORUS_ASSIGN_OR_RETURN(metrics.lr, NumberIn(results[0], "lr"));
     metrics.step_seconds = wall;
     // Tensor-parallel ranks of a group process the same tokens.
     const double unique_tokens = tokens / options_.tp;

@@ -12,7 +12,6 @@ import inspect
 import io
 import json
 import sys
-import warnings
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Sequence
 
@@ -21,6 +20,7 @@ from torch.package import PackageExporter
 
 from chorus.package import _format as fmt
 from chorus.package import manifest as manifest_lib
+from chorus.package.importer import torch_package_warnings_silenced
 
 # Modules that stay outside the archive by default: torch, numpy, the stdlib.
 DEFAULT_EXTERN = ["torch", "torch.**", "numpy", "numpy.**", "torchvision", "torchvision.**",
@@ -232,10 +232,7 @@ def create_package(output: str, model: Any, example_inputs: Sequence[torch.Tenso
                     exporter.save_binary(package_name, resource, content)
             for module_name in modules:
                 exporter.save_module(module_name)
-            with warnings.catch_warnings():
-                # torch.package's own pickler still goes through TypedStorage on
-                # torch 2.x and warns; that is not the user's to fix.
-                warnings.filterwarnings("ignore", "TypedStorage is deprecated", UserWarning)
+            with torch_package_warnings_silenced():
                 exporter.save_pickle(fmt.MODEL_PICKLE_PACKAGE, fmt.MODEL_PICKLE_RESOURCE, model)
             exporter._write(fmt.EXAMPLE_INPUTS_RECORD, _torch_save_bytes(list(example_inputs)))
             exporter._write(fmt.EXAMPLE_OUTPUTS_RECORD, _torch_save_bytes(output_tensors))

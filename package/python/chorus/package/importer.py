@@ -9,6 +9,7 @@ once per process, so every interpreter's weights are the same memory.
 """
 
 import builtins
+import contextlib
 import io
 import warnings
 
@@ -19,6 +20,15 @@ from torch.package._mangling import PackageMangler
 from torch.package._package_unpickler import PackageUnpickler
 
 from chorus.package import _format as fmt
+
+
+@contextlib.contextmanager
+def torch_package_warnings_silenced():
+    """torch.package's own pickler and unpickler still go through TypedStorage on
+    torch 2.x and warn about it; that is not the user's to fix."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", "TypedStorage is deprecated", UserWarning)
+        yield
 
 
 class ArchiveReader:
@@ -76,10 +86,7 @@ def load_model(archive, entry_point):
     """The model object an archive's entry point names (a dict from the manifest)."""
     importer = ChorusImporter(archive)
     if entry_point["kind"] == fmt.ENTRY_POINT_PICKLE:
-        with warnings.catch_warnings():
-            # torch.package's own unpickler still reads TypedStorage records and
-            # warns about it on torch 2.x; that is not the user's to fix.
-            warnings.filterwarnings("ignore", "TypedStorage is deprecated", UserWarning)
+        with torch_package_warnings_silenced():
             model = importer.load_pickle(entry_point["package"], entry_point["resource"])
     elif entry_point["kind"] == fmt.ENTRY_POINT_FACTORY:
         module = importer.import_module(entry_point["module"])
