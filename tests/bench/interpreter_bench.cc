@@ -151,24 +151,25 @@ nlohmann::json ResidentMiBByKind(const std::string& cache) {
   char resolved[PATH_MAX];
   const std::string cache_root =
       std::string(realpath(cache.c_str(), resolved) ? resolved : cache.c_str()) + "/";
-  nlohmann::json kinds = {
-      {"library_copies", 0.0}, {"anonymous", 0.0}, {"shared_files", 0.0}, {"cuda_libraries", 0.0}};
+  double library_copies = 0, anonymous = 0, shared_files = 0, cuda_libraries = 0;
   nlohmann::json copies = nlohmann::json::object();
   for (const auto& [mapping, mib] : ResidentMiBByMapping()) {
     if (mapping == "[anonymous]") {
-      kinds["anonymous"] = kinds["anonymous"].get<double>() + mib;
+      anonymous += mib;
     } else if (mapping.rfind(cache_root, 0) == 0) {
-      kinds["library_copies"] = kinds["library_copies"].get<double>() + mib;
+      library_copies += mib;
       const std::string name = mapping.substr(mapping.rfind('/') + 1);
       copies[name] = copies.value(name, 0.0) + mib;
     } else {
-      kinds["shared_files"] = kinds["shared_files"].get<double>() + mib;
-      if (IsCudaLibrary(mapping))
-        kinds["cuda_libraries"] = kinds["cuda_libraries"].get<double>() + mib;
+      shared_files += mib;
+      if (IsCudaLibrary(mapping)) cuda_libraries += mib;
     }
   }
-  kinds["copies"] = copies;
-  return kinds;
+  return {{"library_copies", library_copies},
+          {"anonymous", anonymous},
+          {"shared_files", shared_files},
+          {"cuda_libraries", cuda_libraries},
+          {"copies", copies}};
 }
 
 // Child mode: create n interpreters, report start-up time and RSS as JSON.
