@@ -6,7 +6,10 @@
 #   make build         configure and build (build/)
 #   make test          deps + build + every test through CTest, the sanitizer
 #                      build of the torch-free core (build-asan/), clang's
-#                      thread-safety analysis, and test-other-torch
+#                      thread-safety and dropped-Status analysis over every
+#                      file, clang-format (check-format), ruff and mypy
+#                      (check-python), and test-other-torch
+#   make format        clang-format every C++ file in place
 #   make demo          deps + build + the main job
 #   make bench         deps + build + the benchmark suite -> build/bench/suite.{json,md},
 #                      build/bench/suite_{throughput,memory}.png (about 20 minutes)
@@ -34,7 +37,7 @@ JOBS ?= $(shell nproc)
 CMAKE ?= cmake
 CTEST_ARGS ?=
 
-.PHONY: all deps debian-packages print-python configure build test test-core test-asan check-thread-safety test-other-torch demo bench bench-check clean format
+.PHONY: all deps debian-packages print-python configure build test test-core test-asan check-thread-safety test-other-torch demo bench bench-check clean format check-format check-python
 
 all: build
 
@@ -59,7 +62,7 @@ configure: deps
 build: configure
 	@$(CMAKE) --build $(BUILD) -j $(JOBS)
 
-test: build test-asan check-thread-safety test-other-torch
+test: check-format build check-python test-asan check-thread-safety test-other-torch
 	cd $(BUILD) && ctest --output-on-failure -j 1 $(CTEST_ARGS)
 
 # The other supported torch versions: the interpreter core (where the
@@ -84,7 +87,7 @@ test-asan: configure
 	cd $(ASAN_BUILD) && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=halt_on_error=1 \
 	  ctest --output-on-failure -L core
 
-# clang's thread-safety analysis over every file with lock annotations, with
+# clang's thread-safety analysis and dropped-Status check over every chorus file, with
 # the main build's flags (the torch-free core is also compiled by clang above).
 check-thread-safety: build
 	@$(PYTHON) tools/check_thread_safety.py $(BUILD)
@@ -107,8 +110,23 @@ bench-%: build
 print-python: deps
 	@echo $(PYTHON)
 
+# Every C++ file git knows (tracked, or new and not ignored).
+CXX_SOURCES = git ls-files --cached --others --exclude-standard '*.cc' '*.h'
+
 format:
-	@git ls-files '*.cc' '*.h' | xargs clang-format -i
+	@$(CXX_SOURCES) | xargs clang-format -i
+
+# ruff over every Python file, and mypy over chorus' package as the build
+# tree holds it (with the generated gRPC modules and their .pyi types).
+check-python: build
+	@lint=$$(tools/make-venv.sh tools/requirements/lint.txt) && bin=$$(dirname $$lint) && \
+	  $$bin/ruff check --quiet --config python/pyproject.toml python server/tests examples tests tools && \
+	  echo "ruff: clean" && \
+	  cd $(BUILD)/share/chorus/python && $$bin/mypy --config-file $(CURDIR)/python/pyproject.toml \
+	    --cache-dir $(abspath $(BUILD))/mypy-cache
+
+check-format: debian-packages
+	@$(CXX_SOURCES) | xargs clang-format --dry-run --Werror && echo "clang-format: clean"
 
 clean:
 	rm -rf $(BUILD) $(ASAN_BUILD) build-torch*

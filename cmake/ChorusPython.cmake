@@ -25,9 +25,9 @@ endforeach()
 set(CHORUS_LIBPYTHON "${CHORUS_PY_LIBPYTHON}")
 message(STATUS "chorus embeds Python ${CHORUS_PY_VERSION} (${CHORUS_PYTHON}), torch ${CHORUS_TORCH_VERSION}")
 
-# chorus' Python package is assembled from every component's python/ folder
-# into share/chorus/python (build tree and install tree alike), one symlink
-# per file in the build tree so that edits need no rebuild.
+# chorus' Python package (python/) goes to share/chorus/python (build tree and
+# install tree alike), one symlink per file in the build tree so that edits
+# need no rebuild.
 set(CHORUS_PYTHON_BUILD_DIR "${PROJECT_BINARY_DIR}/share/chorus/python")
 if(IS_SYMLINK "${CHORUS_PYTHON_BUILD_DIR}")
   file(REMOVE "${CHORUS_PYTHON_BUILD_DIR}")  # older build trees linked the whole folder
@@ -45,11 +45,13 @@ function(chorus_add_python_sources root)
           FILES_MATCHING PATTERN "*.py")
 endfunction()
 
-# chorus_generate_python_constants(HEADER OUTPUT_RELATIVE_PATH)
+# chorus_generate_python_constants(HEADER OUTPUT_RELATIVE_PATH): the header's
+# `inline constexpr` constants as a Python module (python/build_support.py).
 function(chorus_generate_python_constants header output)
   set(out "${CHORUS_PYTHON_BUILD_DIR}/${output}")
-  execute_process(COMMAND "${CMAKE_COMMAND}" -DHEADER=${header} -DOUTPUT=${out}
-                  -P "${PROJECT_SOURCE_DIR}/cmake/GeneratePythonConstants.cmake")
+  execute_process(COMMAND "${CHORUS_PYTHON}" "${PROJECT_SOURCE_DIR}/python/build_support.py"
+                          constants "${header}" "${out}"
+                  COMMAND_ERROR_IS_FATAL ANY)
   set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS "${header}")
   get_filename_component(dir "${output}" DIRECTORY)
   install(FILES "${out}" DESTINATION "${CMAKE_INSTALL_DATADIR}/chorus/python/${dir}")

@@ -6,7 +6,7 @@ set -euo pipefail
 
 packages=(
   # toolchain
-  build-essential cmake ninja-build ccache pkg-config clang lld libclang-rt-14-dev zip unzip strace
+  build-essential cmake ninja-build ccache pkg-config clang clang-format lld libclang-rt-14-dev zip unzip strace
   # the embedded Python: Debian's /usr/bin/python3 (a shared libpython), base of the venv
   python3-dev python3-venv
   # packages, RPC and their tools

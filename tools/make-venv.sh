@@ -12,7 +12,7 @@ cache="${XDG_CACHE_HOME:-$HOME/.cache}/chorus/venvs"
 key=$(sha256sum "$requirements" | cut -c1-12)
 venv="$cache/$(basename "$requirements" .txt)-$key"
 if [ ! -x "$venv/bin/python" ] || [ ! -f "$venv/.complete" ]; then
-  echo "make-venv: creating $venv (first time: downloads torch, several GB)" >&2
+  echo "make-venv: creating $venv from $requirements (downloads its packages: torch is several GB)" >&2
   rm -rf "$venv"
   mkdir -p "$cache"
   "$base_python" -m venv "$venv"

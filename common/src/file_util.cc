@@ -7,9 +7,13 @@
 
 #include <atomic>
 #include <cerrno>
+#include <cstdlib>
 #include <filesystem>
 #include <string>
+#include <utility>
 #include <vector>
+
+#include "chorus/common/logging.h"
 
 namespace chorus {
 
@@ -142,6 +146,34 @@ Status RemoveTree(const std::string& path) {
   std::filesystem::remove_all(path, error);
   if (error) return ErrnoError("remove " + path, error.value());
   return OkStatus();
+}
+
+StatusOr<ScopedTempDir> ScopedTempDir::Create(const std::string& prefix) {
+  const char* tmp = std::getenv("TMPDIR");
+  std::string pattern = std::string(tmp && *tmp ? tmp : "/tmp") + "/" + prefix + "XXXXXX";
+  if (::mkdtemp(pattern.data()) == nullptr) return ErrnoError("mkdtemp " + pattern, errno);
+  return ScopedTempDir(std::move(pattern));
+}
+
+ScopedTempDir::ScopedTempDir(ScopedTempDir&& other) noexcept
+    : path_(std::exchange(other.path_, "")) {}
+
+ScopedTempDir& ScopedTempDir::operator=(ScopedTempDir&& other) noexcept {
+  if (this != &other) {
+    Remove();
+    path_ = std::exchange(other.path_, "");
+  }
+  return *this;
+}
+
+ScopedTempDir::~ScopedTempDir() { Remove(); }
+
+void ScopedTempDir::Remove() {
+  if (path_.empty()) return;
+  if (Status removed = RemoveTree(path_); !removed.ok()) {
+    Log().warn("temporary directory not removed: {}", removed.ToString());
+  }
+  path_.clear();
 }
 
 StatusOr<std::string> ReadFile(const std::string& path) {

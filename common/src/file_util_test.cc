@@ -12,19 +12,37 @@
 #include <string>
 #include <vector>
 
+#include "chorus/common/status_matchers.h"
+
 namespace chorus {
 namespace {
 
 class FileUtilTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    char pattern[] = "/tmp/chorus-file-util-XXXXXX";
-    ASSERT_NE(mkdtemp(pattern), nullptr);
-    dir_ = pattern;
+    ASSERT_OK_AND_ASSIGN(temp_, ScopedTempDir::Create("chorus-file-util-"));
+    dir_ = temp_.path();
   }
-  void TearDown() override { ASSERT_EQ(std::system(("rm -rf " + dir_).c_str()), 0); }
+  ScopedTempDir temp_;
   std::string dir_;
 };
+
+TEST(ScopedTempDirTest, RemovesItsTreeWhenDestroyedAndMovesOwnership) {
+  std::string kept;
+  {
+    ASSERT_OK_AND_ASSIGN(ScopedTempDir made, ScopedTempDir::Create("chorus-scoped-"));
+    ASSERT_OK(MakeDirectories(made.path() + "/a/b"));
+    ASSERT_OK(WriteFileAtomically(made.path() + "/a/b/file", "x"));
+    ScopedTempDir owner = std::move(made);
+    EXPECT_EQ(made.path(), "");
+    kept = owner.path();
+    EXPECT_NE(kept.find("/chorus-scoped-"), std::string::npos) << kept;
+    ASSERT_OK_AND_ASSIGN(std::string contents, ReadFile(kept + "/a/b/file"));
+    EXPECT_EQ(contents, "x");
+  }
+  EXPECT_THAT(ReadFile(kept + "/a/b/file"), StatusIs(StatusCode::kNotFound));
+  EXPECT_NE(access(kept.c_str(), F_OK), 0);
+}
 
 TEST_F(FileUtilTest, WriteAtomicallyThenRead) {
   std::string path = dir_ + "/a/b/file";

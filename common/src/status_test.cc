@@ -28,8 +28,8 @@ TEST(StatusTest, ErrorCarriesCodeAndMessage) {
 }
 
 TEST(StatusTest, AnnotateAndCopyKeepPythonDetails) {
-  Status status = InternalError("ValueError: boom")
-                      .WithPythonError({"ValueError", "boom", "Traceback ..."});
+  Status status =
+      InternalError("ValueError: boom").WithPythonError({"ValueError", "boom", "Traceback ..."});
   Status annotated = status.Annotate("calling model");
   Status copy = annotated;
   EXPECT_EQ(copy.message(), "calling model: ValueError: boom");

@@ -85,7 +85,7 @@ int main(int argc, char** argv) {
   at::Tensor y = out->toTensor();
   std::printf("output %s shape [%lld, %lld], sum %.6f; %d of %d threaded calls failed\n",
               manifest->outputs[0].name.c_str(), static_cast<long long>(y.size(0)),
-              static_cast<long long>(y.dim() > 1 ? y.size(1) : 1), y.sum().item<double>(),
-              failed, threads * 10);
+              static_cast<long long>(y.dim() > 1 ? y.size(1) : 1), y.sum().item<double>(), failed,
+              threads * 10);
   return failed == 0 ? 0 : 1;
 }

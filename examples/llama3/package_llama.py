@@ -14,8 +14,6 @@ import json
 import os
 import sys
 
-import torch
-
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
@@ -24,10 +22,12 @@ import model as llama  # noqa: E402
 from chorus.package import create_package  # noqa: E402
 
 
-def package(output: str, config: str = "debug", overrides: dict = None, seed: int = 0) -> dict:
+def package(output: str, config: str = "debug", overrides: dict = None, seed: int = 0,
+            build=llama.build) -> dict:
+    """Packages `build(config, seed=seed, **overrides)` (model.py's build, or a wrapper of it)."""
     overrides = dict(overrides or {})
     overrides.setdefault("vocab_size", data.VOCAB_SIZE)
-    model = llama.build(config, seed=seed, **overrides)
+    model = build(config, seed=seed, **overrides)
     example = data.encode("chorus trains and serves")[None, :]
     corpus = open(os.path.join(HERE, "corpus.txt"), encoding="utf-8").read()
     return create_package(

@@ -30,14 +30,18 @@ def apply_tp(model, tp):
         parallelize_module(block, tp, TP_PLAN)
 
 
-def apply_fsdp(model, dp, mp_policy=MixedPrecision()):
+def apply_fsdp(model, dp, mp_policy=None):
+    if mp_policy is None:
+        mp_policy = MixedPrecision()
     for block in model.layers.values():
         fully_shard(block, dp, mp_policy=mp_policy)
     fully_shard(model, dp, mp_policy=mp_policy)
 
 
-def parallelize(model, dp=None, tp=None, mp_policy=MixedPrecision()):
+def parallelize(model, dp=None, tp=None, mp_policy=None):
     """Applies TP (if `tp`) then FSDP (if `dp`) in place; returns the model."""
+    if mp_policy is None:
+        mp_policy = MixedPrecision()
     if tp is not None and tp.size > 1:
         apply_tp(model, tp)
     if dp is not None:

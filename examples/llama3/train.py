@@ -2,19 +2,21 @@
 
 `run_rank` is what each rank's interpreter runs: build the model from a seed
 (identical on every rank), parallelize it, train on this rank's share of each
-global batch with AdamW, and report the global loss of every step.
+global batch, and report the global loss of every step. The loop is the
+training service's (chorus.training.trainer.Job), fed from model.py and
+parallelize.py directly instead of from an archive.
 """
 
-import time
 from dataclasses import dataclass
 from typing import List, Optional
 
 import torch
-import torch.nn.functional as F
 
 import model as llama
 import parallelize as llama_parallelize
-from chorus.distributed import Communicator, MixedPrecision, full_parameters
+from chorus.distributed import Communicator
+from chorus.training.spec import JobSpec, OptimizerSpec
+from chorus.training.trainer import Job
 
 
 @dataclass
@@ -45,14 +47,14 @@ def synthetic_batches(vocab: int, config: TrainConfig) -> List[torch.Tensor]:
     return batches
 
 
-def train_step(model, optimizer, tokens: torch.Tensor) -> torch.Tensor:
-    inputs, targets = tokens[:, :-1], tokens[:, 1:]
-    logits = model(inputs)
-    loss = F.cross_entropy(logits.flatten(0, 1), targets.flatten())
-    loss.backward()
-    optimizer.step()
-    optimizer.zero_grad()
-    return loss.detach()
+def job_spec(config: TrainConfig, param_dtype: str = "") -> JobSpec:
+    model_config = {"name": config.model}
+    if config.n_kv_heads:
+        model_config["n_kv_heads"] = config.n_kv_heads
+    return JobSpec(model_factory="model:build", model_config=model_config, seed=config.seed,
+                   optimizer=OptimizerSpec(lr=config.lr, weight_decay=config.weight_decay),
+                   global_batch=config.global_batch, seq_len=config.seq_len,
+                   param_dtype=param_dtype)
 
 
 def run_rank(dp_handle, tp_handle, config: dict, param_dtype: str = ""):
@@ -64,25 +66,13 @@ def run_rank(dp_handle, tp_handle, config: dict, param_dtype: str = ""):
     config = TrainConfig(**config)
     dp = Communicator(dp_handle) if dp_handle is not None else None
     tp = Communicator(tp_handle) if tp_handle is not None else None
-    overrides = {"n_kv_heads": config.n_kv_heads} if config.n_kv_heads else {}
-    model = llama.build(config.model, seed=config.seed, **overrides)
-    mp = MixedPrecision(param_dtype=getattr(torch, param_dtype) if param_dtype else None,
-                        reduce_dtype=torch.float32)
-    llama_parallelize.parallelize(model, dp=dp, tp=tp, mp_policy=mp)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr,
-                                  weight_decay=config.weight_decay)
-    dp_rank, dp_size = (dp.rank, dp.size) if dp else (0, 1)
-    if config.global_batch % dp_size:
-        raise ValueError(f"global batch {config.global_batch} does not divide among {dp_size} ranks")
-    share = config.global_batch // dp_size
+    job = Job(job_spec(config, param_dtype), dp, tp, model_factory=llama.build,
+              parallelize=llama_parallelize.parallelize_for_job)
     losses, step_s = [], []
-    for tokens in synthetic_batches(model.args.vocab_size, config):
-        start = time.perf_counter()
-        loss = train_step(model, optimizer, tokens[dp_rank * share:(dp_rank + 1) * share])
-        if dp is not None:
-            dp.all_reduce(loss.reshape(1), "avg")
-        step_s.append(time.perf_counter() - start)
-        losses.append(float(loss))
-    weights = full_parameters(model, tp) if (dp or tp) else {
-        name: p.detach() for name, p in model.named_parameters()}
+    for tokens in synthetic_batches(job.model.args.vocab_size, config):
+        metrics = job.step(tokens)
+        losses.append(metrics["loss"])
+        step_s.append(metrics["step_s"])
+    weights = job.full_state() if (dp or tp) else {
+        name: p.detach() for name, p in job.model.named_parameters()}
     return {"losses": losses, "weights": weights, "step_s": step_s}

@@ -6,8 +6,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <cerrno>
 #include <algorithm>
+#include <cerrno>
 #include <cstring>
 
 #include "chorus/common/file_util.h"
@@ -192,8 +192,7 @@ std::string ElfEditor::SearchPath() const {
   for (size_t i = 0; i < layout_->dynamic_count && layout_->dynamic[i].d_tag != DT_NULL; ++i) {
     const Elf64_Dyn& d = layout_->dynamic[i];
     if (d.d_tag != DT_RUNPATH && d.d_tag != DT_RPATH) continue;
-    std::string value(
-        DynString(data_, layout_->dynstr_offset, layout_->dynstr_size, d.d_un.d_val));
+    std::string value(DynString(data_, layout_->dynstr_offset, layout_->dynstr_size, d.d_un.d_val));
     if (d.d_tag == DT_RUNPATH) return value;  // DT_RPATH is ignored when both exist
     rpath = value;
   }
@@ -406,8 +405,8 @@ Status WriteScopeObject(const std::string& path, const std::vector<std::string>&
 
   auto* phdrs = reinterpret_cast<Elf64_Phdr*>(image.data() + sizeof(Elf64_Ehdr));
   phdrs[0] = {PT_LOAD, PF_R | PF_W, 0, 0, 0, total, total, 0x1000};
-  phdrs[1] = {PT_DYNAMIC, PF_R | PF_W, dynamic_at, dynamic_at, dynamic_at,
-              dynamic_size, dynamic_size, 8};
+  phdrs[1] = {PT_DYNAMIC, PF_R | PF_W,  dynamic_at,   dynamic_at,
+              dynamic_at, dynamic_size, dynamic_size, 8};
   phdrs[2] = {PT_GNU_STACK, PF_R | PF_W, 0, 0, 0, 0, 0, 16};
 
   // .dynsym holds only the mandatory null symbol; .hash: nbucket = nchain = 1.

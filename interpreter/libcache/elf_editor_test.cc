@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "chorus/common/file_util.h"
+#include "chorus/common/status_matchers.h"
 
 namespace chorus::elf {
 namespace {
@@ -20,11 +21,10 @@ constexpr char kSystemLibrary[] = "/lib/x86_64-linux-gnu/libz.so.1";
 class ElfEditorTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    char pattern[] = "/tmp/chorus-elf-XXXXXX";
-    ASSERT_NE(mkdtemp(pattern), nullptr);
-    dir_ = pattern;
+    ASSERT_OK_AND_ASSIGN(temp_, ScopedTempDir::Create("chorus-elf-"));
+    dir_ = temp_.path();
   }
-  void TearDown() override { ASSERT_EQ(std::system(("rm -rf " + dir_).c_str()), 0); }
+  ScopedTempDir temp_;
 
   std::string CopyOf(const std::string& source, const std::string& name) {
     std::string path = dir_ + "/" + name;
@@ -132,8 +132,8 @@ extern "C" int Bump() { return ++Counter(); }
 TEST_F(ElfEditorTest, ReadsTheSearchPath) {
   std::string runpath = Compile("librunpath.so", "int f() { return 1; }",
                                 "-Wl,--enable-new-dtags -Wl,-rpath,'$ORIGIN/../lib:/opt/x'");
-  std::string rpath = Compile("librpath.so", "int f() { return 1; }",
-                              "-Wl,--disable-new-dtags -Wl,-rpath,/opt/y");
+  std::string rpath =
+      Compile("librpath.so", "int f() { return 1; }", "-Wl,--disable-new-dtags -Wl,-rpath,/opt/y");
   EXPECT_EQ((*ElfEditor::Open(runpath, ElfEditor::Mode::kReadOnly))->SearchPath(),
             "$ORIGIN/../lib:/opt/x");
   EXPECT_EQ((*ElfEditor::Open(rpath, ElfEditor::Mode::kReadOnly))->SearchPath(), "/opt/y");
@@ -146,8 +146,7 @@ TEST_F(ElfEditorTest, ReplacesAWholeStringConstantAndTheCodeSeesIt) {
     extern "C" const char* Longer() { return "NotRegistryKey!"; })");
   auto editor = ElfEditor::Open(lib);
   ASSERT_TRUE(editor.ok()) << editor.status().ToString();
-  EXPECT_EQ((*editor)->ReplaceConstantString("RegistryKey", "RegistryKe7").code(),
-            StatusCode::kOk);
+  EXPECT_EQ((*editor)->ReplaceConstantString("RegistryKey", "RegistryKe7").code(), StatusCode::kOk);
   EXPECT_EQ((*editor)->ReplaceConstantString("RegistryKey", "x").code(), StatusCode::kNotFound);
   EXPECT_EQ((*editor)->ReplaceConstantString("NotRegistryKey!", "NotRegistryKey!!").code(),
             StatusCode::kInvalidArgument);
@@ -182,7 +181,8 @@ TEST_F(ElfEditorTest, ScopeObjectLoadsItsNeededInOrder) {
 TEST_F(ElfEditorTest, ScopeObjectBindsUndefinedSymbolsOfLaterEntries) {
   std::string provider_a = Compile("liba.so", "extern \"C\" int Source() { return 1; }");
   std::string provider_b = Compile("libb.so", "extern \"C\" int Source() { return 2; }");
-  std::string consumer_src = "extern \"C\" int Source(); extern \"C\" int Read() { return Source(); }";
+  std::string consumer_src =
+      "extern \"C\" int Source(); extern \"C\" int Read() { return Source(); }";
   std::string consumer_a = Compile("libconsumer_a.so", consumer_src);
   std::string consumer_b = CopyOf(consumer_a, "libconsumer_b.so");
   std::string scope_a = dir_ + "/scope_a.so", scope_b = dir_ + "/scope_b.so";

@@ -21,9 +21,9 @@ namespace chorus {
 
 // How a copy differs from its source.
 struct CopyRecipe {
-  std::string soname;                          // new DT_SONAME; "" keeps it
-  std::map<std::string, std::string> needed;   // DT_NEEDED renames, old -> new
-  bool rebind_unique_symbols = true;           // STB_GNU_UNIQUE -> STB_GLOBAL
+  std::string soname;                            // new DT_SONAME; "" keeps it
+  std::map<std::string, std::string> needed;     // DT_NEEDED renames, old -> new
+  bool rebind_unique_symbols = true;             // STB_GNU_UNIQUE -> STB_GLOBAL
   std::map<std::string, std::string> constants;  // read-only string constants, old -> new
   std::map<std::string, std::string> imports;    // undefined symbols, old -> new (if imported)
 };

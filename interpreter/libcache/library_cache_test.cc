@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "chorus/common/file_util.h"
+#include "chorus/common/status_matchers.h"
 #include "interpreter/libcache/elf_editor.h"
 
 namespace chorus {
@@ -19,13 +20,12 @@ namespace {
 class LibraryCacheTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    char pattern[] = "/tmp/chorus-cache-XXXXXX";
-    ASSERT_NE(mkdtemp(pattern), nullptr);
-    dir_ = pattern;
+    ASSERT_OK_AND_ASSIGN(temp_, ScopedTempDir::Create("chorus-cache-"));
+    dir_ = temp_.path();
     source_ = dir_ + "/libsource.so.1.13";
     ASSERT_TRUE(CopyFile("/lib/x86_64-linux-gnu/libz.so.1", source_).ok());
   }
-  void TearDown() override { ASSERT_EQ(std::system(("rm -rf " + dir_).c_str()), 0); }
+  ScopedTempDir temp_;
 
   CopyRecipe Recipe(int slot) {
     CopyRecipe recipe;
@@ -104,9 +104,10 @@ TEST_F(LibraryCacheTest, ChangedSourceGetsAFreshCopy) {
   auto first = cache.Prepare(source_, 0, Recipe(0));
   ASSERT_TRUE(first.ok());
   // Replace the source (new inode, new mtime), as a package upgrade would.
-  ASSERT_EQ(std::system(("cp " + source_ + " " + source_ + ".new && mv " + source_ + ".new " +
-                         source_).c_str()),
-            0);
+  ASSERT_EQ(
+      std::system(
+          ("cp " + source_ + " " + source_ + ".new && mv " + source_ + ".new " + source_).c_str()),
+      0);
   auto second = cache.Prepare(source_, 0, Recipe(0));
   ASSERT_TRUE(second.ok());
   EXPECT_NE(first->path, second->path);

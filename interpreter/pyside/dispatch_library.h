@@ -26,8 +26,8 @@ namespace chorus::pyside {
 // A new library of `kind` ("DEF", "IMPL" or "FRAGMENT") for namespace `ns`
 // and, if not "", one dispatch key. Returns a capsule that owns it: dropping
 // the capsule removes every registration made through it.
-PyObject* OpenLibrary(const char* kind, const char* ns, const char* dispatch_key,
-                      const char* file, int line);
+PyObject* OpenLibrary(const char* kind, const char* ns, const char* dispatch_key, const char* file,
+                      int line);
 
 // Defines an operator from `schema` in `library`, with `tags` (at::Tag
 // values); returns its name.
@@ -39,8 +39,8 @@ PyObject* LibraryDefine(PyObject* library, const char* schema, const char* alias
 // `with_keyset` kernels get the dispatch key set first. `key` names the
 // registration process-wide: other interpreters' functions for it
 // (HostServices::AddKernelFunction) run their own calls. Returns None.
-PyObject* LibraryImpl(PyObject* library, const char* name, const char* dispatch_key,
-                      PyObject* fn, bool with_keyset, const char* key);
+PyObject* LibraryImpl(PyObject* library, const char* name, const char* dispatch_key, PyObject* fn,
+                      bool with_keyset, const char* key);
 
 // Runs Python kernel function `fn` of this interpreter for a call made in this
 // interpreter (tensors pass as they are). GIL not held. Throws c10::Error.

@@ -39,10 +39,8 @@ PyObject* ClaimRegistration(PyObject* /*self*/, PyObject* arg) {
   if (key == nullptr) return nullptr;
   StatusOr<bool> owner = false;
   // May wait for another interpreter to finish the registration.
-  Py_BEGIN_ALLOW_THREADS
-  owner = g_host->ClaimRegistration(key, g_slot);
-  Py_END_ALLOW_THREADS
-  if (!owner.ok()) {
+  Py_BEGIN_ALLOW_THREADS owner = g_host->ClaimRegistration(key, g_slot);
+  Py_END_ALLOW_THREADS if (!owner.ok()) {
     PyErr_SetString(PyExc_RuntimeError, owner.status().message().c_str());
     return nullptr;
   }
@@ -126,9 +124,8 @@ std::atomic<void*> g_autograd_engine{nullptr};
 
 PyObject* BeginExclusive(PyObject* /*self*/, PyObject* /*unused*/) {
   Py_BEGIN_ALLOW_THREADS  // may wait for another interpreter
-  g_host->BeginExclusive();
-  Py_END_ALLOW_THREADS
-  Py_RETURN_NONE;
+      g_host->BeginExclusive();
+  Py_END_ALLOW_THREADS Py_RETURN_NONE;
 }
 
 PyObject* EndExclusive(PyObject* /*self*/, PyObject* /*unused*/) {
@@ -171,9 +168,15 @@ PyMethodDef kMethods[] = {
     {nullptr, nullptr, 0, nullptr},
 };
 
-PyModuleDef kModule = {PyModuleDef_HEAD_INIT, "_chorus",
-                       "chorus' native hooks for this interpreter", -1, kMethods,
-                       nullptr, nullptr, nullptr, nullptr};
+PyModuleDef kModule = {PyModuleDef_HEAD_INIT,
+                       "_chorus",
+                       "chorus' native hooks for this interpreter",
+                       -1,
+                       kMethods,
+                       nullptr,
+                       nullptr,
+                       nullptr,
+                       nullptr};
 
 PyObject* InitModule() {
   PyObject* module = PyModule_Create(&kModule);

@@ -14,6 +14,7 @@
 #include <utility>
 
 #include "chorus/common/logging.h"
+#include "interpreter/libcache/elf_editor.h"
 #include "interpreter/src/build_info.h"
 #include "interpreter/src/c10_warnings.h"
 #include "interpreter/src/copy_registrations.h"
@@ -21,14 +22,12 @@
 #include "interpreter/src/interpreter_registry.h"
 #include "interpreter/src/py_interpreter_router.h"
 #include "interpreter/src/tensor_crossing.h"
-#include "interpreter/libcache/elf_editor.h"
 
 namespace chorus {
 namespace {
 
 StatusOr<std::string> ReadSoname(const std::string& path) {
-  CHORUS_ASSIGN_OR_RETURN(auto editor,
-                          elf::ElfEditor::Open(path, elf::ElfEditor::Mode::kReadOnly));
+  CHORUS_ASSIGN_OR_RETURN(auto editor, elf::ElfEditor::Open(path, elf::ElfEditor::Mode::kReadOnly));
   std::string soname = editor->Soname();
   if (soname.empty()) return FailedPreconditionError(path + " has no SONAME");
   return soname;
@@ -97,8 +96,7 @@ StatusOr<std::unique_ptr<InterpreterLoader>> InterpreterLoader::Create(
 }
 
 InterpreterLoader::InterpreterLoader(PythonInstallation installation, std::string cache_root,
-                                     std::string libpython_soname,
-                                     std::string torch_python_soname)
+                                     std::string libpython_soname, std::string torch_python_soname)
     : installation_(std::move(installation)),
       cache_(std::move(cache_root)),
       libpython_soname_(std::move(libpython_soname)),
@@ -202,7 +200,8 @@ Status LoadDependenciesFromOrigin(const std::string& path, const std::set<std::s
       CHORUS_RETURN_IF_ERROR(LoadDependenciesFromOrigin(dependency, per_slot, inherited, visited));
       if (dlopen(dependency.c_str(), RTLD_NOW | RTLD_LOCAL) == nullptr) {
         const char* error = dlerror();
-        return InternalError("cannot load " + dependency + ": " + (error ? error : "unknown error"));
+        return InternalError("cannot load " + dependency + ": " +
+                             (error ? error : "unknown error"));
       }
       break;
     }
@@ -234,8 +233,8 @@ struct LoadedSources {
 
 }  // namespace
 
-Status InterpreterLoader::LoadCopy(const std::string& source,
-                                   const std::vector<std::string>& scope, void** handle) {
+Status InterpreterLoader::LoadCopy(const std::string& source, const std::vector<std::string>& scope,
+                                   void** handle) {
   static auto* loaded = new LoadedSources();
   MutexLock lock(&loaded->mu);
   SkipCopyRegistrations skip(loaded->sources.count(source) != 0);
@@ -383,7 +382,8 @@ StatusOr<bool> InterpreterLoader::ClaimRegistration(const std::string& key, int 
     auto [entry, inserted] = registrations_.try_emplace(key, Registration{slot, false});
     if (inserted || entry->second.owner == slot) return true;
     if (entry->second.made) return false;
-    if (!registration_made_.WaitUntil(&mu_, give_up) && std::chrono::steady_clock::now() >= give_up) {
+    if (!registration_made_.WaitUntil(&mu_, give_up) &&
+        std::chrono::steady_clock::now() >= give_up) {
       return DeadlineExceededError("waited too long for another interpreter to register " + key);
     }
   }

@@ -15,8 +15,8 @@
 #define CHORUS_INTERPRETER_INTERPRETER_LOADER_H_
 
 #include <map>
-#include <set>
 #include <memory>
+#include <set>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -56,7 +56,8 @@ class InterpreterLoader final : public pyside::HostServices {
       CHORUS_EXCLUDES(mu_);
   bool ReferencesPython(const std::string& path) override;
   StatusOr<bool> ClaimRegistration(const std::string& key, int slot) override CHORUS_EXCLUDES(mu_);
-  void CompleteRegistration(const std::string& key, int slot, bool made) override CHORUS_EXCLUDES(mu_);
+  void CompleteRegistration(const std::string& key, int slot, bool made) override
+      CHORUS_EXCLUDES(mu_);
   void AddKernelFunction(const std::string& key, int slot, void* fn, bool with_keyset) override
       CHORUS_EXCLUDES(mu_);
   bool RunKernelFunction(const std::string& key, int slot, const c10::OperatorHandle& op,
@@ -81,8 +82,8 @@ class InterpreterLoader final : public pyside::HostServices {
  private:
   // A slot's copies of the libraries that reference Python symbols.
   struct SlotLibraries {
-    std::string libpython;                         // copy path
-    std::map<std::string, std::string> paths;      // slot SONAME -> copy path
+    std::string libpython;                     // copy path
+    std::map<std::string, std::string> paths;  // slot SONAME -> copy path
   };
 
   InterpreterLoader(PythonInstallation installation, std::string cache_root,
@@ -97,8 +98,7 @@ class InterpreterLoader final : public pyside::HostServices {
   // Loads a copy of `source` through the scope object over `scope`. The first
   // copy of a source in the process keeps its static registrations, later
   // ones skip theirs (copy_registrations.h); one copy loads at a time.
-  Status LoadCopy(const std::string& source, const std::vector<std::string>& scope,
-                  void** handle);
+  Status LoadCopy(const std::string& source, const std::vector<std::string>& scope, void** handle);
   // dlopen()s a scope object over `paths`; keeps the handle for the process.
   Status LoadScope(const std::vector<std::string>& paths, void** handle) CHORUS_EXCLUDES(mu_);
 

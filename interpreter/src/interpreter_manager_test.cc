@@ -18,7 +18,8 @@
 #include <thread>
 #include <vector>
 
-#include "chorus/common/status_testing.h"
+#include "chorus/common/process_stats.h"
+#include "chorus/common/status_matchers.h"
 
 namespace chorus {
 namespace {
@@ -28,6 +29,15 @@ using std::chrono::steady_clock;
 
 constexpr int kInterpreters = 4;
 constexpr char kCacheDir[] = "test-cache/interpreter";
+
+// A manager of `interpreters` with its library cache in `cache_dir`.
+StatusOr<std::unique_ptr<InterpreterManager>> CreateManager(int interpreters,
+                                                            const std::string& cache_dir) {
+  InterpreterManagerOptions options;
+  options.num_interpreters = interpreters;
+  options.cache_dir = cache_dir;
+  return InterpreterManager::Create(options);
+}
 
 // One manager with four interpreters shared by the tests of this file:
 // creating one imports torch four times.
@@ -39,7 +49,7 @@ class InterpreterTest : public ::testing::Test {
     options.cache_dir = kCacheDir;
     options.preload_modules = {"torch", "numpy"};
     auto created = InterpreterManager::Create(options);
-    ASSERT_TRUE(created.ok()) << created.status().ToString();
+    ASSERT_OK(created);
     manager_ = std::move(created).value().release();
     // Tests run alone (one process per test under CTest) or together; each
     // finds torch imported in every interpreter's __main__.
@@ -69,14 +79,18 @@ TEST_F(InterpreterTest, GlobalsAndModulesAreIsolated) {
   for (int i = 0; i < kInterpreters; ++i) {
     InterpreterSession session = manager().Acquire(i);
     EXPECT_EQ(session.index(), i);
-    Object has_marker = VALUE_OR_FAIL(session.Eval("'isolation_marker' in globals()"));
-    EXPECT_EQ(VALUE_OR_FAIL(has_marker.ToIValue()).toBool(), i == 0) << "interpreter " << i;
-    Object index = VALUE_OR_FAIL(session.Eval("__import__('chorus').interpreter_index()"));
-    EXPECT_EQ(VALUE_OR_FAIL(index.ToIValue()).toInt(), i);
+    ASSERT_OK_AND_ASSIGN(Object has_marker, session.Eval("'isolation_marker' in globals()"));
+    ASSERT_OK_AND_ASSIGN(c10::IValue has_marker_value, has_marker.ToIValue());
+    EXPECT_EQ(has_marker_value.toBool(), i == 0) << "interpreter " << i;
+    ASSERT_OK_AND_ASSIGN(Object index, session.Eval("__import__('chorus').interpreter_index()"));
+    ASSERT_OK_AND_ASSIGN(c10::IValue index_value, index.ToIValue());
+    EXPECT_EQ(index_value.toInt(), i);
     // Each interpreter has its own sys.modules, and its own torch module object.
-    Object ids = VALUE_OR_FAIL(session.Eval(
-        "(id(__import__('sys').modules), id(__import__('torch')), id(__import__('numpy')))"));
-    c10::IValue tuple = VALUE_OR_FAIL(ids.ToIValue());
+    ASSERT_OK_AND_ASSIGN(
+        Object ids,
+        session.Eval(
+            "(id(__import__('sys').modules), id(__import__('torch')), id(__import__('numpy')))"));
+    ASSERT_OK_AND_ASSIGN(c10::IValue tuple, ids.ToIValue());
     for (const c10::IValue& id : tuple.toTupleRef().elements()) modules_ids.insert(id.toInt());
   }
   EXPECT_EQ(modules_ids.size(), 3u * kInterpreters);
@@ -106,12 +120,14 @@ def sequential_forward(w1, b1, w2, b2, x):
 numpy_total = float(np.arange(10, dtype=np.float64).sum())
 )")
                     .ok());
-    Object forward = VALUE_OR_FAIL(session.Eval("sequential_forward"));
-    Object out = VALUE_OR_FAIL(forward.Call({w1, b1, w2, b2, x}));
-    at::Tensor result = VALUE_OR_FAIL(out.ToIValue()).toTensor();
+    ASSERT_OK_AND_ASSIGN(Object forward, session.Eval("sequential_forward"));
+    ASSERT_OK_AND_ASSIGN(Object out, forward.Call({w1, b1, w2, b2, x}));
+    ASSERT_OK_AND_ASSIGN(c10::IValue out_value, out.ToIValue());
+    at::Tensor result = out_value.toTensor();
     EXPECT_TRUE(at::allclose(result, expected, 1e-5, 1e-6)) << "interpreter " << i;
-    Object total = VALUE_OR_FAIL(session.Eval("numpy_total"));
-    EXPECT_EQ(VALUE_OR_FAIL(total.ToIValue()).toDouble(), 45.0);
+    ASSERT_OK_AND_ASSIGN(Object total, session.Eval("numpy_total"));
+    ASSERT_OK_AND_ASSIGN(c10::IValue total_value, total.ToIValue());
+    EXPECT_EQ(total_value.toDouble(), 45.0);
   }
 }
 
@@ -127,20 +143,23 @@ scale_lib.impl("scale_add", scale_add, "CompositeExplicitAutograd")
   {
     InterpreterSession s0 = manager().Acquire(0);
     Status defined = s0.Exec(kDefine);
-    ASSERT_TRUE(defined.ok()) << defined.ToString();
+    ASSERT_OK(defined);
   }
   InterpreterSession s2 = manager().Acquire(2);
-  Object result = VALUE_OR_FAIL(
+  ASSERT_OK_AND_ASSIGN(
+      Object result,
       s2.Eval("torch.ops.chorus_test.scale_add(torch.arange(3, dtype=torch.float32), 2.0)"));
-  at::Tensor tensor = VALUE_OR_FAIL(result.ToIValue()).toTensor();
+  ASSERT_OK_AND_ASSIGN(c10::IValue result_value, result.ToIValue());
+  at::Tensor tensor = result_value.toTensor();
   EXPECT_TRUE(at::equal(tensor, at::tensor({1.0f, 3.0f, 5.0f})));
   // The same model code run in another interpreter defines nothing twice and
   // raises nothing: the namespace, schema and kernel stay interpreter 0's.
   Status again = s2.Exec(kDefine);
-  EXPECT_TRUE(again.ok()) << again.ToString();
-  Object owner =
-      VALUE_OR_FAIL(s2.Eval("float(torch.ops.chorus_test.scale_add(torch.ones(1), 10.0)[0])"));
-  EXPECT_EQ(VALUE_OR_FAIL(owner.ToIValue()).toDouble(), 11.0);
+  EXPECT_OK(again);
+  ASSERT_OK_AND_ASSIGN(Object owner,
+                       s2.Eval("float(torch.ops.chorus_test.scale_add(torch.ones(1), 10.0)[0])"));
+  ASSERT_OK_AND_ASSIGN(c10::IValue owner_value, owner.ToIValue());
+  EXPECT_EQ(owner_value.toDouble(), 11.0);
 }
 
 TEST_F(InterpreterTest, TorchsOwnPythonKernelsWorkInEveryInterpreter) {
@@ -148,9 +167,12 @@ TEST_F(InterpreterTest, TorchsOwnPythonKernelsWorkInEveryInterpreter) {
   // whichever interpreter imported torch first.
   for (int i = 0; i < kInterpreters; ++i) {
     InterpreterSession session = manager().Acquire(i);
-    Object shape = VALUE_OR_FAIL(session.Eval(
-        "list(torch.empty(3, 4, device='meta').mm(torch.empty(4, 5, device='meta')).shape)"));
-    auto dims = VALUE_OR_FAIL(shape.ToIValue()).toIntVector();
+    ASSERT_OK_AND_ASSIGN(
+        Object shape,
+        session.Eval(
+            "list(torch.empty(3, 4, device='meta').mm(torch.empty(4, 5, device='meta')).shape)"));
+    ASSERT_OK_AND_ASSIGN(c10::IValue shape_value, shape.ToIValue());
+    auto dims = shape_value.toIntVector();
     EXPECT_EQ(dims, (std::vector<int64_t>{3, 5})) << "interpreter " << i;
   }
 }
@@ -159,18 +181,20 @@ TEST_F(InterpreterTest, HostTensorMutatedInPlaceIsSeenByHostAndUsableElsewhere) 
   at::Tensor host = at::zeros({4});
   {
     InterpreterSession s1 = manager().Acquire(1);
-    Object bump = VALUE_OR_FAIL(s1.Eval("lambda t: t.add_(1)"));
-    Object returned = VALUE_OR_FAIL(bump.Call({host}));
-    at::Tensor back = VALUE_OR_FAIL(returned.ToIValue()).toTensor();
+    ASSERT_OK_AND_ASSIGN(Object bump, s1.Eval("lambda t: t.add_(1)"));
+    ASSERT_OK_AND_ASSIGN(Object returned, bump.Call({host}));
+    ASSERT_OK_AND_ASSIGN(c10::IValue returned_value, returned.ToIValue());
+    at::Tensor back = returned_value.toTensor();
     // An alias: a different TensorImpl over the same memory.
     EXPECT_EQ(back.data_ptr(), host.data_ptr());
     EXPECT_NE(back.unsafeGetTensorImpl(), host.unsafeGetTensorImpl());
   }
   EXPECT_TRUE(at::equal(host, at::ones({4})));
   InterpreterSession s2 = manager().Acquire(2);
-  Object total = VALUE_OR_FAIL(s2.Eval("lambda t: float(t.mul_(3).sum())"));
-  Object value = VALUE_OR_FAIL(total.Call({host}));
-  EXPECT_EQ(VALUE_OR_FAIL(value.ToIValue()).toDouble(), 12.0);
+  ASSERT_OK_AND_ASSIGN(Object total, s2.Eval("lambda t: float(t.mul_(3).sum())"));
+  ASSERT_OK_AND_ASSIGN(Object value, total.Call({host}));
+  ASSERT_OK_AND_ASSIGN(c10::IValue sum, value.ToIValue());
+  EXPECT_EQ(sum.toDouble(), 12.0);
   EXPECT_TRUE(at::equal(host, at::full({4}, 3.0f)));
 }
 
@@ -178,12 +202,15 @@ TEST_F(InterpreterTest, TensorMadeInOneInterpreterCrossesToAnother) {
   at::Tensor made;
   {
     InterpreterSession s0 = manager().Acquire(0);
-    Object tensor = VALUE_OR_FAIL(s0.Eval("torch.arange(6.0).reshape(2, 3)"));
-    made = VALUE_OR_FAIL(tensor.ToIValue()).toTensor();
+    ASSERT_OK_AND_ASSIGN(Object tensor, s0.Eval("torch.arange(6.0).reshape(2, 3)"));
+    ASSERT_OK_AND_ASSIGN(c10::IValue value, tensor.ToIValue());
+    made = value.toTensor();
   }
   InterpreterSession s3 = manager().Acquire(3);
-  Object transpose = VALUE_OR_FAIL(s3.Eval("lambda t: t.t().contiguous()"));
-  at::Tensor result = VALUE_OR_FAIL(VALUE_OR_FAIL(transpose.Call({made})).ToIValue()).toTensor();
+  ASSERT_OK_AND_ASSIGN(Object transpose, s3.Eval("lambda t: t.t().contiguous()"));
+  ASSERT_OK_AND_ASSIGN(Object transposed, transpose.Call({made}));
+  ASSERT_OK_AND_ASSIGN(c10::IValue transposed_value, transposed.ToIValue());
+  at::Tensor result = transposed_value.toTensor();
   EXPECT_TRUE(at::equal(result, at::arange(6.0).reshape({2, 3}).t()));
 }
 
@@ -208,11 +235,12 @@ def touch(t):
   for (int i : {0, 1, 2, 0, 1}) {
     InterpreterSession session = manager().Acquire(i);
     ASSERT_TRUE(session.Exec(kTouch).ok());
-    Object touch = VALUE_OR_FAIL(session.Eval("touch"));
+    ASSERT_OK_AND_ASSIGN(Object touch, session.Eval("touch"));
     for (const at::Tensor& tensor : {host, made}) {
       if (!tensor.defined()) continue;
-      auto out =
-          VALUE_OR_FAIL(VALUE_OR_FAIL(touch.Call({tensor})).ToIValue()).toTupleRef().elements();
+      ASSERT_OK_AND_ASSIGN(Object touched, touch.Call({tensor}));
+      ASSERT_OK_AND_ASSIGN(c10::IValue result, touched.ToIValue());
+      auto out = result.toTupleRef().elements();
       EXPECT_TRUE(out[0].toBool()) << "interpreter " << i << " got another interpreter's storage";
       EXPECT_EQ(out[1].toInt(), reinterpret_cast<int64_t>(tensor.data_ptr()));
       EXPECT_TRUE(out[2].toBool());
@@ -250,29 +278,34 @@ _hooks = torch.autograd.graph.saved_tensors_hooks(lambda t: t, lambda t: t)
 _hooks.__enter__()
 )")
                   .ok());
-  auto before =
-      VALUE_OR_FAIL(VALUE_OR_FAIL(outer.Eval("state()")).ToIValue()).toTupleRef().elements();
+  ASSERT_OK_AND_ASSIGN(Object before_state, outer.Eval("state()"));
+  ASSERT_OK_AND_ASSIGN(c10::IValue before_value, before_state.ToIValue());
+  auto before = before_value.toTupleRef().elements();
   EXPECT_EQ(before[0].toStringRef(), "meta");
   EXPECT_EQ(before[1].toInt(), 1);
   {
     InterpreterSession inner = manager().Acquire(1);
     ASSERT_TRUE(inner.Exec(kState).ok());
-    auto seen =
-        VALUE_OR_FAIL(VALUE_OR_FAIL(inner.Eval("state()")).ToIValue()).toTupleRef().elements();
+    ASSERT_OK_AND_ASSIGN(Object seen_state, inner.Eval("state()"));
+    ASSERT_OK_AND_ASSIGN(c10::IValue seen_value, seen_state.ToIValue());
+    auto seen = seen_value.toTupleRef().elements();
     EXPECT_EQ(seen[0].toStringRef(), "cpu");
     EXPECT_EQ(seen[1].toInt(), 0);
     EXPECT_EQ(seen[2].toInt(), 0);
-    Object grad =
-        VALUE_OR_FAIL(inner.Eval("(lambda x: (x * x).sum().backward() or "
-                                 "float(x.grad.sum()))(torch.ones(3, requires_grad=True))"));
-    EXPECT_EQ(VALUE_OR_FAIL(grad.ToIValue()).toDouble(), 6.0);
+    ASSERT_OK_AND_ASSIGN(Object grad,
+                         inner.Eval("(lambda x: (x * x).sum().backward() or "
+                                    "float(x.grad.sum()))(torch.ones(3, requires_grad=True))"));
+    ASSERT_OK_AND_ASSIGN(c10::IValue grad_value, grad.ToIValue());
+    EXPECT_EQ(grad_value.toDouble(), 6.0);
   }
-  auto after =
-      VALUE_OR_FAIL(VALUE_OR_FAIL(outer.Eval("state()")).ToIValue()).toTupleRef().elements();
+  ASSERT_OK_AND_ASSIGN(Object after_state, outer.Eval("state()"));
+  ASSERT_OK_AND_ASSIGN(c10::IValue after_value, after_state.ToIValue());
+  auto after = after_value.toTupleRef().elements();
   EXPECT_EQ(after[0].toStringRef(), "meta");
   EXPECT_EQ(after[1].toInt(), 1);
-  EXPECT_EQ(VALUE_OR_FAIL(VALUE_OR_FAIL(outer.Eval("Counting.calls > 0")).ToIValue()).toBool(),
-            true);
+  ASSERT_OK_AND_ASSIGN(Object counted, outer.Eval("Counting.calls > 0"));
+  ASSERT_OK_AND_ASSIGN(c10::IValue counted_value, counted.ToIValue());
+  EXPECT_EQ(counted_value.toBool(), true);
   ASSERT_TRUE(outer
                   .Exec("_hooks.__exit__(None, None, None)\n"
                         "torch.set_default_device(None)\n"
@@ -319,7 +352,7 @@ def compiled_matches_eager(seed):
 
 TEST_F(InterpreterTest, ValuesRoundTrip) {
   InterpreterSession session = manager().AcquireOne();
-  Object identity = VALUE_OR_FAIL(session.Eval("lambda x: x"));
+  ASSERT_OK_AND_ASSIGN(Object identity, session.Eval("lambda x: x"));
   c10::impl::GenericDict dict(c10::StringType::get(), c10::AnyType::get());
   dict.insert("weights", at::ones({2}));
   dict.insert("name", std::string("mlp"));
@@ -334,7 +367,8 @@ TEST_F(InterpreterTest, ValuesRoundTrip) {
       dict,
   };
   for (const c10::IValue& value : values) {
-    c10::IValue back = VALUE_OR_FAIL(VALUE_OR_FAIL(identity.Call({value})).ToIValue());
+    ASSERT_OK_AND_ASSIGN(Object returned, identity.Call({value}));
+    ASSERT_OK_AND_ASSIGN(c10::IValue back, returned.ToIValue());
     if (value.isGenericDict()) {
       ASSERT_TRUE(back.isGenericDict());
       auto round = back.toGenericDict();
@@ -345,24 +379,27 @@ TEST_F(InterpreterTest, ValuesRoundTrip) {
     }
   }
   // Keyword arguments, and lists that come back typed.
-  Object make = VALUE_OR_FAIL(
+  ASSERT_OK_AND_ASSIGN(
+      Object make,
       session.Eval("lambda n, scale=1: [torch.full((1,), scale * i) for i in range(n)]"));
-  c10::IValue tensors =
-      VALUE_OR_FAIL(VALUE_OR_FAIL(make.Call({int64_t{3}}, {{"scale", 2.0}})).ToIValue());
+  ASSERT_OK_AND_ASSIGN(Object made, make.Call({int64_t{3}}, {{"scale", 2.0}}));
+  ASSERT_OK_AND_ASSIGN(c10::IValue tensors, made.ToIValue());
   ASSERT_TRUE(tensors.isTensorList());
   EXPECT_EQ(tensors.toTensorVector()[2].item<double>(), 4.0);
 }
 
 TEST_F(InterpreterTest, UnconvertibleValuesAreClearErrors) {
   InterpreterSession session = manager().AcquireOne();
-  Object obj = VALUE_OR_FAIL(session.Eval("object()"));
+  ASSERT_OK_AND_ASSIGN(Object obj, session.Eval("object()"));
   StatusOr<c10::IValue> converted = obj.ToIValue();
   ASSERT_FALSE(converted.ok());
   EXPECT_NE(converted.status().message().find("cannot convert a Python object"), std::string::npos)
       << converted.status().message();
-  Object huge = VALUE_OR_FAIL(session.Eval("2 ** 70"));
+  ASSERT_OK_AND_ASSIGN(Object huge, session.Eval("2 ** 70"));
   EXPECT_FALSE(huge.ToIValue().ok());
-  EXPECT_EQ(VALUE_OR_FAIL(VALUE_OR_FAIL(session.Eval("1 + 1")).ToIValue()).toInt(), 2);
+  ASSERT_OK_AND_ASSIGN(Object two, session.Eval("1 + 1"));
+  ASSERT_OK_AND_ASSIGN(c10::IValue two_value, two.ToIValue());
+  EXPECT_EQ(two_value.toInt(), 2);
 }
 
 struct ErrorCase {
@@ -392,8 +429,9 @@ TEST_F(InterpreterTest, PythonErrorsCarryTypeMessageTracebackAndLeaveTheInterpre
       EXPECT_NE(status.python_error()->traceback.find(error.type), std::string::npos)
           << status.python_error()->traceback;
       // The interpreter serves the next call.
-      Object next = VALUE_OR_FAIL(session.Eval("6 * 7"));
-      EXPECT_EQ(VALUE_OR_FAIL(next.ToIValue()).toInt(), 42);
+      ASSERT_OK_AND_ASSIGN(Object next, session.Eval("6 * 7"));
+      ASSERT_OK_AND_ASSIGN(c10::IValue next_value, next.ToIValue());
+      EXPECT_EQ(next_value.toInt(), 42);
     }
   }
 }
@@ -413,8 +451,8 @@ def quick(x):
     return x + 1
 )")
                   .ok());
-  Object spin = VALUE_OR_FAIL(session.Eval("spin_forever"));
-  Object quick = VALUE_OR_FAIL(session.Eval("quick"));
+  ASSERT_OK_AND_ASSIGN(Object spin, session.Eval("spin_forever"));
+  ASSERT_OK_AND_ASSIGN(Object quick, session.Eval("quick"));
   for (int round = 0; round < 3; ++round) {
     auto start = steady_clock::now();
     StatusOr<Object> stopped = spin.Call({}, {}, {start + milliseconds(200)});
@@ -427,9 +465,10 @@ def quick(x):
     // Calls with deadlines that finish in time are untouched, and no stale
     // interrupt reaches the next call.
     for (int i = 0; i < 20; ++i) {
-      Object next =
-          VALUE_OR_FAIL(quick.Call({int64_t{i}}, {}, {steady_clock::now() + milliseconds(1000)}));
-      EXPECT_EQ(VALUE_OR_FAIL(next.ToIValue()).toInt(), i + 1);
+      ASSERT_OK_AND_ASSIGN(
+          Object next, quick.Call({int64_t{i}}, {}, {steady_clock::now() + milliseconds(1000)}));
+      ASSERT_OK_AND_ASSIGN(c10::IValue next_value, next.ToIValue());
+      EXPECT_EQ(next_value.toInt(), i + 1);
     }
   }
   StatusOr<Object> late = quick.Call({int64_t{1}}, {}, {steady_clock::now() - milliseconds(1)});
@@ -521,27 +560,28 @@ stdlib_ok = (json.loads('[1, 2]') == [1, 2] and str(decimal.Decimal('1.10') + 1)
   for (int i = 0; i < kInterpreters; ++i) {
     InterpreterSession session = manager().Acquire(i);
     Status imported = session.Exec(kCheck);
-    ASSERT_TRUE(imported.ok()) << "interpreter " << i << ": " << imported.ToString();
-    EXPECT_TRUE(VALUE_OR_FAIL(VALUE_OR_FAIL(session.Eval("stdlib_ok")).ToIValue()).toBool());
-    EXPECT_EQ(VALUE_OR_FAIL(VALUE_OR_FAIL(session.Eval("resnet_shape")).ToIValue()).toIntVector(),
-              (std::vector<int64_t>{1, 10}));
+    ASSERT_OK(imported) << "interpreter " << i;
+    ASSERT_OK_AND_ASSIGN(Object stdlib_ok, session.Eval("stdlib_ok"));
+    ASSERT_OK_AND_ASSIGN(c10::IValue stdlib_ok_value, stdlib_ok.ToIValue());
+    EXPECT_TRUE(stdlib_ok_value.toBool());
+    ASSERT_OK_AND_ASSIGN(Object resnet_shape, session.Eval("resnet_shape"));
+    ASSERT_OK_AND_ASSIGN(c10::IValue resnet_shape_value, resnet_shape.ToIValue());
+    EXPECT_EQ(resnet_shape_value.toIntVector(), (std::vector<int64_t>{1, 10}));
   }
 }
 
 // Run in a child process by ImportingTorchIsSilent below.
 TEST(InterpreterChild, CreateFourInterpretersAndRunTorch) {
   if (std::getenv("CHORUS_INTERPRETER_CHILD") == nullptr) GTEST_SKIP() << "child mode only";
-  InterpreterManagerOptions options;
-  options.num_interpreters = kInterpreters;
-  options.cache_dir = kCacheDir;
-  auto manager = InterpreterManager::Create(options);
-  ASSERT_TRUE(manager.ok()) << manager.status().ToString();
+  auto manager = CreateManager(kInterpreters, kCacheDir);
+  ASSERT_OK(manager);
   for (int i = 0; i < kInterpreters; ++i) {
     InterpreterSession session = (*manager)->Acquire(i);
-    Object out =
-        VALUE_OR_FAIL(session.Eval("float(__import__('torch').nn.functional.relu(__import__('torch'"
-                                   ").tensor([-1.0, 2.0])).sum())"));
-    EXPECT_EQ(VALUE_OR_FAIL(out.ToIValue()).toDouble(), 2.0);
+    ASSERT_OK_AND_ASSIGN(
+        Object out, session.Eval("float(__import__('torch').nn.functional.relu(__import__('torch'"
+                                 ").tensor([-1.0, 2.0])).sum())"));
+    ASSERT_OK_AND_ASSIGN(c10::IValue out_value, out.ToIValue());
+    EXPECT_EQ(out_value.toDouble(), 2.0);
   }
 }
 
@@ -567,30 +607,16 @@ TEST(InterpreterStartupTest, ImportingTorchInFourInterpretersIsSilent) {
   }
 }
 
-double ResidentMib() {
-  FILE* status = std::fopen("/proc/self/status", "r");
-  if (status == nullptr) return 0;
-  char line[256];
-  double mib = 0;
-  while (std::fgets(line, sizeof(line), status)) {
-    if (std::strncmp(line, "VmRSS:", 6) == 0) mib = std::atof(line + 6) / 1024.0;
-  }
-  std::fclose(status);
-  return mib;
-}
-
 // More interpreters than library slots with one-digit names (the wheel's
 // libtorch_python.so has no version to shorten), each importing torch.
 TEST(InterpreterScaleTest, SixteenInterpretersImportTorch) {
-  InterpreterManagerOptions options;
-  options.num_interpreters = 16;
-  options.cache_dir = kCacheDir;
-  auto manager = InterpreterManager::Create(options);
-  ASSERT_TRUE(manager.ok()) << manager.status().ToString();
+  auto manager = CreateManager(16, kCacheDir);
+  ASSERT_OK(manager);
   for (int i = 0; i < 16; ++i) {
     InterpreterSession session = (*manager)->Acquire(i);
-    Object sum = VALUE_OR_FAIL(session.Eval("float(__import__('torch').ones(3).sum())"));
-    EXPECT_EQ(VALUE_OR_FAIL(sum.ToIValue()).toDouble(), 3.0);
+    ASSERT_OK_AND_ASSIGN(Object sum, session.Eval("float(__import__('torch').ones(3).sum())"));
+    ASSERT_OK_AND_ASSIGN(c10::IValue sum_value, sum.ToIValue());
+    EXPECT_EQ(sum_value.toDouble(), 3.0);
   }
 }
 
@@ -598,11 +624,8 @@ TEST(InterpreterScaleTest, SixteenInterpretersImportTorch) {
 // interpreters, storages wrapped in Python on both sides and released on
 // other threads: no crash, no deadlock, and no leak.
 TEST(InterpreterStressTest, TensorsCrossBothWaysFromManyThreadsWithoutLeaking) {
-  InterpreterManagerOptions options;
-  options.num_interpreters = 4;
-  options.cache_dir = kCacheDir;
-  auto created = InterpreterManager::Create(options);
-  ASSERT_TRUE(created.ok()) << created.status().ToString();
+  auto created = CreateManager(4, kCacheDir);
+  ASSERT_OK(created);
   InterpreterManager& manager = **created;
   ReplicatedObject work = manager.Replicate([](InterpreterSession& session) -> StatusOr<Object> {
     CHORUS_RETURN_IF_ERROR(session.Exec(R"(
@@ -647,10 +670,10 @@ def work(t):
     for (auto& thread : threads) thread.join();
   };
   run_for(std::chrono::seconds(5));  // warm-up: allocator pools, caches
-  const double warm_mib = ResidentMib();
+  ASSERT_OK_AND_ASSIGN(const double warm_mib, ResidentMiB());
   const int64_t warm_calls = calls.load();
   run_for(std::chrono::seconds(30));
-  const double end_mib = ResidentMib();
+  ASSERT_OK_AND_ASSIGN(const double end_mib, ResidentMiB());
   EXPECT_EQ(failures.load(), 0);
   EXPECT_GT(calls.load() - warm_calls, 1000);
   // Every call allocates about 3 KiB that crosses twice: a leak of one object
@@ -685,17 +708,16 @@ TEST(InterpreterLifecycleTest, SequentialManagersAndCleanShutdown) {
   const std::string cache = "test-cache/lifecycle";
   ASSERT_EQ(std::system(("rm -rf " + cache).c_str()), 0);
   for (int round = 0; round < 2; ++round) {
-    InterpreterManagerOptions options;
-    options.num_interpreters = 2;
-    options.cache_dir = cache;
-    auto manager = InterpreterManager::Create(options);
-    ASSERT_TRUE(manager.ok()) << manager.status().ToString();
+    auto manager = CreateManager(2, cache);
+    ASSERT_OK(manager);
     for (int i = 0; i < 2; ++i) {
       InterpreterSession session = (*manager)->Acquire(i);
-      Object meta = VALUE_OR_FAIL(
+      ASSERT_OK_AND_ASSIGN(
+          Object meta,
           session.Eval("(lambda torch: tuple(torch.ops.prims.convert_element_type(torch.ones(2), "
                        "torch.float64).shape))(__import__('torch'))"));
-      EXPECT_EQ(VALUE_OR_FAIL(meta.ToIValue()).toTupleRef().elements()[0].toInt(), 2);
+      ASSERT_OK_AND_ASSIGN(c10::IValue meta_value, meta.ToIValue());
+      EXPECT_EQ(meta_value.toTupleRef().elements()[0].toInt(), 2);
     }
   }
   for (const std::string& file : ListFilesRecursively(cache)) {

@@ -93,8 +93,8 @@ class HostServices {
 };
 
 struct StartOptions {
-  int slot = 0;   // process-unique library slot (HostServices calls)
-  int index = 0;  // the interpreter's index in its manager (chorus.interpreter_index())
+  int slot = 0;              // process-unique library slot (HostServices calls)
+  int index = 0;             // the interpreter's index in its manager (chorus.interpreter_index())
   std::string program_name;  // the pinned Python; Python derives sys.prefix from it
   std::string chorus_python_dir;  // holds the `chorus` Python package
   std::vector<std::string> preload_modules;

@@ -19,9 +19,9 @@ struct alignas(64) Slot {
   std::unique_ptr<pyside::PySide> side;
   // Sessions currently open on this interpreter (claimed or direct).
   std::atomic<int> users{0};
-  std::atomic<int64_t> busy_ns{0};  // total time sessions held this interpreter
+  std::atomic<int64_t> busy_ns{0};    // total time sessions held this interpreter
   std::atomic<bool> reserved{false};  // AcquireOne avoids it (a training job holds it)
-  Watchdog* watchdog = nullptr;  // owned by the manager
+  Watchdog* watchdog = nullptr;       // owned by the manager
 };
 
 }  // namespace internal

@@ -30,7 +30,8 @@ class Watchdog {
 
   // Interrupts the call tagged `call_token` in `side` at `deadline` unless
   // Disarm(call_token) comes first. `side` must outlive the arming.
-  void Arm(Clock::time_point deadline, pyside::PySide* side, uint64_t call_token) CHORUS_EXCLUDES(mu_);
+  void Arm(Clock::time_point deadline, pyside::PySide* side, uint64_t call_token)
+      CHORUS_EXCLUDES(mu_);
   // Cancels the deadline of `call_token`; no-op if it already fired.
   void Disarm(uint64_t call_token) CHORUS_EXCLUDES(mu_);
 

@@ -67,8 +67,9 @@ nlohmann::json Check(const std::string& path, double atol, double rtol) {
 }  // namespace chorus
 
 int main(int argc, char** argv) {
-  CLI::App app{"chorus-package-check: load an archive in a fresh chorus interpreter and compare "
-               "its example outputs"};
+  CLI::App app{
+      "chorus-package-check: load an archive in a fresh chorus interpreter and compare "
+      "its example outputs"};
   std::string path;
   double atol = 1e-5, rtol = 1e-4;
   app.add_option("archive", path, "the archive")->required();

@@ -37,9 +37,9 @@ class ArchiveHolder : public torch::CustomClassHolder {
                 data->size, " bytes but its tensor needs ", length,
                 " (storage record shorter than its tensor)");
     std::shared_ptr<const void> owner = data->owner;
-    return at::from_blob(const_cast<uint8_t*>(data->data), {length},
-                         [owner](void*) mutable { owner.reset(); },
-                         at::TensorOptions().dtype(at::kByte));
+    return at::from_blob(
+        const_cast<uint8_t*>(data->data), {length}, [owner](void*) mutable { owner.reset(); },
+        at::TensorOptions().dtype(at::kByte));
   }
 
  private:
@@ -52,12 +52,10 @@ const auto kArchiveClass =
     torch::class_<ArchiveHolder>("chorus", "Archive")
         .def("path", [](const Holder& self) { return self->archive()->path(); })
         .def("records", [](const Holder& self) { return self->Records(); })
-        .def("has", [](const Holder& self, const std::string& name) {
-          return self->archive()->Find(name) != nullptr;
-        })
-        .def("record", [](const Holder& self, const std::string& name) {
-          return self->Record(name, -1);
-        })
+        .def("has", [](const Holder& self,
+                       const std::string& name) { return self->archive()->Find(name) != nullptr; })
+        .def("record",
+             [](const Holder& self, const std::string& name) { return self->Record(name, -1); })
         .def("storage", [](const Holder& self, const std::string& name, int64_t nbytes) {
           return self->Record(name, nbytes);
         });

@@ -10,7 +10,8 @@
 #include <set>
 #include <string>
 
-#include "chorus/common/status_testing.h"
+#include "chorus/common/process_stats.h"
+#include "chorus/common/status_matchers.h"
 
 namespace chorus {
 namespace {
@@ -28,15 +29,6 @@ int RunPython(const std::string& code) {
   return std::system(command.c_str());
 }
 
-double ResidentMiB() {
-  std::ifstream status("/proc/self/status");
-  std::string line;
-  while (std::getline(status, line)) {
-    if (line.rfind("VmRSS:", 0) == 0) return std::stod(line.substr(6)) / 1024.0;
-  }
-  return 0;
-}
-
 class ModelTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
@@ -45,7 +37,7 @@ class ModelTest : public ::testing::Test {
     options.num_interpreters = 4;
     options.cache_dir = "test-cache/model";
     auto created = InterpreterManager::Create(options);
-    ASSERT_TRUE(created.ok()) << created.status().ToString();
+    ASSERT_OK(created);
     manager_ = created->release();
   }
   static void TearDownTestSuite() {
@@ -77,17 +69,18 @@ def stock_forward(path, x, package):
 InterpreterManager* ModelTest::manager_ = nullptr;
 
 TEST_F(ModelTest, ChorusPackageRunsAndMatchesTheStockImporter) {
-  auto model = VALUE_OR_FAIL(Model::Load(manager_, kCorpus + "good.pt"));
+  ASSERT_OK_AND_ASSIGN(auto model, Model::Load(manager_, kCorpus + "good.pt"));
   ASSERT_NE(model->manifest(), nullptr);
   EXPECT_EQ(model->manifest()->model_name, "tiny_mlp");
   at::manual_seed(3);
   at::Tensor x = at::randn({5, 4});
-  at::Tensor ours = VALUE_OR_FAIL(model->Forward({x})).toTensor();
+  ASSERT_OK_AND_ASSIGN(c10::IValue out, model->Forward({x}));
+  at::Tensor ours = out.toTensor();
   EXPECT_EQ(ours.sizes(), (std::vector<int64_t>{5, 2}));
   // Parameters require grad, but Forward records no graph (inference mode).
   EXPECT_FALSE(ours.requires_grad());
   EXPECT_TRUE(ours.is_inference());
-  at::Tensor stock = VALUE_OR_FAIL(StockImporterOutput(kCorpus + "good.pt", x));
+  ASSERT_OK_AND_ASSIGN(at::Tensor stock, StockImporterOutput(kCorpus + "good.pt", x));
   EXPECT_TRUE(at::equal(ours, stock));
 }
 
@@ -99,10 +92,12 @@ TEST_F(ModelTest, StockTorchPackageArchiveLoadsInChorus) {
   EXPECT_NE(refused.status().message().find("has no chorus manifest"), std::string::npos);
   ModelOptions options;
   options.entry_point = EntryPoint{"pickle", "model", "model.pkl", "", ""};
-  auto model = VALUE_OR_FAIL(Model::Load(manager_, path, options));
+  ASSERT_OK_AND_ASSIGN(auto model, Model::Load(manager_, path, options));
   at::Tensor x = at::ones({2, 4});
-  at::Tensor ours = VALUE_OR_FAIL(model->Forward({x})).toTensor();
-  EXPECT_TRUE(at::equal(ours, VALUE_OR_FAIL(StockImporterOutput(path, x, "model"))));
+  ASSERT_OK_AND_ASSIGN(c10::IValue out, model->Forward({x}));
+  at::Tensor ours = out.toTensor();
+  ASSERT_OK_AND_ASSIGN(at::Tensor stock, StockImporterOutput(path, x, "model"));
+  EXPECT_TRUE(at::equal(ours, stock));
 }
 
 // torchvision's classifiers as a user exports them with stock torch.package
@@ -135,17 +130,18 @@ for name in ["resnet18", "mobilenet_v3_small", "squeezenet1_1", "shufflenet_v2_x
   options.entry_point = EntryPoint{"pickle", "model", "model.pkl", "", ""};
   for (const std::string& name : names) {
     const std::string expected_path = kWork + "/" + name + ".expected.pt";
-    auto model = VALUE_OR_FAIL(Model::Load(manager_, kWork + "/" + name + ".pt", options));
+    ASSERT_OK_AND_ASSIGN(auto model, Model::Load(manager_, kWork + "/" + name + ".pt", options));
     // In two interpreters, Python calling its own replica.
     for (int i = 0; i < 2; ++i) {
       InterpreterSession session = manager_->Acquire(i);
       ASSERT_TRUE(session.Exec("import torch").ok());
-      Object replica = VALUE_OR_FAIL(model->In(session));
-      Object diff = VALUE_OR_FAIL(session.Eval(R"(lambda model, path: (lambda e: float(
+      ASSERT_OK_AND_ASSIGN(Object replica, model->In(session));
+      ASSERT_OK_AND_ASSIGN(Object diff, session.Eval(R"(lambda model, path: (lambda e: float(
     (torch.inference_mode()(model)(e["input"]) - e["output"]).abs().max()))(torch.load(path)))"));
-      Object path = VALUE_OR_FAIL(session.Eval("'" + expected_path + "'"));
-      const double max_abs_diff =
-          VALUE_OR_FAIL(VALUE_OR_FAIL(diff.CallObjects({replica, path})).ToIValue()).toDouble();
+      ASSERT_OK_AND_ASSIGN(Object path, session.Eval("'" + expected_path + "'"));
+      ASSERT_OK_AND_ASSIGN(Object result, diff.CallObjects({replica, path}));
+      ASSERT_OK_AND_ASSIGN(c10::IValue value, result.ToIValue());
+      const double max_abs_diff = value.toDouble();
       RecordProperty(name + "_max_abs_diff_" + std::to_string(i), std::to_string(max_abs_diff));
       EXPECT_LE(max_abs_diff, 1e-5) << name << " in interpreter " << i;
     }
@@ -153,28 +149,31 @@ for name in ["resnet18", "mobilenet_v3_small", "squeezenet1_1", "shufflenet_v2_x
     c10::IValue expected;
     {
       InterpreterSession session = manager_->AcquireOne();
-      expected = VALUE_OR_FAIL(
-          VALUE_OR_FAIL(session.Eval("__import__('torch').load('" + expected_path + "')"))
-              .ToIValue());
+      ASSERT_OK_AND_ASSIGN(Object loaded,
+                           session.Eval("__import__('torch').load('" + expected_path + "')"));
+      ASSERT_OK_AND_ASSIGN(expected, loaded.ToIValue());
     }
     at::Tensor x = expected.toGenericDict().at("input").toTensor();
     at::Tensor want = expected.toGenericDict().at("output").toTensor();
-    at::Tensor got = VALUE_OR_FAIL(model->Forward({x})).toTensor();
+    ASSERT_OK_AND_ASSIGN(c10::IValue out, model->Forward({x}));
+    at::Tensor got = out.toTensor();
     ASSERT_EQ(got.sizes(), want.sizes()) << name;
     EXPECT_LE((got - want).abs().max().item<double>(), 1e-5) << name;
   }
 }
 
 TEST_F(ModelTest, WeightsAreSharedByEveryInterpreter) {
-  auto model = VALUE_OR_FAIL(Model::Load(manager_, kCorpus + "good.pt"));
+  ASSERT_OK_AND_ASSIGN(auto model, Model::Load(manager_, kCorpus + "good.pt"));
   const Archive& archive = *model->archive();
   std::set<std::vector<int64_t>> pointers;
   for (int i = 0; i < manager_->size(); ++i) {
     InterpreterSession session = manager_->Acquire(i);
-    Object replica = VALUE_OR_FAIL(model->In(session));
-    Object params = VALUE_OR_FAIL(session.Eval("lambda m: [p.data_ptr() for p in m.parameters()]"));
-    std::vector<int64_t> addresses =
-        VALUE_OR_FAIL(VALUE_OR_FAIL(params.CallObjects({replica})).ToIValue()).toIntVector();
+    ASSERT_OK_AND_ASSIGN(Object replica, model->In(session));
+    ASSERT_OK_AND_ASSIGN(Object params,
+                         session.Eval("lambda m: [p.data_ptr() for p in m.parameters()]"));
+    ASSERT_OK_AND_ASSIGN(Object result, params.CallObjects({replica}));
+    ASSERT_OK_AND_ASSIGN(c10::IValue value, result.ToIValue());
+    std::vector<int64_t> addresses = value.toIntVector();
     for (int64_t address : addresses) {
       auto p = reinterpret_cast<const uint8_t*>(address);
       EXPECT_GE(p, archive.mapped_data());
@@ -184,7 +183,7 @@ TEST_F(ModelTest, WeightsAreSharedByEveryInterpreter) {
   }
   EXPECT_EQ(pointers.size(), 1u) << "every interpreter sees the same weight memory";
   // Loading the same file again reuses the same mapping.
-  auto again = VALUE_OR_FAIL(Model::Load(manager_, kCorpus + "good.pt"));
+  ASSERT_OK_AND_ASSIGN(auto again, Model::Load(manager_, kCorpus + "good.pt"));
   EXPECT_EQ(again->archive().get(), model->archive().get());
 }
 
@@ -203,7 +202,7 @@ TEST_F(ModelTest, LoadErrorsAreSpecificAndAGoodArchiveStillLoads) {
   StatusOr<std::shared_ptr<Model>> tampered =
       Model::Load(manager_, kCorpus + "sha256_mismatch.pt", verify);
   EXPECT_EQ(tampered.status().code(), StatusCode::kDataLoss);
-  auto model = VALUE_OR_FAIL(Model::Load(manager_, kCorpus + "good.pt"));
+  ASSERT_OK_AND_ASSIGN(auto model, Model::Load(manager_, kCorpus + "good.pt"));
   EXPECT_TRUE(model->Forward({at::zeros({1, 4})}).ok());
 }
 
@@ -221,14 +220,16 @@ torch.jit.save(torch.jit.script(model), ")" +
                       script_path + R"(")
 )"),
             0);
-  auto python = VALUE_OR_FAIL(Model::Load(manager_, package_path));
-  auto script = VALUE_OR_FAIL(Model::Load(nullptr, script_path));  // no interpreter needed
+  ASSERT_OK_AND_ASSIGN(auto python, Model::Load(manager_, package_path));
+  ASSERT_OK_AND_ASSIGN(auto script, Model::Load(nullptr, script_path));  // no interpreter needed
   EXPECT_EQ(script->kind(), ArchiveKind::kTorchScript);
   EXPECT_EQ(python->kind(), ArchiveKind::kTorchPackage);
   at::manual_seed(5);
   at::Tensor x = at::randn({6, 4});
-  at::Tensor a = VALUE_OR_FAIL(python->Forward({x})).toTensor();
-  at::Tensor b = VALUE_OR_FAIL(script->Forward({x})).toTensor();
+  ASSERT_OK_AND_ASSIGN(c10::IValue python_out, python->Forward({x}));
+  at::Tensor a = python_out.toTensor();
+  ASSERT_OK_AND_ASSIGN(c10::IValue script_out, script->Forward({x}));
+  at::Tensor b = script_out.toTensor();
   EXPECT_TRUE(at::allclose(a, b, 1e-6, 1e-6));
 }
 
@@ -255,22 +256,25 @@ create_package(")" + path +
   for (int i = 0; i < manager_->size(); ++i) {
     InterpreterSession session = manager_->Acquire(i);
     Status warmed = session.Exec("import torch\ntorch.ones(64, 64).sum()");
-    ASSERT_TRUE(warmed.ok()) << warmed.ToString();
+    ASSERT_OK(warmed);
   }
-  const double before = ResidentMiB();
-  auto model = VALUE_OR_FAIL(Model::Load(manager_, path));
+  ASSERT_OK_AND_ASSIGN(const double before, ResidentMiB());
+  ASSERT_OK_AND_ASSIGN(auto model, Model::Load(manager_, path));
   std::set<int64_t> first_weight;
   for (int i = 0; i < manager_->size(); ++i) {
     InterpreterSession session = manager_->Acquire(i);
-    Object replica = VALUE_OR_FAIL(model->In(session));
+    ASSERT_OK_AND_ASSIGN(Object replica, model->In(session));
     // Touch every weight byte in every interpreter.
-    Object touch = VALUE_OR_FAIL(
+    ASSERT_OK_AND_ASSIGN(
+        Object touch,
         session.Eval("lambda m: (sum(float(p.double().sum()) for p in m.parameters()), "
                      "next(m.parameters()).data_ptr())"));
-    c10::IValue result = VALUE_OR_FAIL(VALUE_OR_FAIL(touch.CallObjects({replica})).ToIValue());
+    ASSERT_OK_AND_ASSIGN(Object touched, touch.CallObjects({replica}));
+    ASSERT_OK_AND_ASSIGN(c10::IValue result, touched.ToIValue());
     first_weight.insert(result.toTupleRef().elements()[1].toInt());
   }
-  const double growth = ResidentMiB() - before;
+  ASSERT_OK_AND_ASSIGN(const double after, ResidentMiB());
+  const double growth = after - before;
   RecordProperty("weights_mib", std::to_string(weights_mib));
   RecordProperty("rss_growth_mib", std::to_string(growth));
   EXPECT_EQ(first_weight.size(), 1u);

@@ -103,9 +103,8 @@ Status ArchiveImpl::Map() {
   if (map == MAP_FAILED) return ErrnoError("mmap " + path_, errno);
   base_ = static_cast<const uint8_t*>(map);
   size_t size = size_;
-  mapping_ = std::shared_ptr<const void>(map, [size](const void* p) {
-    ::munmap(const_cast<void*>(p), size);
-  });
+  mapping_ = std::shared_ptr<const void>(
+      map, [size](const void* p) { ::munmap(const_cast<void*>(p), size); });
   return OkStatus();
 }
 

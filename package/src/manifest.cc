@@ -5,19 +5,13 @@
 #include <regex>
 #include <set>
 
+#include "chorus/package/dtype.h"
 #include "chorus/package/format.h"
 
 namespace chorus {
 namespace {
 
 using Json = nlohmann::json;
-
-const std::set<std::string>& Dtypes() {
-  static const auto* dtypes = new std::set<std::string>{
-      "bool", "uint8", "int8", "int16", "int32", "int64", "float16", "bfloat16", "float32",
-      "float64"};
-  return *dtypes;
-}
 
 Status Invalid(const std::string& what) {
   return InvalidArgumentError("manifest invalid: " + what);
@@ -58,7 +52,7 @@ StatusOr<std::vector<TensorSpec>> Specs(const Json& manifest, const char* key) {
     CHORUS_ASSIGN_OR_RETURN(spec.dtype, String(entry, "dtype", where));
     if (!std::regex_match(spec.name, kName)) return Invalid(where + ".name is not a valid name");
     if (!names.insert(spec.name).second) return Invalid(where + ": duplicate name " + spec.name);
-    if (Dtypes().count(spec.dtype) == 0) return Invalid(where + ": unknown dtype " + spec.dtype);
+    if (DtypeByName(spec.dtype) == nullptr) return Invalid(where + ": unknown dtype " + spec.dtype);
     auto shape = entry.find("shape");
     if (shape == entry.end() || !shape->is_array()) return Invalid(where + ".shape must be a list");
     for (const Json& dim : *shape) {

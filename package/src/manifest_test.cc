@@ -45,7 +45,7 @@ TEST(ManifestTest, FactoryEntryPoint) {
 struct Breakage {
   const char* pointer;  // JSON pointer of the field to change
   nlohmann::json value;
-  const char* error;    // expected in the message
+  const char* error;  // expected in the message
 };
 
 TEST(ManifestTest, EachSchemaViolationIsNamed) {

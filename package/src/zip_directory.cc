@@ -89,8 +89,7 @@ Status ApplyZip64Extra(const Bytes& file, uint64_t extra, uint16_t extra_size, E
         field += 8;
         return true;
       };
-      if ((size_max && !take(&entry->size)) ||
-          (compressed_max && !take(&entry->compressed_size)) ||
+      if ((size_max && !take(&entry->size)) || (compressed_max && !take(&entry->compressed_size)) ||
           (offset_max && !take(&entry->local_header_offset))) {
         return Bad("inconsistent zip64 extra field");
       }
@@ -131,18 +130,16 @@ StatusOr<std::vector<Entry>> ReadDirectory(const uint8_t* data, size_t size) {
     uint64_t next = name_at + name_size + extra_size + comment_size;
     if (next > end) return Bad("inconsistent central directory (entry " + std::to_string(i) + ")");
     entry.name.assign(reinterpret_cast<const char*>(file.At(name_at)), name_size);
-    CHORUS_RETURN_IF_ERROR(ApplyZip64Extra(file, name_at + name_size, extra_size, &entry,
-                                           entry.size == 0xffffffff,
-                                           entry.compressed_size == 0xffffffff,
-                                           entry.local_header_offset == 0xffffffff));
+    CHORUS_RETURN_IF_ERROR(ApplyZip64Extra(
+        file, name_at + name_size, extra_size, &entry, entry.size == 0xffffffff,
+        entry.compressed_size == 0xffffffff, entry.local_header_offset == 0xffffffff));
     // The local header repeats the name; the data follows it and its extra field.
     uint64_t local = entry.local_header_offset;
     if (!file.Has(local, kLocalHeaderSize) || file.U32(local) != kLocalHeader) {
       return Bad("truncated: local header of " + entry.name + " out of range");
     }
     uint16_t local_name = file.U16(local + 26), local_extra = file.U16(local + 28);
-    if (local_name != name_size ||
-        !file.Has(local + kLocalHeaderSize, local_name) ||
+    if (local_name != name_size || !file.Has(local + kLocalHeaderSize, local_name) ||
         std::memcmp(file.At(local + kLocalHeaderSize), entry.name.data(), name_size) != 0) {
       return Bad("inconsistent local header for " + entry.name);
     }

@@ -38,12 +38,7 @@ class InferReactor final : public grpc::ServerUnaryReactor {
 
 // The earlier of the client's deadline and the server's request timeout.
 Clock::time_point DeadlineOf(grpc::CallbackServerContext* ctx, std::chrono::milliseconds timeout) {
-  Clock::time_point deadline = Clock::time_point::max();
-  const auto client = ctx->deadline();
-  if (client != std::chrono::system_clock::time_point::max()) {
-    deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
-                                  client - std::chrono::system_clock::now());
-  }
+  Clock::time_point deadline = ClientDeadline(*ctx);
   if (timeout.count() > 0) deadline = std::min(deadline, Clock::now() + timeout);
   return deadline;
 }

@@ -17,7 +17,7 @@
 #include "chorus/common/thread_annotations.h"
 #include "chorus/interpreter/interpreter_manager.h"
 #include "chorus/package/model.h"
-#include "chorus/runtime/scheduler.h"
+#include "chorus/serving/scheduler.h"
 
 namespace chorus {
 

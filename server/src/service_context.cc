@@ -54,6 +54,14 @@ Status ServiceContext::Authorize(const grpc::CallbackServerContext& call) const 
                 "missing or wrong bearer token (metadata \"authorization: Bearer <token>\")");
 }
 
+std::chrono::steady_clock::time_point ClientDeadline(const grpc::CallbackServerContext& call) {
+  using Steady = std::chrono::steady_clock;
+  const auto client = call.deadline();
+  if (client == std::chrono::system_clock::time_point::max()) return Steady::time_point::max();
+  return Steady::now() +
+         std::chrono::duration_cast<Steady::duration>(client - std::chrono::system_clock::now());
+}
+
 grpc::ServerUnaryReactor* FinishCall(grpc::CallbackServerContext* ctx, const Status& status) {
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
   reactor->Finish(ToGrpcStatus(status));

@@ -58,6 +58,10 @@ struct ServiceContext {
   Status Authorize(const grpc::CallbackServerContext& call) const;
 };
 
+// The client's deadline for `call` on the steady clock; time_point::max()
+// when it set none.
+std::chrono::steady_clock::time_point ClientDeadline(const grpc::CallbackServerContext& call);
+
 // Finishes a unary call with `status` on the call's default reactor.
 grpc::ServerUnaryReactor* FinishCall(grpc::CallbackServerContext* ctx, const Status& status);
 

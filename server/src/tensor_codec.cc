@@ -4,36 +4,11 @@
 #include <map>
 #include <set>
 
+#include "chorus/package/dtype.h"
+#include "chorus/package/torch_dtype.h"
+
 namespace chorus {
 namespace {
-
-struct Dtype {
-  const char* manifest;
-  const char* wire;
-  at::ScalarType scalar;
-};
-
-const Dtype kDtypes[] = {
-    {"bool", "BOOL", at::kBool},     {"uint8", "UINT8", at::kByte},
-    {"int8", "INT8", at::kChar},     {"int16", "INT16", at::kShort},
-    {"int32", "INT32", at::kInt},    {"int64", "INT64", at::kLong},
-    {"float16", "FP16", at::kHalf},  {"bfloat16", "BF16", at::kBFloat16},
-    {"float32", "FP32", at::kFloat}, {"float64", "FP64", at::kDouble},
-};
-
-const Dtype* ByManifest(const std::string& name) {
-  for (const Dtype& d : kDtypes) {
-    if (name == d.manifest) return &d;
-  }
-  return nullptr;
-}
-
-const Dtype* ByScalar(at::ScalarType scalar) {
-  for (const Dtype& d : kDtypes) {
-    if (scalar == d.scalar) return &d;
-  }
-  return nullptr;
-}
 
 Status Invalid(const std::string& input, const std::string& what) {
   return InvalidArgumentError("input \"" + input + "\": " + what);
@@ -52,7 +27,7 @@ bool HasTypedContents(const inference::InferTensorContents& c) {
 }
 
 // Copies typed contents of the field that matches `dtype` into `tensor`.
-Status FromTypedContents(const inference::InferTensorContents& c, const Dtype& dtype,
+Status FromTypedContents(const inference::InferTensorContents& c, const DtypeInfo& dtype,
                          const std::string& name, at::Tensor& tensor) {
   const int64_t n = tensor.numel();
   auto count_check = [&](int count) -> Status {
@@ -62,39 +37,39 @@ Status FromTypedContents(const inference::InferTensorContents& c, const Dtype& d
     }
     return OkStatus();
   };
-  switch (dtype.scalar) {
-    case at::kBool: {
+  switch (dtype.dtype) {
+    case Dtype::kBool: {
       CHORUS_RETURN_IF_ERROR(count_check(c.bool_contents_size()));
       auto* out = tensor.data_ptr<bool>();
       for (int64_t i = 0; i < n; ++i) out[i] = c.bool_contents(i);
       return OkStatus();
     }
-    case at::kChar:
-    case at::kShort:
-    case at::kInt: {
+    case Dtype::kInt8:
+    case Dtype::kInt16:
+    case Dtype::kInt32: {
       CHORUS_RETURN_IF_ERROR(count_check(c.int_contents_size()));
       at::Tensor values =
           at::tensor(std::vector<int32_t>(c.int_contents().begin(), c.int_contents().end()));
       tensor.view({-1}).copy_(values);
       return OkStatus();
     }
-    case at::kLong: {
+    case Dtype::kInt64: {
       CHORUS_RETURN_IF_ERROR(count_check(c.int64_contents_size()));
       std::memcpy(tensor.data_ptr(), c.int64_contents().data(), n * sizeof(int64_t));
       return OkStatus();
     }
-    case at::kByte: {
+    case Dtype::kUint8: {
       CHORUS_RETURN_IF_ERROR(count_check(c.uint_contents_size()));
       auto* out = tensor.data_ptr<uint8_t>();
       for (int64_t i = 0; i < n; ++i) out[i] = static_cast<uint8_t>(c.uint_contents(i));
       return OkStatus();
     }
-    case at::kFloat: {
+    case Dtype::kFloat32: {
       CHORUS_RETURN_IF_ERROR(count_check(c.fp32_contents_size()));
       std::memcpy(tensor.data_ptr(), c.fp32_contents().data(), n * sizeof(float));
       return OkStatus();
     }
-    case at::kDouble: {
+    case Dtype::kFloat64: {
       CHORUS_RETURN_IF_ERROR(count_check(c.fp64_contents_size()));
       std::memcpy(tensor.data_ptr(), c.fp64_contents().data(), n * sizeof(double));
       return OkStatus();
@@ -104,10 +79,34 @@ Status FromTypedContents(const inference::InferTensorContents& c, const Dtype& d
   }
 }
 
+int64_t ShapeElements(const std::vector<int64_t>& shape) {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
 }  // namespace
 
+StatusOr<at::Tensor> TensorFromRaw(const std::string& datatype, const std::vector<int64_t>& shape,
+                                   const std::string& raw) {
+  const DtypeInfo* dtype = DtypeByWireName(datatype);
+  if (dtype == nullptr) return InvalidArgumentError("unknown datatype \"" + datatype + "\"");
+  for (int64_t d : shape) {
+    if (d < 0) return InvalidArgumentError("negative dimension in shape " + ShapeText(shape));
+  }
+  at::Tensor tensor = at::empty(shape, at::TensorOptions().dtype(ScalarTypeOf(dtype->dtype)));
+  const size_t expected = tensor.numel() * tensor.element_size();
+  if (raw.size() != expected) {
+    return InvalidArgumentError("raw contents hold " + std::to_string(raw.size()) +
+                                " bytes; shape " + ShapeText(shape) + " of " + datatype +
+                                " needs " + std::to_string(expected));
+  }
+  std::memcpy(tensor.data_ptr(), raw.data(), expected);
+  return tensor;
+}
+
 std::string WireDatatype(const std::string& manifest_dtype) {
-  const Dtype* d = ByManifest(manifest_dtype);
+  const DtypeInfo* d = DtypeByName(manifest_dtype);
   return d ? d->wire : "";
 }
 
@@ -128,7 +127,7 @@ StatusOr<std::vector<at::Tensor>> DecodeInputs(const inference::ModelInferReques
     if (it == position.end()) return Invalid(input.name(), "the model has no such input");
     if (tensors[it->second].defined()) return Invalid(input.name(), "given twice");
     const TensorSpec& spec = manifest.inputs[it->second];
-    const Dtype* dtype = ByManifest(spec.dtype);
+    const DtypeInfo* dtype = DtypeByName(spec.dtype);
     if (dtype == nullptr || input.datatype() != dtype->wire) {
       return Invalid(input.name(), "expected datatype " + WireDatatype(spec.dtype) + ", got " +
                                        (input.datatype().empty() ? "none" : input.datatype()));
@@ -150,23 +149,20 @@ StatusOr<std::vector<at::Tensor>> DecodeInputs(const inference::ModelInferReques
                                        " exceeds the model's maximum of " +
                                        std::to_string(batching.max_batch_size));
     }
-    at::Tensor tensor = at::empty(shape, at::TensorOptions().dtype(dtype->scalar));
     const bool typed = input.has_contents() && HasTypedContents(input.contents());
     if (raw && typed) {
       return Invalid(input.name(),
                      "has typed contents and the request has raw_input_contents; "
                      "use one or the other");
     }
+    at::Tensor tensor;
     if (raw) {
-      const std::string& bytes = request.raw_input_contents(k);
-      const size_t expected = tensor.numel() * tensor.element_size();
-      if (bytes.size() != expected) {
-        return Invalid(input.name(), "raw contents hold " + std::to_string(bytes.size()) +
-                                         " bytes; shape " + ShapeText(shape) + " of " +
-                                         dtype->wire + " needs " + std::to_string(expected));
-      }
-      std::memcpy(tensor.data_ptr(), bytes.data(), expected);
-    } else if (typed || tensor.numel() == 0) {
+      StatusOr<at::Tensor> decoded =
+          TensorFromRaw(input.datatype(), shape, request.raw_input_contents(k));
+      if (!decoded.ok()) return Invalid(input.name(), decoded.status().message());
+      tensor = std::move(decoded).value();
+    } else if (typed || ShapeElements(shape) == 0) {
+      tensor = at::empty(shape, at::TensorOptions().dtype(ScalarTypeOf(dtype->dtype)));
       CHORUS_RETURN_IF_ERROR(FromTypedContents(input.contents(), *dtype, input.name(), tensor));
     } else {
       return Invalid(input.name(), "no contents (typed or raw)");
@@ -198,13 +194,13 @@ Status EncodeOutputs(const std::vector<at::Tensor>& outputs, const Manifest& man
     const std::string& name = manifest.outputs[i].name;
     if (!wanted.empty() && wanted.count(name) == 0) continue;
     at::Tensor tensor = outputs[i].contiguous();
-    const Dtype* dtype = ByScalar(tensor.scalar_type());
-    if (dtype == nullptr) {
+    std::optional<Dtype> dtype = DtypeOf(tensor.scalar_type());
+    if (!dtype) {
       return InternalError("output \"" + name + "\" has a dtype the protocol cannot carry");
     }
     auto* out = response->add_outputs();
     out->set_name(name);
-    out->set_datatype(dtype->wire);
+    out->set_datatype(InfoOf(*dtype).wire);
     for (int64_t size : tensor.sizes()) out->add_shape(size);
     response->add_raw_output_contents(static_cast<const char*>(tensor.data_ptr()),
                                       tensor.numel() * tensor.element_size());

@@ -17,6 +17,12 @@ namespace chorus {
 // KServe datatype name of a manifest dtype ("float32" -> "FP32"), or "".
 std::string WireDatatype(const std::string& manifest_dtype);
 
+// A tensor of `shape` holding `raw` (row-major, native byte order), whose
+// elements are of the wire `datatype` ("FP32"). INVALID_ARGUMENT for an unknown
+// datatype, a negative dimension, or a byte count the shape does not need.
+StatusOr<at::Tensor> TensorFromRaw(const std::string& datatype, const std::vector<int64_t>& shape,
+                                   const std::string& raw);
+
 // The request's inputs as tensors in the manifest's order. INVALID_ARGUMENT,
 // naming the input, for: an unknown, duplicate or missing input; a datatype
 // or shape that does not match the signature (or a batch over the model's

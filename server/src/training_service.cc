@@ -14,6 +14,7 @@
 #include "server/src/grpc_status.h"
 #include "server/src/metrics.h"
 #include "server/src/model_repository.h"
+#include "server/src/tensor_codec.h"
 
 namespace chorus {
 namespace {
@@ -23,29 +24,9 @@ grpc::ServerUnaryReactor* Finish(grpc::CallbackServerContext* ctx, const Status&
 }
 
 StatusOr<at::Tensor> FromProto(const training::Tensor& tensor) {
-  at::ScalarType type;
-  if (tensor.datatype() == "INT64") {
-    type = at::kLong;
-  } else if (tensor.datatype() == "FP32") {
-    type = at::kFloat;
-  } else if (tensor.datatype() == "INT32") {
-    type = at::kInt;
-  } else {
-    return InvalidArgumentError("tensor datatype must be INT64, INT32 or FP32, not \"" +
-                                tensor.datatype() + "\"");
-  }
-  std::vector<int64_t> shape(tensor.shape().begin(), tensor.shape().end());
-  for (int64_t d : shape) {
-    if (d < 0) return InvalidArgumentError("negative tensor dimension");
-  }
-  at::Tensor out = at::empty(shape, at::TensorOptions().dtype(type));
-  if (tensor.raw().size() != static_cast<size_t>(out.numel() * out.element_size())) {
-    return InvalidArgumentError("tensor holds " + std::to_string(tensor.raw().size()) +
-                                " bytes; its shape needs " +
-                                std::to_string(out.numel() * out.element_size()));
-  }
-  std::memcpy(out.data_ptr(), tensor.raw().data(), tensor.raw().size());
-  return out;
+  return TensorFromRaw(tensor.datatype(),
+                       std::vector<int64_t>(tensor.shape().begin(), tensor.shape().end()),
+                       tensor.raw());
 }
 
 void ToProto(const at::Tensor& tensor, training::Tensor* out) {
@@ -306,16 +287,21 @@ std::string JobRegistry::RenderMetrics() const {
   return out.str();
 }
 
-grpc::ServerUnaryReactor* TrainingService::OnJob(grpc::CallbackServerContext* ctx,
-                                                 const std::string& job_id,
-                                                 std::function<Status(JobEntry&)> work) {
+grpc::ServerUnaryReactor* TrainingService::OnJob(
+    grpc::CallbackServerContext* ctx, const std::string& job_id,
+    std::function<Status(JobEntry&, const StopConditions&)> work) {
   if (Status auth = context_->Authorize(*ctx); !auth.ok()) return Finish(ctx, auth);
   StatusOr<std::shared_ptr<JobEntry>> entry = jobs_->Find(job_id);
   if (!entry.ok()) return Finish(ctx, entry.status());
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
   std::shared_ptr<JobEntry> job = *entry;
-  if (!job->runner.Post(
-          [job, reactor, work = std::move(work)] { reactor->Finish(ToGrpcStatus(work(*job))); })) {
+  StopConditions stop;
+  stop.deadline = ClientDeadline(*ctx);
+  stop.cancelled = [ctx] { return ctx->IsCancelled(); };
+  if (!job->runner.Post([job, reactor, stop, work = std::move(work)] {
+        Status status = stop.Check();
+        reactor->Finish(ToGrpcStatus(status.ok() ? work(*job, stop) : status));
+      })) {
     reactor->Finish(ToGrpcStatus(NotFoundError("training job \"" + job_id + "\" was deleted")));
   }
   return reactor;
@@ -384,7 +370,7 @@ grpc::ServerUnaryReactor* TrainingService::Step(grpc::CallbackServerContext* ctx
     if (!tokens.ok()) return Finish(ctx, tokens.status());
     batch = *tokens;
   }
-  return OnJob(ctx, request->job_id(), [=](JobEntry& entry) -> Status {
+  return OnJob(ctx, request->job_id(), [=](JobEntry& entry, const StopConditions& stop) -> Status {
     if (batch) {
       const int64_t rows = entry.job->options().spec.global_batch;
       const int64_t columns = entry.job->options().spec.seq_len;
@@ -397,7 +383,7 @@ grpc::ServerUnaryReactor* TrainingService::Step(grpc::CallbackServerContext* ctx
       }
     }
     StatusOr<std::vector<StepMetrics>> steps =
-        entry.job->Step(std::max(1, request->steps()), batch);
+        entry.job->Step(std::max(1, request->steps()), batch, stop);
     if (!steps.ok()) return steps.status();
     for (const StepMetrics& m : *steps) ToProto(request->job_id(), m, response->add_steps());
     return OkStatus();
@@ -407,7 +393,7 @@ grpc::ServerUnaryReactor* TrainingService::Step(grpc::CallbackServerContext* ctx
 grpc::ServerUnaryReactor* TrainingService::SaveCheckpoint(
     grpc::CallbackServerContext* ctx, const training::SaveCheckpointRequest* request,
     training::SaveCheckpointResponse* response) {
-  return OnJob(ctx, request->job_id(), [=](JobEntry& entry) -> Status {
+  return OnJob(ctx, request->job_id(), [=](JobEntry& entry, const StopConditions&) -> Status {
     if (request->directory().empty()) return InvalidArgumentError("directory is required");
     CHORUS_ASSIGN_OR_RETURN(std::string path, entry.job->Save(request->directory()));
     response->set_path(path);
@@ -420,7 +406,7 @@ grpc::ServerUnaryReactor* TrainingService::SaveCheckpoint(
 grpc::ServerUnaryReactor* TrainingService::LoadCheckpoint(
     grpc::CallbackServerContext* ctx, const training::LoadCheckpointRequest* request,
     training::LoadCheckpointResponse* response) {
-  return OnJob(ctx, request->job_id(), [=](JobEntry& entry) -> Status {
+  return OnJob(ctx, request->job_id(), [=](JobEntry& entry, const StopConditions&) -> Status {
     CHORUS_ASSIGN_OR_RETURN(int64_t step, entry.job->Load(request->path()));
     response->set_step(step);
     return OkStatus();
@@ -432,7 +418,7 @@ grpc::ServerUnaryReactor* TrainingService::Export(grpc::CallbackServerContext* c
                                                   training::ExportResponse* response) {
   ModelRepository* repository = context_->repository;
   const std::string root = model_repository_;
-  return OnJob(ctx, request->job_id(), [=](JobEntry& entry) -> Status {
+  return OnJob(ctx, request->job_id(), [=](JobEntry& entry, const StopConditions&) -> Status {
     const std::string& name = request->model_name();
     CHORUS_RETURN_IF_ERROR(CheckModelName(name));
     const int64_t version =
@@ -455,7 +441,7 @@ grpc::ServerUnaryReactor* TrainingService::Evaluate(grpc::CallbackServerContext*
   StatusOr<at::Tensor> tokens = FromProto(request->tokens());
   if (!tokens.ok()) return Finish(ctx, tokens.status());
   at::Tensor input = *tokens;
-  return OnJob(ctx, request->job_id(), [=](JobEntry& entry) -> Status {
+  return OnJob(ctx, request->job_id(), [=](JobEntry& entry, const StopConditions&) -> Status {
     CHORUS_ASSIGN_OR_RETURN(at::Tensor output, entry.job->Evaluate(input));
     ToProto(output, response->mutable_output());
     return OkStatus();

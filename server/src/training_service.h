@@ -11,7 +11,7 @@
 #include <string>
 
 #include "chorus/common/thread_annotations.h"
-#include "chorus/runtime/training_job.h"
+#include "chorus/training/training_job.h"
 #include "chorus/training/training_service.grpc.pb.h"
 #include "server/src/service_context.h"
 
@@ -95,9 +95,11 @@ class TrainingService final : public chorus::training::TrainingService::Callback
                                       training::DeleteJobResponse* response) override;
 
  private:
-  // Finds the job and runs `work` on its thread, finishing the call with its status.
+  // Finds the job and runs `work` on its thread, finishing the call with its
+  // status; `work` gets the call's deadline and cancellation, and is not run
+  // at all when the call ended while it waited for the job.
   grpc::ServerUnaryReactor* OnJob(grpc::CallbackServerContext* ctx, const std::string& job_id,
-                                  std::function<Status(JobEntry&)> work);
+                                  std::function<Status(JobEntry&, const StopConditions&)> work);
 
   ServiceContext* const context_;
   JobRegistry* const jobs_;

@@ -18,9 +18,22 @@
 #include <string>
 #include <vector>
 
+#include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include "chorus/common/process_stats.h"
+
 namespace chorus::bench {
+
+// The options every benchmark takes: --out (its JSON result), --rounds
+// (interleaved rounds of each comparison) and, when `cache` is not null,
+// --cache (the interpreters' library cache). The variables hold the defaults.
+inline void AddCommonOptions(CLI::App& app, std::string* out, int* rounds,
+                             std::string* cache = nullptr) {
+  app.add_option("--out", *out, "where to write the JSON result");
+  app.add_option("--rounds", *rounds, "interleaved rounds per comparison");
+  if (cache != nullptr) app.add_option("--cache", *cache, "library cache directory");
+}
 
 inline double Median(std::vector<double> values) {
   if (values.empty()) return 0.0;
@@ -40,16 +53,6 @@ inline nlohmann::json LastJsonLine(const std::string& output) {
   start = start == std::string::npos ? output.find('{') : start + 1;
   if (start == std::string::npos) throw std::runtime_error("no JSON in: " + output);
   return nlohmann::json::parse(output.substr(start));
-}
-
-// Resident set size of this process, in MiB (from /proc/self/status).
-inline double ResidentMiB() {
-  std::ifstream status("/proc/self/status");
-  std::string line;
-  while (std::getline(status, line)) {
-    if (line.rfind("VmRSS:", 0) == 0) return std::stod(line.substr(6)) / 1024.0;
-  }
-  return 0.0;
 }
 
 // Resident memory of this process by mapping, in MiB (from /proc/self/smaps):

@@ -18,8 +18,8 @@
 #include <vector>
 
 #include "chorus/interpreter/interpreter_manager.h"
-#include "chorus/runtime/bindings.h"
-#include "chorus/runtime/communicator.h"
+#include "chorus/training/bindings.h"
+#include "chorus/training/communicator.h"
 #include "tests/bench/bench_util.h"
 
 namespace chorus::bench {
@@ -56,12 +56,14 @@ double AllReduceGbps(size_t bytes, int iterations) {
 
 nlohmann::json MeasureAllReduce(int rounds) {
   nlohmann::json result;
-  for (auto [name, bytes] : {std::pair<const char*, size_t>{"1MB", 1 << 20},
-                             {"16MB", 16 << 20}, {"256MB", 256u << 20}}) {
+  for (const auto& [name, size] : {std::pair<const char*, size_t>{"1MB", 1 << 20},
+                                   {"16MB", 16 << 20},
+                                   {"256MB", 256u << 20}}) {
+    const size_t bytes = size;  // A plain variable: lambdas may not capture bindings (C++17).
     const int iterations = std::max(3, static_cast<int>((512u << 20) / bytes));
-    std::vector<double> medians = InterleavedMedians(
-        rounds, {[&] { return MemcpyGbps(bytes, iterations); },
-                 [&] { return AllReduceGbps(bytes, iterations); }});
+    std::vector<double> medians =
+        InterleavedMedians(rounds, {[&] { return MemcpyGbps(bytes, iterations); },
+                                    [&] { return AllReduceGbps(bytes, iterations); }});
     result["memcpy_gbps"][name] = medians[0];
     result["allreduce_gbps"][name] = medians[1];
     result["allreduce_gbps_vs_memcpy"][name] = medians[1] / medians[0];
@@ -108,10 +110,8 @@ int main(int argc, char** argv) {
   CLI::App app{"chorus distributed benchmark"};
   std::string out = "build/bench/dist.json", cache = "build/bench-cache";
   int rounds = 5, steps = 6;
-  app.add_option("--out", out, "where to write the JSON result");
-  app.add_option("--rounds", rounds, "interleaved rounds");
+  AddCommonOptions(app, &out, &rounds, &cache);
   app.add_option("--steps", steps, "training steps per FSDP/single run");
-  app.add_option("--cache", cache, "library cache directory");
   CLI11_PARSE(app, argc, argv);
 
   nlohmann::json result = MeasureAllReduce(rounds);
@@ -127,12 +127,14 @@ int main(int argc, char** argv) {
   }
   for (int i = 0; i < 2; ++i) {
     InterpreterSession session = (*manager)->Acquire(i);
-    session.Exec(std::string("import sys\nsys.path.insert(0, '") + CHORUS_SOURCE_DIR +
-                 "/examples/llama3')\nimport train").CheckOk();
+    session
+        .Exec(std::string("import sys\nsys.path.insert(0, '") + CHORUS_SOURCE_DIR +
+              "/examples/llama3')\nimport train")
+        .CheckOk();
   }
-  std::vector<double> step = InterleavedMedians(
-      std::max(1, rounds / 2), {[&] { return StepSeconds(**manager, 1, steps); },
-                                [&] { return StepSeconds(**manager, 2, steps); }});
+  std::vector<double> step = InterleavedMedians(std::max(1, rounds / 2),
+                                                {[&] { return StepSeconds(**manager, 1, steps); },
+                                                 [&] { return StepSeconds(**manager, 2, steps); }});
   result["step_s"] = {{"single_rank", step[0]}, {"fsdp2", step[1]}};
   result["fsdp2_step_over_single_rank"] = step[1] / step[0];
   result["intra_op_threads_per_rank"] = 1;

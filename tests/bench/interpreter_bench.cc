@@ -174,7 +174,7 @@ nlohmann::json ResidentMiBByKind(const std::string& cache) {
 
 // Child mode: create n interpreters, report start-up time and RSS as JSON.
 int StartupChild(int n, const std::string& cache) {
-  double rss_before = ResidentMiB();
+  double rss_before = ResidentMiB().value();
   auto start = std::chrono::steady_clock::now();
   InterpreterManagerOptions options;
   options.num_interpreters = n;
@@ -186,7 +186,7 @@ int StartupChild(int n, const std::string& cache) {
   }
   double startup = SecondsSince(start);
   nlohmann::json out = {{"startup_s", startup},
-                        {"rss_mib", ResidentMiB()},
+                        {"rss_mib", ResidentMiB().value()},
                         {"rss_before_mib", rss_before},
                         {"rss_by_kind_mib", ResidentMiBByKind(cache)}};
   std::cout << out.dump() << std::endl;
@@ -285,11 +285,9 @@ int main(int argc, char** argv) {
   double seconds = 1.0;
   int startup_child = 0;
   bool quick = false;
-  app.add_option("--out", out, "where to write the JSON result");
+  AddCommonOptions(app, &out, &rounds, &cache);
   app.add_option("--interpreters", n, "N, the interpreters compared with one");
-  app.add_option("--rounds", rounds, "interleaved rounds per comparison");
   app.add_option("--seconds", seconds, "target seconds per measured run");
-  app.add_option("--cache", cache, "library cache directory");
   app.add_flag("--quick", quick, "fewer, shorter rounds (for make demo)");
   app.add_option("--startup-child", startup_child, "internal: child process mode")->group("");
   CLI11_PARSE(app, argc, argv);

@@ -55,7 +55,8 @@ create_package(sys.argv[1], torch.nn.Sequential(*layers[:-1]), (torch.randn(1, 4
   // Written in a scratch folder under its final name (torch names the
   // archive's top folder after the file), then moved into place.
   RunCapture("mkdir -p " + path + ".tmp && " + PythonEnv(python_dir) + path + ".py " + path +
-             ".tmp/large.pt && mv " + path + ".tmp/large.pt " + path + " && rm -r " + path + ".tmp");
+             ".tmp/large.pt && mv " + path + ".tmp/large.pt " + path + " && rm -r " + path +
+             ".tmp");
 }
 
 int ChorusChild(const std::string& path, const std::string& cache) {
@@ -68,7 +69,7 @@ int ChorusChild(const std::string& path, const std::string& cache) {
     InterpreterSession session = (*manager)->Acquire(i);
     if (!session.Exec("import torch\ntorch.ones(64, 64).sum()").ok()) return 1;
   }
-  const double rss_before = ResidentMiB();
+  const double rss_before = ResidentMiB().value();
   auto start = std::chrono::steady_clock::now();
   auto model = Model::Load(manager->get(), path);
   if (!model.ok()) {
@@ -83,8 +84,8 @@ int ChorusChild(const std::string& path, const std::string& cache) {
     StatusOr<Object> replica = (*model)->In(session);
     double took = SecondsSince(t);
     if (!replica.ok()) return 1;
-    StatusOr<Object> touch = session.Eval(
-        "lambda m: sum(float(p.double().sum()) for p in m.parameters())");
+    StatusOr<Object> touch =
+        session.Eval("lambda m: sum(float(p.double().sum()) for p in m.parameters())");
     if (!touch.ok() || !touch->CallObjects({*replica}).ok()) return 1;
     if (took > 1e-4 || i > 0) extra.push_back(took);  // the first one was made by Load
   }
@@ -94,7 +95,7 @@ int ChorusChild(const std::string& path, const std::string& cache) {
   }
   nlohmann::json out = {{"first_s", first},
                         {"extra_s", Median(extra)},
-                        {"rss_growth_mib", ResidentMiB() - rss_before},
+                        {"rss_growth_mib", ResidentMiB().value() - rss_before},
                         {"weights_mib", weights_mib}};
   std::cout << out.dump() << std::endl;
   std::_Exit(0);
@@ -122,18 +123,16 @@ int main(int argc, char** argv) {
   std::string out = "build/bench/package.json", data_dir = "build/bench-data";
   std::string cache = "build/bench-cache", child_archive;
   int rounds = 3;
-  app.add_option("--out", out, "where to write the JSON result");
+  AddCommonOptions(app, &out, &rounds, &cache);
   app.add_option("--data", data_dir, "where the benchmark model is kept");
-  app.add_option("--rounds", rounds, "rounds (child processes per mode)");
-  app.add_option("--cache", cache, "library cache directory");
   app.add_option("--chorus-child", child_archive, "internal: child process mode")->group("");
   CLI11_PARSE(app, argc, argv);
   if (!child_archive.empty()) return ChorusChild(child_archive, cache);
 
   char self[4096] = {0};
   if (readlink("/proc/self/exe", self, sizeof(self) - 1) <= 0) return 1;
-  const std::string python_dir = std::string(self).substr(0, std::string(self).rfind("/bin/")) +
-                                 "/share/chorus/python";
+  const std::string python_dir =
+      std::string(self).substr(0, std::string(self).rfind("/bin/")) + "/share/chorus/python";
   std::system(("mkdir -p " + data_dir).c_str());
   const std::string archive = data_dir + "/large.pt";
   EnsureArchive(archive, python_dir);
@@ -143,8 +142,8 @@ int main(int argc, char** argv) {
   std::vector<double> first, extra, stock, growth;
   double weights_mib = 0;
   for (int round = 0; round < rounds; ++round) {
-    std::string chorus_out = RunCapture(std::string(self) + " --chorus-child " + archive +
-                                        " --cache " + cache);
+    std::string chorus_out =
+        RunCapture(std::string(self) + " --chorus-child " + archive + " --cache " + cache);
     auto c = LastJsonLine(chorus_out);
     std::string stock_out =
         RunCapture(PythonEnv(python_dir) + data_dir + "/stock_load.py " + archive);
@@ -169,7 +168,7 @@ int main(int argc, char** argv) {
   std::printf("  chorus, each extra interpreter %8.4f s  (%.4fx the stock importer)\n",
               Median(extra), Median(extra) / Median(stock));
   std::printf("  stock torch.package importer   %8.3f s\n", Median(stock));
-  std::printf("  RSS growth with %d interpreters: %.0f MiB = %.3fx the weights\n\n",
-              kInterpreters, Median(growth), Median(growth) / weights_mib);
+  std::printf("  RSS growth with %d interpreters: %.0f MiB = %.3fx the weights\n\n", kInterpreters,
+              Median(growth), Median(growth) / weights_mib);
   return WriteJson(out, result) ? 0 : 1;
 }

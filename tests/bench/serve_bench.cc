@@ -12,11 +12,11 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <grpcpp/grpcpp.h>
 #include <CLI/CLI.hpp>
 #include <atomic>
 #include <cstdio>
 #include <fstream>
-#include <grpcpp/grpcpp.h>
 #include <iostream>
 #include <mutex>
 #include <string>
@@ -54,7 +54,8 @@ class ServerProcess {
     close(out[1]);
     FILE* stream = fdopen(out[0], "r");
     char line[512] = {0};
-    if (!fgets(line, sizeof(line), stream) || sscanf(line, "chorus-server listening on port %d", &port_) != 1) {
+    if (!fgets(line, sizeof(line), stream) ||
+        sscanf(line, "chorus-server listening on port %d", &port_) != 1) {
       throw std::runtime_error("chorus-server did not start");
     }
     fclose(stream);
@@ -64,14 +65,7 @@ class ServerProcess {
     waitpid(pid_, nullptr, 0);
   }
   int port() const { return port_; }
-  double ResidentMiB() const {
-    std::ifstream status("/proc/" + std::to_string(pid_) + "/status");
-    std::string text;
-    while (std::getline(status, text)) {
-      if (text.rfind("VmRSS:", 0) == 0) return std::stod(text.substr(6)) / 1024.0;
-    }
-    return 0;
-  }
+  double ResidentMiB() const { return chorus::ResidentMiB(pid_).value(); }
 
  private:
   pid_t pid_ = -1;
@@ -83,8 +77,12 @@ struct LoadResult {
   double p50_us = 0, p90_us = 0, p99_us = 0;
   int64_t requests = 0, errors = 0;
   nlohmann::json Json() const {
-    return {{"throughput_per_s", throughput}, {"p50_us", p50_us}, {"p90_us", p90_us},
-            {"p99_us", p99_us}, {"requests", requests}, {"errors", errors}};
+    return {{"throughput_per_s", throughput},
+            {"p50_us", p50_us},
+            {"p90_us", p90_us},
+            {"p99_us", p99_us},
+            {"requests", requests},
+            {"errors", errors}};
   }
 };
 
@@ -106,8 +104,8 @@ inference::ModelInferRequest MakeRequest(const std::string& model, int64_t rows)
 
 // p50 latency of ServerLive (no model): gRPC's own floor on this machine.
 double GrpcFloorUs(int port, int calls) {
-  auto stub = inference::GRPCInferenceService::NewStub(grpc::CreateChannel(
-      "127.0.0.1:" + std::to_string(port), grpc::InsecureChannelCredentials()));
+  auto stub = inference::GRPCInferenceService::NewStub(
+      grpc::CreateChannel("127.0.0.1:" + std::to_string(port), grpc::InsecureChannelCredentials()));
   std::vector<double> latencies;
   for (int i = 0; i < calls; ++i) {
     grpc::ClientContext context;
@@ -157,7 +155,9 @@ LoadResult Load(int port, const std::string& model, int clients, double seconds)
   for (auto& thread : threads) thread.join();
   const double elapsed = SecondsSince(start);
   std::sort(latencies.begin(), latencies.end());
-  auto at = [&](double q) { return latencies.empty() ? 0 : latencies[static_cast<size_t>(q * (latencies.size() - 1))]; };
+  auto at = [&](double q) {
+    return latencies.empty() ? 0 : latencies[static_cast<size_t>(q * (latencies.size() - 1))];
+  };
   LoadResult result;
   result.requests = static_cast<int64_t>(latencies.size());
   result.errors = errors;
@@ -204,12 +204,14 @@ std::string MakeRepository(const std::string& relative) {
   const std::string dir = absolute;
   std::ofstream(dir + "/bench_models.py") << kModels;
   for (auto [name, extra] : {std::pair<const char*, const char*>{"trivial", "--no-batching"},
-                             {"heavy", "--no-batching"}, {"mlp", "--max-batch-size 64"}}) {
+                             {"heavy", "--no-batching"},
+                             {"mlp", "--max-batch-size 64"}}) {
     std::string folder = dir + "/repo/" + name + "/1";
     std::string command = "mkdir -p '" + folder + "' && cd '" + dir + "' && " + g_bin +
-                          "/chorus-package create '" + folder + "/model.pt' --module bench_models:" +
-                          name + " --example-inputs bench_models:example_inputs --name " + name +
-                          " " + extra + " --quiet > /dev/null";
+                          "/chorus-package create '" + folder +
+                          "/model.pt' --module bench_models:" + name +
+                          " --example-inputs bench_models:example_inputs --name " + name + " " +
+                          extra + " --quiet > /dev/null";
     if (std::system(command.c_str()) != 0) throw std::runtime_error("packaging failed: " + command);
   }
   std::ofstream(dir + "/repo/mlp/config.json") << R"({"max_queue_delay_us": 2000})";
@@ -225,10 +227,9 @@ int main(int argc, char** argv) {
   std::string out = "build/bench/serve.json", data = "build/bench-data/serve";
   double soak_seconds = 60, seconds = 3;
   int rounds = 3;
-  app.add_option("--out", out, "where to write the JSON result");
+  AddCommonOptions(app, &out, &rounds);
   app.add_option("--data", data, "scratch directory for the model repository");
   app.add_option("--seconds", seconds, "seconds per measured load");
-  app.add_option("--rounds", rounds, "interleaved rounds for the 2-vs-1 comparison");
   app.add_option("--soak-seconds", soak_seconds, "soak duration (>= 60 for the report)");
   CLI11_PARSE(app, argc, argv);
   char self[4096] = {0};
@@ -263,7 +264,8 @@ int main(int argc, char** argv) {
     std::vector<double> medians = InterleavedMedians(
         rounds, {[&] { return Load(one.port(), "heavy", 4, seconds).throughput; },
                  [&] { return Load(two.port(), "heavy", 4, seconds).throughput; }});
-    result["heavy_throughput_per_s"] = {{"interpreters_1", medians[0]}, {"interpreters_2", medians[1]}};
+    result["heavy_throughput_per_s"] = {{"interpreters_1", medians[0]},
+                                        {"interpreters_2", medians[1]}};
     result["throughput_ratio_n_vs_1"] = medians[1] / medians[0];
     std::printf("Python-heavy model: %.1f req/s with 1 interpreter, %.1f with 2 (%.2fx)\n",
                 medians[0], medians[1], medians[1] / medians[0]);
@@ -274,9 +276,13 @@ int main(int argc, char** argv) {
     const double rss_start = server.ResidentMiB();
     LoadResult soak = Load(server.port(), "mlp", 64, soak_seconds);
     const double rss_end = server.ResidentMiB();
-    result["soak"] = {{"clients", 64}, {"seconds", soak_seconds}, {"errors", soak.errors},
-                      {"requests", soak.requests}, {"throughput_per_s", soak.throughput},
-                      {"p99_us", soak.p99_us}, {"rss_start_mib", rss_start},
+    result["soak"] = {{"clients", 64},
+                      {"seconds", soak_seconds},
+                      {"errors", soak.errors},
+                      {"requests", soak.requests},
+                      {"throughput_per_s", soak.throughput},
+                      {"p99_us", soak.p99_us},
+                      {"rss_start_mib", rss_start},
                       {"rss_end_mib", rss_end},
                       {"rss_growth_pct", 100.0 * (rss_end - rss_start) / rss_start}};
     std::printf("soak: 64 clients, %.0f s, %lld requests, %lld errors, RSS %.1f -> %.1f MiB\n\n",

@@ -92,7 +92,8 @@ def main():
     result = {"device": name, "config": args.config,
               "params": llama.count_params(model), "batch": args.batch,
               "seq_len": args.seq_len, "step_s": seconds, "tokens_per_s": tokens_per_s,
-              "mfu_pct": mfu, "memory_gib": torch.cuda.max_memory_allocated() / (1 << 30) if cuda else None,
+              "mfu_pct": mfu,
+              "memory_gib": torch.cuda.max_memory_allocated() / (1 << 30) if cuda else None,
               "last_loss": float(loss)}
     print(json.dumps(result, indent=2))
     with open(args.out, "w") as f:

@@ -10,7 +10,7 @@
 #include <thread>
 #include <vector>
 
-#include "runtime/nccl/nccl_communicator.h"
+#include "runtime/training/nccl/nccl_communicator.h"
 
 using namespace chorus;
 
@@ -33,8 +33,10 @@ int CheckRank(Communicator& comm, int device) {
       failures += !at::allclose(t.cpu().to(at::kDouble), expected, 1e-2, 1e-2);
       auto [b, e] = ChunkBounds(numel, size, rank);
       at::Tensor chunk = at::empty({e - b}, cuda.dtype(dtype));
-      failures += !comm.ReduceScatter(Input(rank, numel, dtype).to(cuda), chunk, ReduceOp::kSum).ok();
-      failures += !at::allclose(chunk.cpu().to(at::kDouble), expected.narrow(0, b, e - b), 1e-2, 1e-2);
+      failures +=
+          !comm.ReduceScatter(Input(rank, numel, dtype).to(cuda), chunk, ReduceOp::kSum).ok();
+      failures +=
+          !at::allclose(chunk.cpu().to(at::kDouble), expected.narrow(0, b, e - b), 1e-2, 1e-2);
       at::Tensor gathered = at::empty({numel * size}, cuda.dtype(dtype));
       failures += !comm.AllGather(Input(rank, numel, dtype).to(cuda), gathered).ok();
       std::vector<at::Tensor> parts;

@@ -9,7 +9,8 @@ design of Triton's Python backend and TorchServe). Every mode loads the chorus
 archive with stock torch.package and calls the model on the archive's example
 inputs, with one intra-op thread per worker, under torch.inference_mode. Prints
 one JSON object: items_per_s, calls, p50_ms, p99_ms, rss_mib (all workers summed),
-footprint_mib (their private pages plus shared pages once), first_result_s (launch until every worker has produced a result).
+footprint_mib (their private pages plus shared pages once), first_result_s
+(launch until every worker has produced a result).
 """
 
 import argparse

@@ -36,7 +36,8 @@ def ratio_table(result):
 
 
 def cell_table(result):
-    lines = ["| model | mode | N | items/s | p50 ms | p99 ms | RSS MiB | footprint MiB | first result s |",
+    lines = ["| model | mode | N | items/s | p50 ms | p99 ms | RSS MiB | footprint MiB "
+             "| first result s |",
              "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for name in models_of(result):
         cells = result[name]["cells"]

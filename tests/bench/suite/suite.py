@@ -179,7 +179,8 @@ def main():
     parser.add_argument("--name", default="suite", help="base name of the outputs")
     args = parser.parse_args()
     if args.short:
-        args.models, args.modes, args.workers = ",".join(SHORT_MODELS), "threads,processes,chorus", "2"
+        args.models, args.modes, args.workers = (",".join(SHORT_MODELS),
+                                                 "threads,processes,chorus", "2")
     if args.rounds is None:
         args.rounds = 5 if args.short else 3
     args.models = args.models.split(",")

@@ -136,8 +136,8 @@ nlohmann::json Summary(Measured measured, int64_t batch) {
           {"calls", all.size()},
           {"p50_ms", percentile(0.5) * 1e3},
           {"p99_ms", percentile(0.99) * 1e3},
-          {"rss_mib", ResidentMiB()},
-          {"footprint_mib", ResidentMiB()},  // one process: its pages, each once
+          {"rss_mib", ResidentMiB().value()},
+          {"footprint_mib", ResidentMiB().value()},  // one process: its pages, each once
           {"first_result_s", measured.ready_s}};
 }
 

@@ -65,31 +65,42 @@ def rebuild(src, dst, change=lambda name, data: [(name, data)], extra=()):
             zout.writestr(zipfile.ZipInfo(name), data, compress_type=compression)
 
 
-def set_flag_bit(src, dst, record):
-    """Marks `record` encrypted (general purpose flag bit 0) in both headers."""
+# Zip header signatures (local, central) and where each header's name starts.
+LOCAL, CENTRAL = b"PK\x03\x04", b"PK\x01\x02"
+NAME_AT = {LOCAL: 30, CENTRAL: 46}
+
+
+def edit_record_headers(src, dst, record, edit):
+    """Copies src to dst, calling edit(data, header_start, signature) on both of
+    `record`'s headers (local and central)."""
     data = bytearray(open(path(src), "rb").read())
     name = record.encode()
-    for signature, flag_at, name_at in ((b"PK\x03\x04", 6, 30), (b"PK\x01\x02", 8, 46)):
+    for signature, name_at in NAME_AT.items():
         at = data.find(signature)
         while at != -1:
             if data[at + name_at:at + name_at + len(name)] == name:
-                data[at + flag_at] |= 1
+                edit(data, at, signature)
             at = data.find(signature, at + 1)
     open(path(dst), "wb").write(bytes(data))
+
+
+def set_flag_bit(src, dst, record):
+    """Marks `record` encrypted (general purpose flag bit 0) in both headers."""
+    flag_at = {LOCAL: 6, CENTRAL: 8}
+
+    def edit(data, at, signature):
+        data[at + flag_at[signature]] |= 1
+    edit_record_headers(src, dst, record, edit)
 
 
 def grow_declared_size(src, dst, record):
     """Declares `record` one byte larger than it holds, in both headers."""
-    data = bytearray(open(path(src), "rb").read())
-    name = record.encode()
-    for signature, size_at, name_at in ((b"PK\x03\x04", 22, 30), (b"PK\x01\x02", 24, 46)):
-        at = data.find(signature)
-        while at != -1:
-            if data[at + name_at:at + name_at + len(name)] == name:
-                size = int.from_bytes(data[at + size_at:at + size_at + 4], "little")
-                data[at + size_at:at + size_at + 4] = (size + 1).to_bytes(4, "little")
-            at = data.find(signature, at + 1)
-    open(path(dst), "wb").write(bytes(data))
+    size_at = {LOCAL: 22, CENTRAL: 24}
+
+    def edit(data, at, signature):
+        field = slice(at + size_at[signature], at + size_at[signature] + 4)
+        data[field] = (int.from_bytes(data[field], "little") + 1).to_bytes(4, "little")
+    edit_record_headers(src, dst, record, edit)
 
 
 def with_manifest(transform):
@@ -118,8 +129,10 @@ def main():
     patch("good.pt", "dotdot.pt", b"good/chorus_model/model.pkl", b"good/chorus_model/../de.pkl")
     patch("good.pt", "absolute.pt", b"good/chorus_model/model.pkl", b"/ood/chorus_model/model.pkl")
     patch("good.pt", "nul_name.pt", b"good/chorus_model/model.pkl", b"good/chorus_model/mo\0el.pkl")
-    rebuild("good.pt", "duplicate.pt", lambda n, d: [(n, d)] * (2 if n.endswith("model.pkl") else 1))
-    rebuild("good.pt", "zip_bomb.pt", extra=[("good/bomb.bin", bytes(64 << 20), zipfile.ZIP_DEFLATED)])
+    rebuild("good.pt", "duplicate.pt",
+            lambda n, d: [(n, d)] * (2 if n.endswith("model.pkl") else 1))
+    rebuild("good.pt", "zip_bomb.pt",
+            extra=[("good/bomb.bin", bytes(64 << 20), zipfile.ZIP_DEFLATED)])
     set_flag_bit("good.pt", "encrypted.pt", "good/chorus_model/model.pkl")
     grow_declared_size("good.pt", "size_mismatch.pt", "good/chorus_model/model.pkl")
     rebuild("good.pt", "bad_manifest_json.pt", with_manifest(lambda data: b"{not json"))

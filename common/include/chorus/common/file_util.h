@@ -4,6 +4,7 @@
 
 #include <string>
 #include <string_view>
+#include <utility>
 
 #include "chorus/common/status.h"
 
@@ -64,6 +65,30 @@ Status RemoveTree(const std::string& path);
 
 // Reads a whole file.
 StatusOr<std::string> ReadFile(const std::string& path);
+
+// A new empty directory, $TMPDIR (or /tmp) /<prefix>XXXXXX, removed with
+// everything in it when the object is destroyed. Move-only; a default-built
+// or moved-from one owns nothing.
+class ScopedTempDir {
+ public:
+  // INTERNAL (with errno's reason) if the directory cannot be made.
+  static StatusOr<ScopedTempDir> Create(const std::string& prefix);
+
+  ScopedTempDir() = default;
+  ScopedTempDir(ScopedTempDir&& other) noexcept;
+  ScopedTempDir& operator=(ScopedTempDir&& other) noexcept;
+  ScopedTempDir(const ScopedTempDir&) = delete;
+  ScopedTempDir& operator=(const ScopedTempDir&) = delete;
+  ~ScopedTempDir();
+
+  // The directory; empty when this owns none.
+  const std::string& path() const { return path_; }
+
+ private:
+  explicit ScopedTempDir(std::string path) : path_(std::move(path)) {}
+  void Remove();
+  std::string path_;
+};
 
 }  // namespace chorus
 

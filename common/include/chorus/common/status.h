@@ -64,7 +64,9 @@ class [[nodiscard]] Status {
   // The message; empty for OK.
   const std::string& message() const;
   // Set only when the error came from a Python exception.
-  const PythonError* python_error() const { return rep_ && rep_->python ? &*rep_->python : nullptr; }
+  const PythonError* python_error() const {
+    return rep_ && rep_->python ? &*rep_->python : nullptr;
+  }
 
   // Returns a copy carrying the Python exception details.
   Status WithPythonError(PythonError error) const;
@@ -108,10 +110,9 @@ class [[nodiscard]] StatusOr {
     if (status_.ok()) status_ = Status(StatusCode::kInternal, "StatusOr built from an OK status");
   }
   // Implicit from a value.
-  template <typename U = T,
-            typename = std::enable_if_t<std::is_constructible_v<T, U&&> &&
-                                        !std::is_same_v<std::decay_t<U>, Status> &&
-                                        !std::is_same_v<std::decay_t<U>, StatusOr>>>
+  template <typename U = T, typename = std::enable_if_t<std::is_constructible_v<T, U&&> &&
+                                                        !std::is_same_v<std::decay_t<U>, Status> &&
+                                                        !std::is_same_v<std::decay_t<U>, StatusOr>>>
   StatusOr(U&& value) : value_(std::forward<U>(value)) {}  // NOLINT(runtime/explicit)
 
   bool ok() const { return status_.ok(); }
@@ -119,9 +120,18 @@ class [[nodiscard]] StatusOr {
   Status status() && { return std::move(status_); }
 
   // Precondition: ok(). Checked: aborts with the status otherwise.
-  T& value() & { Check(); return *value_; }
-  const T& value() const& { Check(); return *value_; }
-  T&& value() && { Check(); return std::move(*value_); }
+  T& value() & {
+    Check();
+    return *value_;
+  }
+  const T& value() const& {
+    Check();
+    return *value_;
+  }
+  T&& value() && {
+    Check();
+    return std::move(*value_);
+  }
   T& operator*() & { return value(); }
   const T& operator*() const& { return value(); }
   T&& operator*() && { return std::move(*this).value(); }
@@ -142,10 +152,10 @@ class [[nodiscard]] StatusOr {
 #define CHORUS_STATUS_CONCAT_(a, b) CHORUS_STATUS_CONCAT_INNER_(a, b)
 
 // Returns from the enclosing function if `expr` (a Status) is not OK.
-#define CHORUS_RETURN_IF_ERROR(expr)                     \
-  do {                                                   \
-    ::chorus::Status chorus_status_ = (expr);            \
-    if (!chorus_status_.ok()) return chorus_status_;     \
+#define CHORUS_RETURN_IF_ERROR(expr)                 \
+  do {                                               \
+    ::chorus::Status chorus_status_ = (expr);        \
+    if (!chorus_status_.ok()) return chorus_status_; \
   } while (0)
 
 // `lhs = value of expr` (a StatusOr), or returns its error.

@@ -66,7 +66,8 @@ class CondVar {
   }
   // As Wait, returning false on timeout.
   template <typename Clock, typename Duration>
-  bool WaitUntil(Mutex* mu, const std::chrono::time_point<Clock, Duration>& deadline) CHORUS_REQUIRES(mu) {
+  bool WaitUntil(Mutex* mu, const std::chrono::time_point<Clock, Duration>& deadline)
+      CHORUS_REQUIRES(mu) {
     std::unique_lock<std::mutex> lock(mu->mu_, std::adopt_lock);
     bool notified = cv_.wait_until(lock, deadline) == std::cv_status::no_timeout;
     lock.release();

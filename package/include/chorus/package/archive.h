@@ -47,12 +47,12 @@ enum class ArchiveKind {
 
 // One record (zip entry).
 struct ArchiveRecord {
-  std::string name;          // relative to the archive's top folder
-  uint64_t size = 0;         // uncompressed size
+  std::string name;   // relative to the archive's top folder
+  uint64_t size = 0;  // uncompressed size
   uint64_t compressed_size = 0;
   uint64_t data_offset = 0;  // file offset of the (possibly compressed) data
   uint32_t crc32 = 0;
-  bool stored = false;       // compression method "stored": data is mapped as is
+  bool stored = false;  // compression method "stored": data is mapped as is
 };
 
 // A record's bytes and what keeps them alive.

@@ -20,10 +20,10 @@ struct TensorSpec {
 };
 
 struct EntryPoint {
-  std::string kind;      // "pickle" or "factory"
-  std::string package;   // pickle: torch.package package and resource
+  std::string kind;     // "pickle" or "factory"
+  std::string package;  // pickle: torch.package package and resource
   std::string resource;
-  std::string module;    // factory: module and callable inside the archive
+  std::string module;  // factory: module and callable inside the archive
   std::string factory;
 };
 
@@ -46,9 +46,9 @@ struct Manifest {
   std::vector<TensorSpec> inputs;
   std::vector<TensorSpec> outputs;
   Batching batching;
-  std::string device;  // "cpu" or "cuda"
+  std::string device;                       // "cpu" or "cuda"
   std::map<std::string, FileDigest> files;  // record name (relative) -> digest
-  std::string json;   // the manifest as written, for tools that want more
+  std::string json;                         // the manifest as written, for tools that want more
 };
 
 // Parses and validates a manifest. Errors (INVALID_ARGUMENT) start with

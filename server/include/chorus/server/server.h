@@ -20,19 +20,19 @@
 namespace chorus {
 
 struct ServerOptions {
-  std::string model_repository;      // <model>/<version>/<archive>.pt
-  int interpreters = 0;              // 0: one per hardware thread
+  std::string model_repository;  // <model>/<version>/<archive>.pt
+  int interpreters = 0;          // 0: one per hardware thread
   std::string host = "0.0.0.0";
-  int port = 8001;                   // gRPC; 0 picks a free port
-  int metrics_port = 8002;           // HTTP /metrics; 0 picks a free port, -1 disables
-  int64_t max_message_bytes = 64 << 20;  // larger requests: RESOURCE_EXHAUSTED
-  size_t max_queue = 1024;           // per model; beyond it: UNAVAILABLE
+  int port = 8001;                               // gRPC; 0 picks a free port
+  int metrics_port = 8002;                       // HTTP /metrics; 0 picks a free port, -1 disables
+  int64_t max_message_bytes = 64 << 20;          // larger requests: RESOURCE_EXHAUSTED
+  size_t max_queue = 1024;                       // per model; beyond it: UNAVAILABLE
   std::chrono::milliseconds request_timeout{0};  // 0: only the client's deadline
-  std::string tls_cert;              // PEM files; both or neither
+  std::string tls_cert;                          // PEM files; both or neither
   std::string tls_key;
-  std::string auth_token;            // non-empty: every model call needs "authorization: Bearer <token>"
+  std::string auth_token;  // non-empty: every model call needs "authorization: Bearer <token>"
   std::chrono::milliseconds drain_timeout{30000};  // how long Shutdown waits for in-flight requests
-  std::string cache_dir;             // interpreters' library cache ("" = default)
+  std::string cache_dir;                           // interpreters' library cache ("" = default)
 };
 
 // Interface/implementation split as leveldb's DB/DBImpl: Start returns the

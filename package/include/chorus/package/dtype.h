@@ -1,0 +1,49 @@
+// The tensor element types chorus carries: one table for the manifest's names
+// (torch's), the wire names of the Open Inference Protocol and element sizes.
+// Torch-free; the torch mapping is in chorus/package/torch_dtype.h.
+// Python reads the same table in chorus/dtypes.py (a test compares the two).
+#ifndef CHORUS_PACKAGE_DTYPE_H_
+#define CHORUS_PACKAGE_DTYPE_H_
+
+#include <cstdint>
+#include <string_view>
+
+namespace chorus {
+
+enum class Dtype : uint8_t {
+  kBool,
+  kUint8,
+  kInt8,
+  kInt16,
+  kInt32,
+  kInt64,
+  kFloat16,
+  kBFloat16,
+  kFloat32,
+  kFloat64,
+};
+
+struct DtypeInfo {
+  Dtype dtype;
+  const char* name;  // in manifests: torch's name without "torch." ("float32")
+  const char* wire;  // in the Open Inference Protocol ("FP32")
+  int element_size;  // bytes
+};
+
+inline constexpr DtypeInfo kDtypes[] = {
+    {Dtype::kBool, "bool", "BOOL", 1},       {Dtype::kUint8, "uint8", "UINT8", 1},
+    {Dtype::kInt8, "int8", "INT8", 1},       {Dtype::kInt16, "int16", "INT16", 2},
+    {Dtype::kInt32, "int32", "INT32", 4},    {Dtype::kInt64, "int64", "INT64", 8},
+    {Dtype::kFloat16, "float16", "FP16", 2}, {Dtype::kBFloat16, "bfloat16", "BF16", 2},
+    {Dtype::kFloat32, "float32", "FP32", 4}, {Dtype::kFloat64, "float64", "FP64", 8},
+};
+
+// The entry of a manifest name ("float32") or of a wire name ("FP32"); null if unknown.
+const DtypeInfo* DtypeByName(std::string_view name);
+const DtypeInfo* DtypeByWireName(std::string_view wire);
+// The entry of `dtype` (never null).
+const DtypeInfo& InfoOf(Dtype dtype);
+
+}  // namespace chorus
+
+#endif  // CHORUS_PACKAGE_DTYPE_H_

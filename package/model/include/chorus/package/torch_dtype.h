@@ -1,0 +1,37 @@
+// chorus' dtypes (chorus/package/dtype.h) <-> torch's scalar types.
+#ifndef CHORUS_PACKAGE_TORCH_DTYPE_H_
+#define CHORUS_PACKAGE_TORCH_DTYPE_H_
+
+#include <c10/core/ScalarType.h>
+
+#include <optional>
+#include <utility>
+
+#include "chorus/package/dtype.h"
+
+namespace chorus {
+
+inline constexpr std::pair<Dtype, c10::ScalarType> kScalarTypes[] = {
+    {Dtype::kBool, c10::kBool},     {Dtype::kUint8, c10::kByte},
+    {Dtype::kInt8, c10::kChar},     {Dtype::kInt16, c10::kShort},
+    {Dtype::kInt32, c10::kInt},     {Dtype::kInt64, c10::kLong},
+    {Dtype::kFloat16, c10::kHalf},  {Dtype::kBFloat16, c10::kBFloat16},
+    {Dtype::kFloat32, c10::kFloat}, {Dtype::kFloat64, c10::kDouble},
+};
+
+inline c10::ScalarType ScalarTypeOf(Dtype dtype) {
+  return kScalarTypes[static_cast<int>(dtype)].second;
+}
+
+// The dtype of a torch scalar type; nullopt for one chorus does not carry
+// (complex, quantized, float8, ...).
+inline std::optional<Dtype> DtypeOf(c10::ScalarType scalar) {
+  for (const auto& [dtype, torch_type] : kScalarTypes) {
+    if (torch_type == scalar) return dtype;
+  }
+  return std::nullopt;
+}
+
+}  // namespace chorus
+
+#endif  // CHORUS_PACKAGE_TORCH_DTYPE_H_

@@ -1,0 +1,60 @@
+"""Start-up of a chorus interpreter: private copies of C extensions.
+
+Each interpreter must run its own copy of every C extension module, bound to
+its own copy of libpython (see docs/interpreter.md). `install()` makes
+Python's one extension loader (importlib.machinery.ExtensionFileLoader) load
+this interpreter's private copy, prepared and scoped by the host, while the
+module keeps its real __file__. Every way of loading an extension goes through
+that loader: `import`, and loading by file path
+(importlib.util.spec_from_file_location + module_from_spec, which torch's
+inductor and triton use for the kernels they compile).
+"""
+
+import importlib.machinery
+import os
+import sys
+
+import _chorus
+
+_ExtensionFileLoader = importlib.machinery.ExtensionFileLoader
+
+
+def _create_private_module(loader, spec):
+    """ExtensionFileLoader.create_module, with this interpreter's copy of the file."""
+    import _imp
+
+    copy = _chorus.prepare_extension(loader.path)
+    private_spec = importlib.machinery.ModuleSpec(spec.name, loader, origin=copy)
+    # RTLD_GLOBAL would publish this interpreter's copies to every later
+    # interpreter's symbol lookups; extensions are always loaded local.
+    flags = sys.getdlopenflags()
+    sys.setdlopenflags(os.RTLD_NOW)
+    # torch._C makes its own autograd engine libtorch's process-wide default
+    # as it initializes; the host keeps each interpreter's and routes the
+    # default (one interpreter's torch._C at a time).
+    initializes_torch = spec.name == "torch._C"
+    if initializes_torch:
+        _chorus.begin_exclusive()
+    try:
+        module = _imp.create_dynamic(private_spec)
+        if initializes_torch:
+            _chorus.take_autograd_engine()
+    finally:
+        sys.setdlopenflags(flags)
+        if initializes_torch:
+            _chorus.end_exclusive()
+    # Single-phase modules record the file they were loaded from; report the
+    # real one, as the stock loader does.
+    module.__file__ = loader.path
+    return module
+
+
+def install():
+    """Installs the private-copy loader, then the torch shims, then site."""
+    _ExtensionFileLoader.create_module = _create_private_module  # type: ignore[method-assign]
+
+    from chorus import _torch_compat
+    _torch_compat.install_import_hook()
+
+    import site
+    site.main()

@@ -1,0 +1,141 @@
+"""Loading chorus packages inside chorus interpreters.
+
+The host opens an archive once per process (C++, package/include/chorus/
+package/archive.h) and hands every interpreter the same
+``torch.classes.chorus.Archive`` object. ``ChorusImporter`` is torch.package's
+PackageImporter reading through it: code and pickles come from the host's
+validated reader, and tensor storages are views of the archive file mapped
+once per process, so every interpreter's weights are the same memory.
+"""
+
+import builtins
+import contextlib
+import io
+import warnings
+
+import torch
+from torch.package import PackageImporter
+from torch.package.package_importer import _PackageNode
+from torch.package._mangling import PackageMangler
+from torch.package._package_unpickler import PackageUnpickler
+
+from chorus.package import _format as fmt
+
+
+@contextlib.contextmanager
+def torch_package_warnings_silenced():
+    """torch.package's own pickler and unpickler still go through TypedStorage on
+    torch 2.x and warn about it; that is not the user's to fix."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", "TypedStorage is deprecated", UserWarning)
+        yield
+
+
+class ArchiveReader:
+    """torch.package's zip-reader interface over the host's archive object."""
+
+    def __init__(self, archive):
+        self._archive = archive
+        self._records = list(archive.records())
+
+    def get_all_records(self):
+        return list(self._records)
+
+    def has_record(self, name):
+        return self._archive.has(name)
+
+    def get_record(self, name):
+        data = self._archive.record(name)
+        return data.numpy().tobytes()
+
+    def get_storage_from_record(self, name, numel, dtype):
+        nbytes = numel * torch.empty((), dtype=dtype).element_size()
+        # A uint8 view of the mapped record; the importer rewraps its storage
+        # with the right dtype.
+        return self._archive.storage(name, nbytes)
+
+
+class ChorusImporter(PackageImporter):
+    """PackageImporter over an ArchiveReader (no copy of the archive is made)."""
+
+    def __init__(self, archive, module_allowed=lambda name: True):
+        # PackageImporter.__init__ builds its reader from a path or buffer; this
+        # sets up the same state around the host's reader instead.
+        self.filename = archive.path()
+        self.zip_reader = ArchiveReader(archive)
+        self.root = _PackageNode(None)
+        self.modules = {}
+        self.extern_modules = self._read_extern()
+        for extern_module in self.extern_modules:
+            if not module_allowed(extern_module):
+                raise ImportError(f"package {self.filename} needs the disallowed module "
+                                  f"{extern_module!r}")
+            self._add_extern(extern_module)
+        for name in self.zip_reader.get_all_records():
+            self._add_file(name)
+        self.patched_builtins = builtins.__dict__.copy()
+        self.patched_builtins["__import__"] = self.__import__
+        self.modules["torch_package_importer"] = self
+        self._mangler = PackageMangler()
+        self.storage_context = None
+        self.last_map_location = None
+        self.Unpickler = lambda *args, **kwargs: PackageUnpickler(self, *args, **kwargs)
+
+
+def load_model(archive, entry_point):
+    """The model object an archive's entry point names (a dict from the manifest)."""
+    importer = ChorusImporter(archive)
+    if entry_point["kind"] == fmt.ENTRY_POINT_PICKLE:
+        with torch_package_warnings_silenced():
+            model = importer.load_pickle(entry_point["package"], entry_point["resource"])
+    elif entry_point["kind"] == fmt.ENTRY_POINT_FACTORY:
+        module = importer.import_module(entry_point["module"])
+        model = getattr(module, entry_point["factory"])(**entry_point.get("kwargs", {}))
+    else:
+        raise ValueError(f"unknown entry point kind {entry_point['kind']!r}")
+    if isinstance(model, torch.nn.Module):
+        model.eval()
+    return model
+
+
+def load_examples(archive):
+    """(example inputs, recorded outputs) stored in the archive."""
+    reader = ArchiveReader(archive)
+    inputs = torch.load(io.BytesIO(reader.get_record(fmt.EXAMPLE_INPUTS_RECORD)))
+    outputs = torch.load(io.BytesIO(reader.get_record(fmt.EXAMPLE_OUTPUTS_RECORD)))
+    return inputs, outputs
+
+
+def flatten_outputs(outputs):
+    """A model's outputs as a list of tensors: a tensor, or a tuple, list or dict
+    (in its order) of tensors, as chorus serves them. TypeError otherwise."""
+    if isinstance(outputs, torch.Tensor):
+        return [outputs]
+    items = list(outputs.values()) if isinstance(outputs, dict) else outputs
+    if isinstance(items, (tuple, list)) and all(isinstance(o, torch.Tensor) for o in items):
+        return list(items)
+    raise TypeError("the model must return a tensor, or a tuple/list/dict of tensors "
+                    f"(got {type(outputs).__name__})")
+
+
+def compare_examples(archive, model, atol, rtol):
+    """Runs the example inputs; returns (number of outputs, max abs diff, error or "")."""
+    inputs, expected = load_examples(archive)
+    with torch.no_grad():
+        try:
+            actual = flatten_outputs(model(*inputs))
+        except TypeError as error:
+            return 0, float("inf"), str(error)
+    if len(actual) != len(expected):
+        return len(actual), float("inf"), (
+            f"model returned {len(actual)} outputs, {len(expected)} were recorded")
+    worst = 0.0
+    for i, (a, e) in enumerate(zip(actual, expected)):
+        if a.shape != e.shape or a.dtype != e.dtype:
+            return len(actual), float("inf"), (
+                f"output {i}: got {a.dtype}{list(a.shape)}, recorded {e.dtype}{list(e.shape)}")
+        diff = (a.double() - e.double()).abs().max().item() if a.numel() else 0.0
+        worst = max(worst, diff)
+        if not torch.allclose(a, e, atol=atol, rtol=rtol):
+            return len(actual), worst, f"output {i} differs (max abs diff {diff:.3g})"
+    return len(actual), worst, ""

@@ -1,0 +1,130 @@
+// Dispatching inference requests for one model: a bounded queue, dynamic
+// batching, and worker threads that run the model on free interpreters.
+//
+//   ModelScheduler scheduler(model, options);
+//   scheduler.Submit(std::move(request), [](InferenceResult result) { ... });
+//
+// Dynamic batching (Triton's): a worker takes the oldest request and, for up
+// to max_queue_delay after it arrived, gathers queued requests with the same
+// dtypes and non-batch dimensions until the batch reaches max_batch_size (or a
+// preferred size); the inputs are concatenated along batch_dim, the model runs
+// once, and every output is split back along batch_dim. Requests past their
+// deadline or cancelled are answered without running.
+#ifndef CHORUS_SERVING_SCHEDULER_H_
+#define CHORUS_SERVING_SCHEDULER_H_
+
+#include <ATen/ATen.h>
+
+#include <atomic>
+#include <chrono>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <thread>
+#include <vector>
+
+#include "chorus/common/status.h"
+#include "chorus/common/thread_annotations.h"
+#include "chorus/package/model.h"
+
+namespace chorus {
+
+struct BatchingOptions {
+  bool enabled = false;
+  int64_t batch_dim = 0;
+  int64_t max_batch_size = 1;
+  // How long a batch may wait for more requests; 0 batches only what is
+  // already queued (Triton's default). config.json: max_queue_delay_us.
+  std::chrono::microseconds max_queue_delay{0};
+  std::vector<int64_t> preferred_batch_sizes;  // stop gathering at any of these
+};
+
+struct SchedulerOptions {
+  BatchingOptions batching;
+  size_t max_queue = 1024;  // queued requests beyond which Submit answers UNAVAILABLE
+  int workers = 1;          // concurrent executions; usually the interpreters
+};
+
+struct InferenceRequest {
+  std::vector<at::Tensor> inputs;  // in the model's signature order
+  std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max();
+  std::shared_ptr<std::atomic<bool>> cancelled;  // optional; set when the client goes away
+};
+
+struct InferenceResult {
+  Status status;
+  std::vector<at::Tensor> outputs;  // in the model's output order
+  int64_t batch_size = 0;           // samples in the execution this request ran in
+  std::chrono::nanoseconds queue_time{0};
+  std::chrono::nanoseconds compute_time{0};
+};
+
+// One model execution, reported after it ran.
+struct ExecutionStats {
+  int64_t batch_size = 0;
+  int requests = 0;
+  std::chrono::nanoseconds compute_time{0};
+  bool ok = false;
+};
+
+class ModelScheduler {
+ public:
+  using Done = std::function<void(InferenceResult)>;
+
+  // `on_execution`, if set, is called from worker threads after every run.
+  ModelScheduler(std::shared_ptr<Model> model, SchedulerOptions options,
+                 std::function<void(const ExecutionStats&)> on_execution = nullptr);
+  // Drains with no wait: queued requests are failed, running ones finish.
+  ~ModelScheduler();
+  ModelScheduler(const ModelScheduler&) = delete;
+  ModelScheduler& operator=(const ModelScheduler&) = delete;
+
+  // Queues `request`; `done` is called exactly once, from a worker thread, or
+  // right away (UNAVAILABLE: queue full or draining). Thread-safe.
+  void Submit(InferenceRequest request, Done done) CHORUS_EXCLUDES(mu_);
+
+  // Stops accepting; waits until `deadline` for queued and running requests
+  // to finish, then fails what is still queued with UNAVAILABLE. Thread-safe.
+  void Drain(std::chrono::steady_clock::time_point deadline) CHORUS_EXCLUDES(mu_);
+
+  // Queued plus running requests.
+  size_t pending() const CHORUS_EXCLUDES(mu_);
+  const std::shared_ptr<Model>& model() const { return model_; }
+
+ private:
+  struct Pending {
+    InferenceRequest request;
+    Done done;
+    std::chrono::steady_clock::time_point enqueued;
+    int64_t batch_size;  // along batch_dim (1 when not batching)
+  };
+
+  void WorkerLoop() CHORUS_EXCLUDES(mu_);
+  // Takes the next batch from the queue, waiting for stragglers as allowed.
+  std::vector<Pending> NextBatch() CHORUS_REQUIRES(mu_);
+  bool Compatible(const Pending& a, const Pending& b) const;
+  void Execute(std::vector<Pending> batch);
+  // Answers requests that expired or were cancelled while queued.
+  bool Answered(Pending& pending);
+
+  const std::shared_ptr<Model> model_;
+  const SchedulerOptions options_;
+  const std::function<void(const ExecutionStats&)> on_execution_;
+
+  mutable Mutex mu_;
+  CondVar changed_;  // queue grew, or stopping
+  std::deque<Pending> queue_ CHORUS_GUARDED_BY(mu_);
+  size_t running_ CHORUS_GUARDED_BY(mu_) = 0;
+  bool accepting_ CHORUS_GUARDED_BY(mu_) = true;
+  bool stopping_ CHORUS_GUARDED_BY(mu_) = false;
+  std::vector<std::thread> workers_;
+};
+
+// The outputs of a model call as tensors, in `manifest` output order: a
+// tensor, a tuple/list of tensors, or a dict keyed by output name.
+StatusOr<std::vector<at::Tensor>> FlattenOutputs(const c10::IValue& value,
+                                                 const Manifest* manifest);
+
+}  // namespace chorus
+
+#endif  // CHORUS_SERVING_SCHEDULER_H_

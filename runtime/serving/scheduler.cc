@@ -1,0 +1,264 @@
+#include "chorus/serving/scheduler.h"
+
+#include <ATen/core/ivalue.h>
+
+#include <algorithm>
+
+#include "chorus/common/logging.h"
+
+namespace chorus {
+
+using Clock = std::chrono::steady_clock;
+
+ModelScheduler::ModelScheduler(std::shared_ptr<Model> model, SchedulerOptions options,
+                               std::function<void(const ExecutionStats&)> on_execution)
+    : model_(std::move(model)),
+      options_(std::move(options)),
+      on_execution_(std::move(on_execution)) {
+  for (int i = 0; i < std::max(1, options_.workers); ++i) {
+    workers_.emplace_back([this] { WorkerLoop(); });
+  }
+}
+
+ModelScheduler::~ModelScheduler() {
+  Drain(Clock::now());
+  {
+    MutexLock lock(&mu_);
+    stopping_ = true;
+  }
+  changed_.SignalAll();
+  for (auto& worker : workers_) worker.join();
+}
+
+void ModelScheduler::Submit(InferenceRequest request, Done done) {
+  int64_t batch_size = 1;
+  if (options_.batching.enabled && !request.inputs.empty() &&
+      request.inputs[0].dim() > options_.batching.batch_dim) {
+    batch_size = request.inputs[0].size(options_.batching.batch_dim);
+  }
+  Status refused;
+  {
+    MutexLock lock(&mu_);
+    if (!accepting_) {
+      refused = UnavailableError("the model is being unloaded or the server is draining");
+    } else if (queue_.size() >= options_.max_queue) {
+      refused = UnavailableError("the model's queue is full (" +
+                                 std::to_string(options_.max_queue) + " requests); retry later");
+    } else {
+      queue_.push_back(Pending{std::move(request), std::move(done), Clock::now(), batch_size});
+    }
+  }
+  if (refused.ok()) {
+    changed_.Signal();
+    return;
+  }
+  InferenceResult result;
+  result.status = std::move(refused);
+  done(std::move(result));
+}
+
+void ModelScheduler::Drain(Clock::time_point deadline) {
+  std::deque<Pending> abandoned;
+  {
+    MutexLock lock(&mu_);
+    accepting_ = false;
+    while ((!queue_.empty() || running_ > 0) && Clock::now() < deadline) {
+      changed_.WaitUntil(&mu_, std::min(deadline, Clock::now() + std::chrono::milliseconds(50)));
+    }
+    abandoned.swap(queue_);
+  }
+  for (Pending& pending : abandoned) {
+    InferenceResult result;
+    result.status = UnavailableError("the model was unloaded before this request ran");
+    pending.done(std::move(result));
+  }
+}
+
+size_t ModelScheduler::pending() const {
+  MutexLock lock(&mu_);
+  return queue_.size() + running_;
+}
+
+bool ModelScheduler::Answered(Pending& pending) {
+  Status status;
+  if (pending.request.cancelled && pending.request.cancelled->load()) {
+    status = Status(StatusCode::kCancelled, "the client cancelled the request");
+  } else if (Clock::now() >= pending.request.deadline) {
+    status = DeadlineExceededError("the request's deadline passed while it was queued");
+  }
+  if (status.ok()) return false;
+  InferenceResult result;
+  result.status = std::move(status);
+  result.queue_time = Clock::now() - pending.enqueued;
+  pending.done(std::move(result));
+  return true;
+}
+
+bool ModelScheduler::Compatible(const Pending& a, const Pending& b) const {
+  const auto& x = a.request.inputs;
+  const auto& y = b.request.inputs;
+  if (x.size() != y.size()) return false;
+  for (size_t i = 0; i < x.size(); ++i) {
+    if (x[i].scalar_type() != y[i].scalar_type() || x[i].dim() != y[i].dim()) return false;
+    for (int64_t d = 0; d < x[i].dim(); ++d) {
+      if (d != options_.batching.batch_dim && x[i].size(d) != y[i].size(d)) return false;
+    }
+  }
+  return true;
+}
+
+std::vector<ModelScheduler::Pending> ModelScheduler::NextBatch() {
+  std::vector<Pending> batch;
+  batch.push_back(std::move(queue_.front()));
+  queue_.pop_front();
+  const BatchingOptions& batching = options_.batching;
+  if (!batching.enabled) return batch;
+  int64_t size = batch.front().batch_size;
+  const Clock::time_point until = batch.front().enqueued + batching.max_queue_delay;
+  auto preferred = [&](int64_t n) {
+    return std::find(batching.preferred_batch_sizes.begin(), batching.preferred_batch_sizes.end(),
+                     n) != batching.preferred_batch_sizes.end();
+  };
+  while (size < batching.max_batch_size && !preferred(size)) {
+    // Take the queued requests that fit, in order.
+    for (auto it = queue_.begin(); it != queue_.end() && size < batching.max_batch_size;) {
+      if (size + it->batch_size <= batching.max_batch_size && Compatible(batch.front(), *it)) {
+        size += it->batch_size;
+        batch.push_back(std::move(*it));
+        it = queue_.erase(it);
+        if (preferred(size)) break;
+      } else {
+        ++it;
+      }
+    }
+    if (size >= batching.max_batch_size || preferred(size) || Clock::now() >= until || stopping_) {
+      break;
+    }
+    changed_.WaitUntil(&mu_, until);
+  }
+  return batch;
+}
+
+void ModelScheduler::WorkerLoop() {
+  while (true) {
+    std::vector<Pending> batch;
+    {
+      MutexLock lock(&mu_);
+      while (queue_.empty() && !stopping_) changed_.Wait(&mu_);
+      if (queue_.empty() && stopping_) return;
+      batch = NextBatch();
+      running_ += batch.size();
+    }
+    const size_t taken = batch.size();
+    Execute(std::move(batch));
+    {
+      MutexLock lock(&mu_);
+      running_ -= taken;
+    }
+    changed_.SignalAll();  // Drain() may be waiting
+  }
+}
+
+void ModelScheduler::Execute(std::vector<Pending> batch) {
+  // Requests that expired or were cancelled in the queue are answered now.
+  batch.erase(std::remove_if(batch.begin(), batch.end(), [&](Pending& p) { return Answered(p); }),
+              batch.end());
+  if (batch.empty()) return;
+  const Clock::time_point start = Clock::now();
+  const int64_t dim = options_.batching.batch_dim;
+  int64_t total = 0;
+  Clock::time_point deadline = Clock::time_point::min();
+  for (const Pending& p : batch) {
+    total += p.batch_size;
+    deadline = std::max(deadline, p.request.deadline);  // never cut a request short
+  }
+  std::vector<c10::IValue> inputs;
+  const size_t num_inputs = batch.front().request.inputs.size();
+  for (size_t i = 0; i < num_inputs; ++i) {
+    if (batch.size() == 1) {
+      inputs.emplace_back(batch.front().request.inputs[i]);
+    } else {
+      std::vector<at::Tensor> parts;
+      for (const Pending& p : batch) parts.push_back(p.request.inputs[i]);
+      inputs.emplace_back(at::cat(parts, dim));
+    }
+  }
+  StatusOr<c10::IValue> output = model_->Forward(inputs, CallOptions{deadline});
+  StatusOr<std::vector<at::Tensor>> outputs =
+      output.ok() ? FlattenOutputs(*output, model_->manifest()) : output.status();
+  if (outputs.ok() && batch.size() > 1) {
+    for (const at::Tensor& t : *outputs) {
+      if (t.dim() <= dim || t.size(dim) != total) {
+        outputs = InternalError(
+            "the model returned an output with " + std::to_string(t.dim() > dim ? t.size(dim) : 0) +
+            " rows along the batch dimension for a batch of " + std::to_string(total));
+        break;
+      }
+    }
+  }
+  const auto compute = Clock::now() - start;
+  if (!outputs.ok() && outputs.status().python_error() != nullptr) {
+    Log().warn("model {} failed: {}\n{}", model_->manifest() ? model_->manifest()->model_name : "?",
+               outputs.status().message(), outputs.status().python_error()->traceback);
+  }
+  if (on_execution_) {
+    on_execution_(ExecutionStats{total, static_cast<int>(batch.size()), compute, outputs.ok()});
+  }
+  int64_t offset = 0;
+  for (Pending& p : batch) {
+    InferenceResult result;
+    result.batch_size = total;
+    result.queue_time = start - p.enqueued;
+    result.compute_time = compute;
+    if (!outputs.ok()) {
+      result.status = outputs.status();
+    } else if (batch.size() == 1) {
+      result.outputs = *outputs;
+    } else {
+      for (const at::Tensor& t : *outputs)
+        result.outputs.push_back(t.narrow(dim, offset, p.batch_size));
+    }
+    offset += p.batch_size;
+    p.done(std::move(result));
+  }
+}
+
+StatusOr<std::vector<at::Tensor>> FlattenOutputs(const c10::IValue& value,
+                                                 const Manifest* manifest) {
+  std::vector<at::Tensor> tensors;
+  auto add = [&](const c10::IValue& item) {
+    if (!item.isTensor()) return false;
+    tensors.push_back(item.toTensor());
+    return true;
+  };
+  bool ok = true;
+  if (value.isTensor()) {
+    ok = add(value);
+  } else if (value.isTuple()) {
+    for (const c10::IValue& item : value.toTupleRef().elements()) ok = ok && add(item);
+  } else if (value.isList()) {
+    for (const c10::IValue& item : value.toListRef()) ok = ok && add(item);
+  } else if (value.isGenericDict() && manifest != nullptr) {
+    auto dict = value.toGenericDict();
+    for (const TensorSpec& spec : manifest->outputs) {
+      auto it = dict.find(spec.name);
+      if (it == dict.end()) return InternalError("the model's output has no \"" + spec.name + "\"");
+      ok = ok && add(it->value());
+    }
+  } else {
+    ok = false;
+  }
+  if (!ok) {
+    return InternalError(
+        "the model must return a tensor, or a tuple, list or dict of tensors (got " +
+        std::string(value.tagKind()) + ")");
+  }
+  if (manifest != nullptr && tensors.size() != manifest->outputs.size()) {
+    return InternalError("the model returned " + std::to_string(tensors.size()) +
+                         " outputs; its manifest declares " +
+                         std::to_string(manifest->outputs.size()));
+  }
+  return tensors;
+}
+
+}  // namespace chorus

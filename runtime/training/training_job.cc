@@ -1,0 +1,372 @@
+#include "chorus/training/training_job.h"
+
+#include <ATen/Parallel.h>
+#include <ATen/core/ivalue.h>
+#include <sys/stat.h>
+
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "chorus/common/file_util.h"
+#include "chorus/common/logging.h"
+#include "chorus/package/model.h"
+#include "chorus/training/bindings.h"
+#include "chorus/training/communicator.h"
+
+namespace chorus {
+namespace {
+
+// The number `result[key]` of a rank's step result (a dict); an error, never
+// an exception, when the trainer returned something else.
+StatusOr<double> NumberIn(const c10::IValue& result, const char* key) {
+  if (result.isGenericDict()) {
+    auto dict = result.toGenericDict();
+    auto it = dict.find(key);
+    if (it != dict.end() && (it->value().isDouble() || it->value().isInt())) {
+      return it->value().isDouble() ? it->value().toDouble()
+                                    : static_cast<double>(it->value().toInt());
+    }
+  }
+  return InternalError(std::string("chorus.training.trainer.step returned no number \"") + key +
+                       "\" (got a " + result.tagKind() + ")");
+}
+
+constexpr char kTrainer[] = "chorus.training.trainer";
+
+std::string StepFolder(int64_t step) {
+  char name[32];
+  std::snprintf(name, sizeof(name), "step-%08lld", static_cast<long long>(step));
+  return name;
+}
+
+bool IsDirectory(const std::string& path) {
+  struct stat st;
+  return ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+}  // namespace
+
+double CpuMatmulPeakFlops() {
+  static const double peak = [] {
+    at::Tensor a = at::randn({1024, 1024}), b = at::randn({1024, 1024});
+    at::mm(a, b);  // warm-up
+    double best = 0;
+    for (int round = 0; round < 5; ++round) {
+      auto start = std::chrono::steady_clock::now();
+      at::mm(a, b);
+      double seconds =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      best = std::max(best, 2.0 * 1024 * 1024 * 1024 / seconds);
+    }
+    const double threads = std::max(1, at::get_num_threads());
+    return best / threads * std::max(1u, std::thread::hardware_concurrency());
+  }();
+  return peak;
+}
+
+TrainingJob::TrainingJob(InterpreterManager* manager, TrainingJobOptions options)
+    : manager_(manager), options_(std::move(options)) {}
+
+StatusOr<std::unique_ptr<TrainingJob>> TrainingJob::Create(InterpreterManager* manager,
+                                                           TrainingJobOptions options) {
+  const int world = options.dp * options.tp;
+  if (options.dp < 1 || options.tp < 1) {
+    return InvalidArgumentError("dp_shard and tp must be at least 1");
+  }
+  CHORUS_RETURN_IF_ERROR(options.spec.Validate());
+  if (options.spec.global_batch > 0 && options.spec.global_batch % options.dp != 0) {
+    return InvalidArgumentError("global_batch " + std::to_string(options.spec.global_batch) +
+                                " does not divide among dp_shard " + std::to_string(options.dp));
+  }
+  if (static_cast<int>(options.interpreters.size()) != world) {
+    return InvalidArgumentError("dp_shard x tp = " + std::to_string(world) +
+                                " ranks need as many "
+                                "interpreters; " +
+                                std::to_string(options.interpreters.size()) + " given");
+  }
+  if (options.peak_flops_per_rank <= 0) {
+    options.peak_flops_per_rank = CpuMatmulPeakFlops() / std::max(1, world);
+  }
+  std::unique_ptr<TrainingJob> job(new TrainingJob(manager, std::move(options)));
+  const int dp = job->options_.dp, tp = job->options_.tp;
+  for (const MeshRank& rank : CreateInProcessMesh(dp, tp)) {
+    job->dp_comms_.push_back(CommunicatorToIValue(rank.dp));
+    job->tp_comms_.push_back(CommunicatorToIValue(rank.tp));
+  }
+  TrainingJob* raw = job.get();
+  StatusOr<std::vector<c10::IValue>> created = job->OnRanks("create_rank", [raw](int rank) {
+    return std::vector<c10::IValue>{ArchiveToIValue(raw->options_.archive),
+                                    raw->options_.spec.ToJson(), raw->dp_comms_[rank],
+                                    raw->tp_comms_[rank]};
+  });
+  if (!created.ok()) {
+    // The message is the spec's problem, as Python reported it.
+    return InvalidArgumentError("cannot create the job: " + created.status().message());
+  }
+  return job;
+}
+
+TrainingJob::~TrainingJob() { Shutdown(); }
+
+void TrainingJob::Shutdown() {
+  MutexLock lock(&mu_);
+  if (shut_down_) return;
+  shut_down_ = true;
+  Status deleted = OnRanks("delete", [](int) { return std::vector<c10::IValue>{}; }).status();
+  if (!deleted.ok())
+    Log().warn("training job {}: deleting its state: {}", options_.id, deleted.ToString());
+}
+
+Status TrainingJob::CheckOpen() const {
+  if (shut_down_) return FailedPreconditionError("training job " + options_.id + " was deleted");
+  return OkStatus();
+}
+
+StatusOr<std::vector<c10::IValue>> TrainingJob::OnRanks(
+    const std::string& function, const std::function<std::vector<c10::IValue>(int)>& args) {
+  const int world = world_size();
+  std::vector<StatusOr<c10::IValue>> results(world, InternalError("rank did not run"));
+  std::vector<std::thread> ranks;
+  for (int rank = 0; rank < world; ++rank) {
+    ranks.emplace_back([&, rank] {
+      InterpreterSession session = manager_->Acquire(options_.interpreters[rank]);
+      StatusOr<Object> fn = session.Global(kTrainer, function);
+      if (!fn.ok()) {
+        results[rank] = fn.status();
+        return;
+      }
+      std::vector<c10::IValue> call{options_.id};
+      for (c10::IValue& arg : args(rank)) call.push_back(std::move(arg));
+      StatusOr<Object> out = fn->Call(call);
+      results[rank] = out.ok() ? out->ToIValue() : StatusOr<c10::IValue>(out.status());
+    });
+  }
+  for (auto& thread : ranks) thread.join();
+  std::vector<c10::IValue> values;
+  for (int rank = 0; rank < world; ++rank) {
+    if (!results[rank].ok()) {
+      const Status& status = results[rank].status();
+      if (status.python_error() != nullptr) {
+        Log().warn("job {} rank {}: {} failed: {}\n{}", options_.id, rank, function,
+                   status.message(), status.python_error()->traceback);
+      }
+      return status.Annotate("rank " + std::to_string(rank));
+    }
+    values.push_back(std::move(results[rank]).value());
+  }
+  return values;
+}
+
+void TrainingJob::Record(const StepMetrics& metrics) {
+  std::vector<std::function<void(const StepMetrics&)>> listeners;
+  {
+    MutexLock lock(&history_mu_);
+    history_.push_back(metrics);
+    for (const Listener& listener : listeners_) listeners.push_back(listener.step);
+  }
+  for (const auto& listener : listeners) listener(metrics);
+  if (!options_.metrics_log.empty()) {
+    nlohmann::json line = {{"job", options_.id},
+                           {"step", metrics.step},
+                           {"loss", metrics.loss},
+                           {"lr", metrics.lr},
+                           {"step_s", metrics.step_seconds},
+                           {"tokens_per_s", metrics.tokens_per_second},
+                           {"tokens_per_s_per_rank", metrics.tokens_per_second_per_rank},
+                           {"mfu_pct", metrics.mfu_pct},
+                           {"memory_mib", metrics.memory_mib}};
+    std::ofstream(options_.metrics_log, std::ios::app) << line.dump() << "\n";
+  }
+}
+
+Status StopConditions::Check() const {
+  // The deadline first: gRPC also reports a call past its deadline as cancelled.
+  if (std::chrono::steady_clock::now() >= deadline) {
+    return DeadlineExceededError("deadline exceeded");
+  }
+  if (cancelled && cancelled()) return Status(StatusCode::kCancelled, "cancelled");
+  return OkStatus();
+}
+
+StatusOr<std::vector<StepMetrics>> TrainingJob::Step(int steps,
+                                                     const std::optional<at::Tensor>& batch,
+                                                     const StopConditions& stop) {
+  MutexLock lock(&mu_);
+  CHORUS_RETURN_IF_ERROR(CheckOpen());
+  std::vector<StepMetrics> done;
+  const int count = batch ? 1 : steps;
+  for (int i = 0; i < count; ++i) {
+    if (Status stopped = stop.Check(); !stopped.ok()) {
+      return stopped.Annotate("training job " + options_.id + " stopped after " +
+                              std::to_string(i) + " of " + std::to_string(count) + " steps");
+    }
+    auto start = std::chrono::steady_clock::now();
+    CHORUS_ASSIGN_OR_RETURN(
+        std::vector<c10::IValue> results, OnRanks("step", [&](int) {
+          return std::vector<c10::IValue>{batch ? c10::IValue(*batch) : c10::IValue()};
+        }));
+    const double wall =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    StepMetrics metrics;
+    double tokens = 0, flops_per_token = 0;
+    for (const c10::IValue& result : results) {
+      CHORUS_ASSIGN_OR_RETURN(double rank_tokens, NumberIn(result, "tokens"));
+      CHORUS_ASSIGN_OR_RETURN(flops_per_token, NumberIn(result, "flops_per_token"));
+      CHORUS_ASSIGN_OR_RETURN(double memory, NumberIn(result, "memory_mib"));
+      tokens += rank_tokens;
+      metrics.memory_mib = std::max(metrics.memory_mib, memory);
+    }
+    CHORUS_ASSIGN_OR_RETURN(double step, NumberIn(results[0], "step"));
+    metrics.step = static_cast<int64_t>(step);
+    CHORUS_ASSIGN_OR_RETURN(metrics.loss, NumberIn(results[0], "loss"));
+    CHORUS_ASSIGN_OR_RETURN(metrics.lr, NumberIn(results[0], "lr"));
+    metrics.step_seconds = wall;
+    // Tensor-parallel ranks of a group process the same tokens.
+    const double unique_tokens = tokens / options_.tp;
+    metrics.tokens_per_second = unique_tokens / wall;
+    metrics.tokens_per_second_per_rank = metrics.tokens_per_second / world_size();
+    metrics.mfu_pct = 100.0 * metrics.tokens_per_second * flops_per_token /
+                      (options_.peak_flops_per_rank * world_size());
+    Record(metrics);
+    done.push_back(metrics);
+  }
+  return done;
+}
+
+StatusOr<std::string> TrainingJob::Save(const std::string& root) {
+  MutexLock lock(&mu_);
+  CHORUS_RETURN_IF_ERROR(CheckOpen());
+  CHORUS_RETURN_IF_ERROR(MakeDirectories(root));
+  const int64_t step = History().empty() ? 0 : History().back().step;
+  const std::string final_path = root + "/" + StepFolder(step);
+  const std::string partial = TemporarySiblingPath(root + "/." + StepFolder(step));
+  CHORUS_RETURN_IF_ERROR(MakeDirectories(partial));
+  Status saved = OnRanks("save", [&](int) { return std::vector<c10::IValue>{partial}; }).status();
+  nlohmann::json manifest = {{"format", "chorus-checkpoint"},
+                             {"format_version", 1},
+                             {"job", options_.id},
+                             {"step", step},
+                             {"dp", options_.dp},
+                             {"tp", options_.tp},
+                             {"ranks", world_size()},
+                             {"spec", nlohmann::json::parse(options_.spec.ToJson())}};
+  if (saved.ok()) saved = WriteFileAtomically(partial + "/manifest.json", manifest.dump(2));
+  // Every shard on the disk before the step folder gets its name, and the
+  // name before `latest` points to it: a power loss leaves the previous one.
+  if (saved.ok()) saved = SyncTree(partial);
+  if (saved.ok()) saved = RemoveTree(final_path);  // re-saving the same step
+  if (saved.ok()) saved = RenameFile(partial, final_path);
+  if (saved.ok()) saved = SyncPath(root);
+  if (saved.ok()) saved = WriteFileAtomically(root + "/latest", StepFolder(step) + "\n");
+  if (!saved.ok()) {
+    (void)RemoveTree(partial);
+    return saved;
+  }
+  return final_path;
+}
+
+StatusOr<int64_t> TrainingJob::Load(const std::string& path) {
+  MutexLock lock(&mu_);
+  CHORUS_RETURN_IF_ERROR(CheckOpen());
+  std::string folder = path;
+  if (!IsDirectory(path)) return NotFoundError("no checkpoint at " + path);
+  if (StatusOr<std::string> latest = ReadFile(path + "/latest"); latest.ok()) {
+    std::string name = *latest;
+    while (!name.empty() && (name.back() == '\n' || name.back() == ' ')) name.pop_back();
+    folder = path + "/" + name;
+  }
+  CHORUS_ASSIGN_OR_RETURN(std::string text, ReadFile(folder + "/manifest.json"));
+  nlohmann::json manifest = nlohmann::json::parse(text, nullptr, false);
+  if (manifest.is_discarded() || manifest.value("format", "") != "chorus-checkpoint") {
+    return DataLossError(folder + "/manifest.json is not a chorus checkpoint manifest");
+  }
+  if (manifest.value("dp", 0) != options_.dp || manifest.value("tp", 0) != options_.tp) {
+    return FailedPreconditionError(
+        "checkpoint layout dp=" + std::to_string(manifest.value("dp", 0)) +
+        " tp=" + std::to_string(manifest.value("tp", 0)) + " differs from the job's dp=" +
+        std::to_string(options_.dp) + " tp=" + std::to_string(options_.tp));
+  }
+  CHORUS_RETURN_IF_ERROR(
+      OnRanks("load", [&](int) { return std::vector<c10::IValue>{folder}; }).status());
+  const int64_t step = manifest.value("step", int64_t{0});
+  {
+    MutexLock history(&history_mu_);
+    history_.erase(std::remove_if(history_.begin(), history_.end(),
+                                  [&](const StepMetrics& m) { return m.step > step; }),
+                   history_.end());
+  }
+  return step;
+}
+
+StatusOr<at::Tensor> TrainingJob::Evaluate(const at::Tensor& tokens) {
+  MutexLock lock(&mu_);
+  CHORUS_RETURN_IF_ERROR(CheckOpen());
+  CHORUS_ASSIGN_OR_RETURN(std::vector<c10::IValue> results, OnRanks("evaluate", [&](int) {
+                            return std::vector<c10::IValue>{tokens};
+                          }));
+  if (!results[0].isTensor()) {
+    return InternalError("chorus.training.trainer.evaluate returned a " + results[0].tagKind() +
+                         ", not a tensor");
+  }
+  return results[0].toTensor();
+}
+
+Status TrainingJob::Export(const std::string& path, const std::string& name, int64_t version,
+                           int64_t example_length) {
+  MutexLock lock(&mu_);
+  CHORUS_RETURN_IF_ERROR(CheckOpen());
+  return OnRanks("export",
+                 [&](int) {
+                   return std::vector<c10::IValue>{path, name, version, example_length};
+                 })
+      .status();
+}
+
+std::vector<StepMetrics> TrainingJob::History() const {
+  MutexLock lock(&history_mu_);
+  return history_;
+}
+
+int TrainingJob::Subscribe(std::function<void(const StepMetrics&)> listener,
+                           std::function<void()> closed) {
+  int id;
+  bool already_closed;
+  {
+    MutexLock lock(&history_mu_);
+    id = next_listener_++;
+    already_closed = closed_;
+    listeners_.push_back({id, std::move(listener), closed});
+  }
+  if (already_closed) closed();
+  return id;
+}
+
+void TrainingJob::Unsubscribe(int id) {
+  {
+    MutexLock lock(&history_mu_);
+    listeners_.erase(std::remove_if(listeners_.begin(), listeners_.end(),
+                                    [id](const Listener& l) { return l.id == id; }),
+                     listeners_.end());
+  }
+  unsubscribed_.SignalAll();
+}
+
+void TrainingJob::Close(std::chrono::milliseconds timeout) {
+  std::vector<std::function<void()>> notify;
+  {
+    MutexLock lock(&history_mu_);
+    closed_ = true;
+    for (const Listener& listener : listeners_) notify.push_back(listener.closed);
+  }
+  for (const auto& closed : notify) closed();
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  MutexLock lock(&history_mu_);
+  while (!listeners_.empty() && std::chrono::steady_clock::now() < deadline) {
+    unsubscribed_.WaitUntil(&history_mu_, deadline);
+  }
+}
+
+}  // namespace chorus
