@@ -28,6 +28,13 @@ PyObject* PrepareExtension(PyObject* /*self*/, PyObject* arg) {
   return PyUnicode_FromStringAndSize(copy->data(), static_cast<Py_ssize_t>(copy->size()));
 }
 
+PyObject* ReportExit(PyObject* /*self*/, PyObject* arg) {
+  const long status = PyLong_AsLong(arg);
+  if (status == -1 && PyErr_Occurred()) return nullptr;
+  g_host->ReportExit(static_cast<int>(status));
+  Py_RETURN_NONE;
+}
+
 PyObject* ReferencesPython(PyObject* /*self*/, PyObject* arg) {
   const char* path = PyUnicode_AsUTF8(arg);
   if (path == nullptr) return nullptr;
@@ -139,6 +146,8 @@ PyObject* TakeAutogradEngine(PyObject* /*self*/, PyObject* /*unused*/) {
 }
 
 PyMethodDef kMethods[] = {
+    {"report_exit", ReportExit, METH_O,
+     "report_exit(status): log what this thread runs and its Python stack (before os._exit)"},
     {"begin_exclusive", BeginExclusive, METH_NOARGS,
      "begin_exclusive(): wait until no other interpreter is in an exclusive section"},
     {"end_exclusive", EndExclusive, METH_NOARGS, "end_exclusive(): leave the exclusive section"},

@@ -7,6 +7,9 @@
 #include <ATen/core/ivalue.h>
 #include <torch/csrc/PyInterpreter.h>
 
+#include <unistd.h>
+
+#include <cstring>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -16,6 +19,10 @@
 #include "interpreter/pyside/native_module.h"
 #include "interpreter/pyside/python_error.h"
 #include "interpreter/src/pyside_api.h"
+
+// CPython's async-signal-safe traceback writer (faulthandler's), exported by
+// libpython but declared only in its internal headers.
+extern "C" void _Py_DumpTraceback(int fd, PyThreadState* tstate);
 
 namespace chorus::pyside {
 namespace {
@@ -81,6 +88,7 @@ class PySideImpl final : public PySide {
   void IncRef(PyRef* obj) override { Py_INCREF(Raw(obj)); }
   void DecRef(PyRef* obj) override { Py_DECREF(Raw(obj)); }
   bool Interrupt(uint64_t call_token) override;
+  void DumpTraceback(int fd) override;
   // In a session now, or a thread Python itself runs (not one merely keeping
   // a retained thread state between sessions).
   bool ThreadAttached() override {
@@ -103,6 +111,7 @@ class PySideImpl final : public PySide {
   StatusOr<PyRef*> RunCode(const std::string& code, int mode);
 
   PyThreadState* start_thread_ = nullptr;  // the thread state Start() created
+  int index_ = -1;                         // the interpreter's index in its manager
   // Calls that Interrupt() may stop, by token. Guarded by the GIL.
   std::unordered_map<uint64_t, ActiveCall> active_calls_;
 };
@@ -119,6 +128,7 @@ del _chorus_python_dir
 )";
 
 Status PySideImpl::Start(const StartOptions& options) {
+  index_ = options.index;
   RegisterNativeModule(options.host, options.slot, options.index);
   PyConfig config;
   PyConfig_InitPythonConfig(&config);
@@ -264,6 +274,35 @@ void* PySideImpl::TorchApiFunction(const c10::OperatorHandle& op) {
   }
   cache->emplace(key, object);  // kept: torch keeps its own cached objects too
   return object;
+}
+
+void PySideImpl::DumpTraceback(int fd) {
+  // Only write(2) and Python's own signal-safe dumper: this runs in a crash.
+  auto write_all = [fd](const char* text, size_t length) {
+    while (length > 0) {
+      const ssize_t n = ::write(fd, text, length);
+      if (n <= 0) return;
+      text += n;
+      length -= static_cast<size_t>(n);
+    }
+  };
+  char digits[16];
+  int n = 0;
+  for (int value = index_ < 0 ? 0 : index_; n == 0 || value > 0; value /= 10) {
+    digits[n++] = static_cast<char>('0' + value % 10);
+  }
+  char line[64] = "  interpreter ";
+  size_t length = std::strlen(line);
+  while (n > 0) line[length++] = digits[--n];
+  line[length++] = '\n';
+  write_all(line, length);
+  PyThreadState* state = PyGILState_GetThisThreadState();
+  if (state == nullptr) {
+    const char none[] = "  (this thread has no Python stack here)\n";
+    write_all(none, sizeof(none) - 1);
+    return;
+  }
+  _Py_DumpTraceback(fd, state);
 }
 
 bool PySideImpl::Interrupt(uint64_t call_token) {

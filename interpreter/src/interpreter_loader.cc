@@ -9,10 +9,12 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstdio>
 #include <iterator>
 #include <set>
 #include <utility>
 
+#include "chorus/common/crash_report.h"
 #include "chorus/common/logging.h"
 #include "interpreter/libcache/elf_editor.h"
 #include "interpreter/src/build_info.h"
@@ -299,6 +301,14 @@ StatusOr<std::string> InterpreterLoader::PrepareExtension(int slot, const std::s
   CHORUS_RETURN_IF_ERROR(LoadCopy(path, scope, &handle));
   Log().debug("interpreter {}: extension {} loaded as {}", slot, path, copy.path);
   return copy.path;
+}
+
+void InterpreterLoader::ReportExit(int status) {
+  std::fflush(nullptr);
+  const std::string header =
+      "\nchorus: model code called os._exit(" + std::to_string(status) + ")\n";
+  if (::write(2, header.data(), header.size()) < 0) return;
+  WriteCrashContext(2);
 }
 
 void InterpreterLoader::BeginExclusive() {

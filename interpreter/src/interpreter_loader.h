@@ -65,6 +65,7 @@ class InterpreterLoader final : public pyside::HostServices {
       CHORUS_EXCLUDES(mu_);
   void BeginExclusive() override CHORUS_EXCLUDES(exclusive_mu_);
   void EndExclusive() override CHORUS_EXCLUDES(exclusive_mu_);
+  void ReportExit(int status) override;
   void* TakeAutogradEngine() override;
   at::Tensor CrossingAlias(const at::Tensor& tensor) override;
   void EnterSlot(int slot) override;

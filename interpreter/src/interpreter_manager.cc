@@ -7,6 +7,7 @@
 #include <atomic>
 #include <thread>
 
+#include "chorus/common/crash_report.h"
 #include "chorus/common/logging.h"
 #include "chorus/common/thread_annotations.h"
 #include "interpreter/src/interpreter_loader.h"
@@ -145,8 +146,23 @@ class InterpreterManagerImpl final : public InterpreterManager {
   Mutex initialize_mu_;
 };
 
+namespace {
+
+// The crash report's part about interpreters: which one the crashing thread
+// works in, and its Python stack. Async-signal-safe.
+void ReportInterpreterOfThisThread(int fd) {
+  if (pyside::PySide* side = registry::Get(registry::CurrentSlot())) side->DumpTraceback(fd);
+}
+
+}  // namespace
+
 StatusOr<std::unique_ptr<InterpreterManager>> InterpreterManager::Create(
     const InterpreterManagerOptions& options) {
+  static const bool hooked = [] {
+    AddCrashReportHook(&ReportInterpreterOfThisThread);
+    return true;
+  }();
+  (void)hooked;
   int size = options.num_interpreters > 0 ? options.num_interpreters : HardwareThreads();
   if (options.intra_op_threads >= 0) {
     int threads = options.intra_op_threads > 0 ? options.intra_op_threads

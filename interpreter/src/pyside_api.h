@@ -28,7 +28,7 @@ class DispatchKeySet;
 
 namespace chorus::pyside {
 
-inline constexpr uint32_t kAbiVersion = 2;
+inline constexpr uint32_t kAbiVersion = 3;
 inline constexpr char kEntryPoint[] = "chorus_pyside_create";
 
 // A strong reference to a Python object of one interpreter (really a PyObject*).
@@ -90,6 +90,10 @@ class HostServices {
   virtual void LeaveSlot(int slot) = 0;
   // The slot the calling thread works in now, or -1.
   virtual int CurrentSlot() = 0;
+  // Model code is ending the process (os._exit(status)): writes the crash
+  // report's account of the calling thread (what it runs, its interpreter
+  // and Python stack) to the log first.
+  virtual void ReportExit(int status) = 0;
 };
 
 struct StartOptions {
@@ -163,6 +167,11 @@ class PySide {
   // Any thread: this interpreter's autograd engine (its copy of torch's
   // PythonEngine, as a torch::autograd::Engine*).
   virtual void* AutogradEngine() = 0;
+
+  // Async-signal-safe (a crash report): writes "interpreter <index>" and the
+  // calling thread's Python stack in this interpreter to `fd`, as Python's
+  // faulthandler does.
+  virtual void DumpTraceback(int fd) = 0;
 
   // Any thread, GIL not held. Raises chorus.DeadlineExceeded inside the call
   // tagged `call_token` if it is still running; returns whether it was.

@@ -49,12 +49,30 @@ def _create_private_module(loader, spec):
     return module
 
 
+def _report_os_exit():
+    """Model code that ends the process with os._exit is named in the log: the
+    request it was running, its interpreter and Python stack (as a crash is)."""
+    import os
+
+    import _chorus
+    real_exit = os._exit
+
+    def _exit(status):
+        try:
+            _chorus.report_exit(int(status))
+        finally:
+            real_exit(status)
+    _exit.__doc__ = real_exit.__doc__
+    os._exit = _exit
+
+
 def install():
     """Installs the private-copy loader, then the torch shims, then site."""
     _ExtensionFileLoader.create_module = _create_private_module  # type: ignore[method-assign]
 
     from chorus import _torch_compat
     _torch_compat.install_import_hook()
+    _report_os_exit()
 
     import site
     site.main()

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 
+#include "chorus/common/crash_report.h"
 #include "chorus/common/logging.h"
 
 namespace chorus {
@@ -94,12 +95,24 @@ bool ModelScheduler::Answered(Pending& pending) {
   return true;
 }
 
+std::string ModelScheduler::CrashContextOf(const std::vector<Pending>& batch) const {
+  std::string text = "model " + (options_.label.empty() ? std::string("?") : options_.label) +
+                     ", request" + (batch.size() > 1 ? "s " : " ");
+  for (size_t i = 0; i < batch.size() && text.size() < 512; ++i) {
+    const std::string& id = batch[i].request.id;
+    text += (i ? ", " : "") + (id.empty() ? std::string("(no id)") : id);
+  }
+  return text;
+}
+
 bool ModelScheduler::Compatible(const Pending& a, const Pending& b) const {
   const auto& x = a.request.inputs;
   const auto& y = b.request.inputs;
   if (x.size() != y.size()) return false;
   for (size_t i = 0; i < x.size(); ++i) {
     if (x[i].scalar_type() != y[i].scalar_type() || x[i].dim() != y[i].dim()) return false;
+    // An input without the batch dimension cannot be concatenated along it.
+    if (x[i].dim() <= options_.batching.batch_dim) return false;
     for (int64_t d = 0; d < x[i].dim(); ++d) {
       if (d != options_.batching.batch_dim && x[i].size(d) != y[i].size(d)) return false;
     }
@@ -164,6 +177,7 @@ void ModelScheduler::Execute(std::vector<Pending> batch) {
   batch.erase(std::remove_if(batch.begin(), batch.end(), [&](Pending& p) { return Answered(p); }),
               batch.end());
   if (batch.empty()) return;
+  const ScopedCrashContext crash_context(CrashContextOf(batch));
   const Clock::time_point start = Clock::now();
   const int64_t dim = options_.batching.batch_dim;
   int64_t total = 0;

@@ -508,6 +508,25 @@ TEST_F(SchedulerTest, RequestsOfOtherShapesOrDtypesAreNotBatchedTogether) {
   EXPECT_THAT(harness.batches(), ElementsAre(Batch{1, 1}, Batch{2, 2}, Batch{2, 2}, Batch{1, 1}));
 }
 
+// Inputs without the batch dimension (0-dim) cannot be concatenated along it:
+// each runs alone (here the model then refuses the scalar) and the process
+// keeps serving.
+TEST_F(SchedulerTest, InputsWithoutTheBatchDimensionAreNeverBatched) {
+  Harness harness(model(), Batched(8, std::chrono::microseconds(0)), gate());
+  ASSERT_TRUE(harness.SubmitHeld(0));
+  harness.Submit(1, Request(at::scalar_tensor(3.0f)));
+  harness.Submit(2, Request(at::scalar_tensor(4.0f)));
+  harness.Release();
+  ASSERT_TRUE(harness.AwaitAnswers(3));
+  for (int id : {1, 2}) {
+    EXPECT_THAT(harness.Result(id).status, StatusIs(StatusCode::kInternal)) << id;
+  }
+  EXPECT_THAT(harness.batches(), ElementsAre(Batch{1, 1}, Batch{1, 1}, Batch{1, 1}));
+  harness.Submit(3, Request(Rows(1, 1)));
+  ASSERT_TRUE(harness.AwaitAnswers(4));
+  ExpectReported(harness.Result(3), Rows(1, 1), 1);
+}
+
 TEST_F(SchedulerTest, AFullQueueRefusesWithUnavailable) {
   SchedulerOptions options = Unbatched();
   options.max_queue = 2;

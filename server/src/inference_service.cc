@@ -126,6 +126,7 @@ grpc::ServerUnaryReactor* InferenceService::ModelInfer(grpc::CallbackServerConte
   }
   auto* reactor = new InferReactor();
   InferenceRequest call;
+  call.id = request->id();
   call.inputs = std::move(*inputs);
   call.deadline = DeadlineOf(ctx, context_->request_timeout);
   call.cancelled = reactor->cancelled();

@@ -1,15 +1,20 @@
 // chorus-server: serves a model repository over the Open Inference Protocol.
 // SIGTERM or SIGINT: stop accepting, drain in-flight requests (bounded by
-// --drain-timeout-ms), exit 0.
+// --drain-timeout-ms), exit 0. A fatal signal writes a crash report to stderr
+// and the process dies of that signal.
 #include <signal.h>
 
 #include <CLI/CLI.hpp>
 #include <cstdio>
 
+#include "chorus/common/crash_report.h"
 #include "chorus/common/logging.h"
 #include "chorus/server/server.h"
 
 int main(int argc, char** argv) {
+  // A model that crashes the process leaves a report (model, request,
+  // interpreter, Python stack) on stderr, the server's log.
+  chorus::InstallCrashHandler("chorus-server");
   chorus::ServerOptions options;
   CLI::App app{"chorus-server: serve PyTorch models packaged with chorus-package"};
   int64_t timeout_ms = 0, drain_ms = 30000;

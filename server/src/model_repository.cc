@@ -156,6 +156,7 @@ StatusOr<std::shared_ptr<LoadedModel>> ModelRepository::LoadVersion(const std::s
   }
   CHORUS_ASSIGN_OR_RETURN(SchedulerOptions scheduling,
                           SchedulingFor(model_dir, *model->manifest(), options_));
+  scheduling.label = name + " version " + version;
   return std::make_shared<LoadedModel>(name, version, std::move(model), scheduling);
 }
 

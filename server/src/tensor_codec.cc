@@ -1,6 +1,7 @@
 #include "server/src/tensor_codec.h"
 
 #include <cstring>
+#include <limits>
 #include <map>
 #include <set>
 
@@ -26,63 +27,125 @@ bool HasTypedContents(const inference::InferTensorContents& c) {
          c.fp64_contents_size() || c.bytes_contents_size();
 }
 
-// Copies typed contents of the field that matches `dtype` into `tensor`.
-Status FromTypedContents(const inference::InferTensorContents& c, const DtypeInfo& dtype,
-                         const std::string& name, at::Tensor& tensor) {
-  const int64_t n = tensor.numel();
-  auto count_check = [&](int count) -> Status {
-    if (count != n) {
-      return Invalid(
-          name, std::to_string(count) + " typed values for " + std::to_string(n) + " elements");
+// The number of elements of `shape`; INVALID_ARGUMENT for a negative
+// dimension or a count whose bytes could not be addressed. Checked before
+// anything is allocated, so a request cannot make the server allocate what
+// its contents do not back.
+StatusOr<int64_t> ElementCount(const std::vector<int64_t>& shape) {
+  constexpr int64_t kMaxElements = int64_t{1} << 56;
+  int64_t n = 1;
+  for (int64_t d : shape) {
+    if (d < 0) return InvalidArgumentError("negative dimension in shape " + ShapeText(shape));
+    if (d != 0 && n > kMaxElements / d) {
+      return InvalidArgumentError("shape " + ShapeText(shape) + " has too many elements");
     }
-    return OkStatus();
-  };
+    n *= d;
+  }
+  return n;
+}
+
+at::Tensor Empty(const std::vector<int64_t>& shape, const DtypeInfo& dtype) {
+  return at::empty(shape, at::TensorOptions().dtype(ScalarTypeOf(dtype.dtype)));
+}
+
+// Integer values of a typed field, refused unless each fits `T`.
+template <typename T, typename Values>
+StatusOr<at::Tensor> FromIntegers(const Values& values, const std::vector<int64_t>& shape,
+                                  const DtypeInfo& dtype, const std::string& name) {
+  at::Tensor tensor = Empty(shape, dtype);
+  T* out = tensor.data_ptr<T>();
+  for (int i = 0; i < values.size(); ++i) {
+    if (values[i] < std::numeric_limits<T>::min() || values[i] > std::numeric_limits<T>::max()) {
+      return Invalid(name, "value " + std::to_string(values[i]) + " does not fit " + dtype.wire);
+    }
+    out[i] = static_cast<T>(values[i]);
+  }
+  return tensor;
+}
+
+// Values of a typed field whose C++ type is the tensor's.
+template <typename Values>
+StatusOr<at::Tensor> FromSameType(const Values& values, const std::vector<int64_t>& shape,
+                                  const DtypeInfo& dtype) {
+  at::Tensor tensor = Empty(shape, dtype);
+  if (values.size() > 0) {
+    std::memcpy(tensor.data_ptr(), values.data(), values.size() * dtype.element_size);
+  }
+  return tensor;
+}
+
+// The tensor held by the typed field that matches `dtype`, after checking it
+// holds one value per element of `shape` (`elements`).
+StatusOr<at::Tensor> FromTypedContents(const inference::InferTensorContents& c,
+                                       const DtypeInfo& dtype, const std::string& name,
+                                       const std::vector<int64_t>& shape, int64_t elements) {
+  int count = 0;
   switch (dtype.dtype) {
-    case Dtype::kBool: {
-      CHORUS_RETURN_IF_ERROR(count_check(c.bool_contents_size()));
-      auto* out = tensor.data_ptr<bool>();
-      for (int64_t i = 0; i < n; ++i) out[i] = c.bool_contents(i);
-      return OkStatus();
-    }
+    case Dtype::kBool:
+      count = c.bool_contents_size();
+      break;
     case Dtype::kInt8:
     case Dtype::kInt16:
-    case Dtype::kInt32: {
-      CHORUS_RETURN_IF_ERROR(count_check(c.int_contents_size()));
-      at::Tensor values =
-          at::tensor(std::vector<int32_t>(c.int_contents().begin(), c.int_contents().end()));
-      tensor.view({-1}).copy_(values);
-      return OkStatus();
-    }
-    case Dtype::kInt64: {
-      CHORUS_RETURN_IF_ERROR(count_check(c.int64_contents_size()));
-      std::memcpy(tensor.data_ptr(), c.int64_contents().data(), n * sizeof(int64_t));
-      return OkStatus();
-    }
-    case Dtype::kUint8: {
-      CHORUS_RETURN_IF_ERROR(count_check(c.uint_contents_size()));
-      auto* out = tensor.data_ptr<uint8_t>();
-      for (int64_t i = 0; i < n; ++i) out[i] = static_cast<uint8_t>(c.uint_contents(i));
-      return OkStatus();
-    }
-    case Dtype::kFloat32: {
-      CHORUS_RETURN_IF_ERROR(count_check(c.fp32_contents_size()));
-      std::memcpy(tensor.data_ptr(), c.fp32_contents().data(), n * sizeof(float));
-      return OkStatus();
-    }
-    case Dtype::kFloat64: {
-      CHORUS_RETURN_IF_ERROR(count_check(c.fp64_contents_size()));
-      std::memcpy(tensor.data_ptr(), c.fp64_contents().data(), n * sizeof(double));
-      return OkStatus();
-    }
+    case Dtype::kInt32:
+      count = c.int_contents_size();
+      break;
+    case Dtype::kInt64:
+      count = c.int64_contents_size();
+      break;
+    case Dtype::kUint8:
+      count = c.uint_contents_size();
+      break;
+    case Dtype::kFloat32:
+      count = c.fp32_contents_size();
+      break;
+    case Dtype::kFloat64:
+      count = c.fp64_contents_size();
+      break;
     default:
       return Invalid(name, std::string(dtype.wire) + " travels only as raw contents");
   }
+  if (count != elements) {
+    return Invalid(name, std::to_string(count) + " typed values for " + std::to_string(elements) +
+                             " elements");
+  }
+  switch (dtype.dtype) {
+    case Dtype::kBool:
+      return FromIntegers<bool>(c.bool_contents(), shape, dtype, name);
+    case Dtype::kInt8:
+      return FromIntegers<int8_t>(c.int_contents(), shape, dtype, name);
+    case Dtype::kInt16:
+      return FromIntegers<int16_t>(c.int_contents(), shape, dtype, name);
+    case Dtype::kInt32:
+      return FromSameType(c.int_contents(), shape, dtype);
+    case Dtype::kInt64:
+      return FromSameType(c.int64_contents(), shape, dtype);
+    case Dtype::kUint8:
+      return FromIntegers<uint8_t>(c.uint_contents(), shape, dtype, name);
+    case Dtype::kFloat32:
+      return FromSameType(c.fp32_contents(), shape, dtype);
+    default:
+      return FromSameType(c.fp64_contents(), shape, dtype);
+  }
 }
 
-int64_t ShapeElements(const std::vector<int64_t>& shape) {
-  int64_t n = 1;
-  for (int64_t d : shape) n *= d;
-  return n;
+// `tensors`, if every input of a batchable model that has the batch
+// dimension has the same number of rows along it (they are batched together).
+StatusOr<std::vector<at::Tensor>> CheckBatchRows(std::vector<at::Tensor> tensors,
+                                                 const Manifest& manifest) {
+  const int64_t dim = manifest.batching.batch_dim;
+  if (!manifest.batching.batchable) return tensors;
+  const at::Tensor* first = nullptr;
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    if (tensors[i].dim() <= dim) continue;
+    if (first == nullptr) {
+      first = &tensors[i];
+    } else if (tensors[i].size(dim) != first->size(dim)) {
+      return Invalid(manifest.inputs[i].name,
+                     std::to_string(tensors[i].size(dim)) + " rows along the batch dimension; " +
+                         "the other inputs have " + std::to_string(first->size(dim)));
+    }
+  }
+  return tensors;
 }
 
 }  // namespace
@@ -91,17 +154,15 @@ StatusOr<at::Tensor> TensorFromRaw(const std::string& datatype, const std::vecto
                                    const std::string& raw) {
   const DtypeInfo* dtype = DtypeByWireName(datatype);
   if (dtype == nullptr) return InvalidArgumentError("unknown datatype \"" + datatype + "\"");
-  for (int64_t d : shape) {
-    if (d < 0) return InvalidArgumentError("negative dimension in shape " + ShapeText(shape));
-  }
-  at::Tensor tensor = at::empty(shape, at::TensorOptions().dtype(ScalarTypeOf(dtype->dtype)));
-  const size_t expected = tensor.numel() * tensor.element_size();
+  CHORUS_ASSIGN_OR_RETURN(const int64_t elements, ElementCount(shape));
+  const size_t expected = static_cast<size_t>(elements) * dtype->element_size;
   if (raw.size() != expected) {
     return InvalidArgumentError("raw contents hold " + std::to_string(raw.size()) +
                                 " bytes; shape " + ShapeText(shape) + " of " + datatype +
                                 " needs " + std::to_string(expected));
   }
-  std::memcpy(tensor.data_ptr(), raw.data(), expected);
+  at::Tensor tensor = Empty(shape, *dtype);
+  if (expected > 0) std::memcpy(tensor.data_ptr(), raw.data(), expected);
   return tensor;
 }
 
@@ -161,11 +222,17 @@ StatusOr<std::vector<at::Tensor>> DecodeInputs(const inference::ModelInferReques
           TensorFromRaw(input.datatype(), shape, request.raw_input_contents(k));
       if (!decoded.ok()) return Invalid(input.name(), decoded.status().message());
       tensor = std::move(decoded).value();
-    } else if (typed || ShapeElements(shape) == 0) {
-      tensor = at::empty(shape, at::TensorOptions().dtype(ScalarTypeOf(dtype->dtype)));
-      CHORUS_RETURN_IF_ERROR(FromTypedContents(input.contents(), *dtype, input.name(), tensor));
     } else {
-      return Invalid(input.name(), "no contents (typed or raw)");
+      StatusOr<int64_t> elements = ElementCount(shape);
+      if (!elements.ok()) return Invalid(input.name(), elements.status().message());
+      if (typed) {
+        CHORUS_ASSIGN_OR_RETURN(
+            tensor, FromTypedContents(input.contents(), *dtype, input.name(), shape, *elements));
+      } else if (*elements == 0) {
+        tensor = Empty(shape, *dtype);  // nothing to send
+      } else {
+        return Invalid(input.name(), "no contents (typed or raw)");
+      }
     }
     tensors[it->second] = std::move(tensor);
   }
@@ -174,7 +241,7 @@ StatusOr<std::vector<at::Tensor>> DecodeInputs(const inference::ModelInferReques
       return Invalid(manifest.inputs[i].name, "missing (the model needs every input)");
     }
   }
-  return tensors;
+  return CheckBatchRows(tensors, manifest);
 }
 
 Status EncodeOutputs(const std::vector<at::Tensor>& outputs, const Manifest& manifest,

@@ -297,6 +297,74 @@ TEST(TensorCodecTest, TensorFromRawChecksDatatypeShapeAndSize) {
   EXPECT_EQ(scalar.item<double>(), pi);
 }
 
+// A shape's element count is checked against the contents before anything is
+// allocated: a request cannot make the server allocate what it did not send.
+TEST(TensorCodecTest, HugeShapesAreRefusedBeforeAnyAllocation) {
+  EXPECT_THAT(TensorFromRaw("FP32", {int64_t{1} << 40, int64_t{1} << 40}, ""),
+              StatusIs(StatusCode::kInvalidArgument,
+                       "shape [1099511627776, 1099511627776] has too many elements"));
+  EXPECT_THAT(TensorFromRaw("FP32", {int64_t{1} << 30, 1024}, ""),
+              StatusIs(StatusCode::kInvalidArgument,
+                       "raw contents hold 0 bytes; shape [1073741824, 1024] of FP32 needs "
+                       "4398046511104"));
+  Manifest manifest = TwoInputManifest();
+  manifest.inputs[0].shape = {-1, -1};
+  manifest.batching.batchable = false;
+  inference::ModelInferRequest typed;
+  AddInput(typed, "a", "FP32", {int64_t{1} << 20, int64_t{1} << 20})
+      ->mutable_contents()
+      ->add_fp32_contents(1.0f);
+  AddTypedB(typed);
+  EXPECT_THAT(DecodeInputs(typed, manifest),
+              StatusIs(StatusCode::kInvalidArgument,
+                       "input \"a\": 1 typed values for 1099511627776 elements"));
+}
+
+TEST(TensorCodecTest, TypedIntegersThatDoNotFitTheirDtypeAreRefused) {
+  struct Case {
+    const char* dtype;
+    int64_t value;
+    const char* message;
+  };
+  for (const Case& c : {Case{"int8", 300, "value 300 does not fit INT8"},
+                        Case{"int8", -129, "value -129 does not fit INT8"},
+                        Case{"int16", 70000, "value 70000 does not fit INT16"},
+                        Case{"uint8", 256, "value 256 does not fit UINT8"}}) {
+    const DtypeInfo& info = *DtypeByName(c.dtype);
+    inference::ModelInferRequest request;
+    auto* contents = AddInput(request, "x", info.wire, {1, 3})->mutable_contents();
+    for (int i = 0; i < 3; ++i) {
+      const int64_t v = i == 1 ? c.value : 7;
+      if (info.dtype == Dtype::kUint8) {
+        contents->add_uint_contents(static_cast<uint32_t>(v));
+      } else {
+        contents->add_int_contents(static_cast<int32_t>(v));
+      }
+    }
+    EXPECT_THAT(DecodeInputs(request, OneTensorManifest(c.dtype)),
+                StatusIs(StatusCode::kInvalidArgument, "input \"x\": " + std::string(c.message)));
+  }
+  inference::ModelInferRequest edges;
+  auto* contents = AddInput(edges, "x", "INT8", {1, 3})->mutable_contents();
+  for (int v : {-128, 0, 127}) contents->add_int_contents(v);
+  ASSERT_OK_AND_ASSIGN(std::vector<at::Tensor> decoded,
+                       DecodeInputs(edges, OneTensorManifest("int8")));
+  EXPECT_TRUE(at::equal(decoded[0], at::tensor({-128, 0, 127}, at::kChar).reshape({1, 3})));
+}
+
+TEST(TensorCodecTest, InputsOfABatchableModelMustAgreeOnTheirRows) {
+  inference::ModelInferRequest request;
+  AddTypedA(request);  // 2 rows
+  auto* b = AddInput(request, "b", "INT64", {3})->mutable_contents();
+  for (int64_t v : {1, 2, 3}) b->add_int64_contents(v);
+  EXPECT_THAT(DecodeInputs(request, TwoInputManifest()),
+              StatusIs(StatusCode::kInvalidArgument,
+                       "input \"b\": 3 rows along the batch dimension; the other inputs have 2"));
+  Manifest unbatched = TwoInputManifest();
+  unbatched.batching.batchable = false;
+  EXPECT_OK(DecodeInputs(request, unbatched));
+}
+
 TEST(TensorCodecTest, DecodedInputsFollowTheManifestOrder) {
   inference::ModelInferRequest request;
   AddTypedB(request);  // b first: the model takes a, then b
@@ -371,14 +439,16 @@ TEST(TensorCodecTest, ADatatypeOtherThanTheSignaturesIsRejected) {
 }
 
 // A request with input a of `shape` (typed contents of the right count) and a
-// valid b.
+// valid b with as many rows (two when a has no dimensions).
 inference::ModelInferRequest WithShapeOfA(const std::vector<int64_t>& shape) {
   inference::ModelInferRequest request;
   auto* contents = AddInput(request, "a", "FP32", shape)->mutable_contents();
   int64_t elements = 1;
   for (int64_t d : shape) elements *= d;
   for (int64_t i = 0; i < elements; ++i) contents->add_fp32_contents(static_cast<float>(i));
-  AddTypedB(request);
+  const int64_t rows = shape.empty() || shape[0] < 0 ? 2 : shape[0];
+  auto* b = AddInput(request, "b", "INT64", {rows})->mutable_contents();
+  for (int64_t i = 0; i < rows; ++i) b->add_int64_contents(i);
   return request;
 }
 

@@ -57,3 +57,16 @@ class Sleeper(torch.nn.Module):
 class Identity(torch.nn.Module):
     def forward(self, x):
         return x
+
+
+class Crasher(torch.nn.Module):
+    """x * 2; x[0, 0] == 13 dereferences a null pointer (SIGSEGV), 7 calls os._exit(7)."""
+
+    def forward(self, x):
+        if float(x[0, 0]) == 13.0:
+            import ctypes
+            ctypes.string_at(0)
+        if float(x[0, 0]) == 7.0:
+            import os
+            os._exit(7)
+        return x * 2

@@ -20,6 +20,7 @@
 #include <deque>
 #include <functional>
 #include <memory>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -43,9 +44,11 @@ struct SchedulerOptions {
   BatchingOptions batching;
   size_t max_queue = 1024;  // queued requests beyond which Submit answers UNAVAILABLE
   int workers = 1;          // concurrent executions; usually the interpreters
+  std::string label;        // what crash reports call the model ("mlp version 1")
 };
 
 struct InferenceRequest {
+  std::string id;                  // the client's request id (crash reports name it); may be ""
   std::vector<at::Tensor> inputs;  // in the model's signature order
   std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max();
   std::shared_ptr<std::atomic<bool>> cancelled;  // optional; set when the client goes away
@@ -103,6 +106,8 @@ class ModelScheduler {
   // Takes the next batch from the queue, waiting for stragglers as allowed.
   std::vector<Pending> NextBatch() CHORUS_REQUIRES(mu_);
   bool Compatible(const Pending& a, const Pending& b) const;
+  // "model <label>, requests <ids>": what a crash report says this batch was.
+  std::string CrashContextOf(const std::vector<Pending>& batch) const;
   void Execute(std::vector<Pending> batch);
   // Answers requests that expired or were cancelled while queued.
   bool Answered(Pending& pending);

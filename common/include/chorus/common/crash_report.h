@@ -1,0 +1,46 @@
+// The report a fatal signal writes before the process dies: which thread,
+// what it was running (model, version, request ids: ScopedCrashContext), what
+// registered hooks add (the interpreter and its Python stack), and a native
+// backtrace. Everything the handler does is async-signal-safe.
+#ifndef CHORUS_COMMON_CRASH_REPORT_H_
+#define CHORUS_COMMON_CRASH_REPORT_H_
+
+#include <cstddef>
+#include <string_view>
+
+namespace chorus {
+
+// Marks what the calling thread runs until destroyed ("model m version 1,
+// requests a, b"), for the crash report. Nests: the report shows every level,
+// outermost first. Copies (and truncates) into a thread-local buffer; cheap.
+// Not copyable; destroy on the thread that made it.
+class ScopedCrashContext {
+ public:
+  explicit ScopedCrashContext(std::string_view what);
+  ~ScopedCrashContext();
+  ScopedCrashContext(const ScopedCrashContext&) = delete;
+  ScopedCrashContext& operator=(const ScopedCrashContext&) = delete;
+
+ private:
+  size_t restore_length_;
+};
+
+// Writes the calling thread's crash context ("  running: ...") to `fd`, and
+// what the hooks add. Async-signal-safe.
+void WriteCrashContext(int fd);
+
+// A function the report calls to add what it knows about the crashing thread;
+// it must be async-signal-safe. At most 8; any thread; never removed.
+using CrashReportHook = void (*)(int fd);
+void AddCrashReportHook(CrashReportHook hook);
+
+// Installs the report for SIGSEGV, SIGBUS, SIGFPE, SIGILL and SIGABRT: it
+// writes "<program>: fatal signal SIGSEGV (address 0x0) on thread <tid>", the
+// thread's context, the hooks' additions and a native backtrace to `fd`, then
+// dies of the same signal (so a supervisor sees which). Idempotent; call early
+// in main, before threads start.
+void InstallCrashHandler(const char* program, int fd = 2);
+
+}  // namespace chorus
+
+#endif  // CHORUS_COMMON_CRASH_REPORT_H_
