@@ -4,6 +4,8 @@ function(chorus_add_test)
   cmake_parse_arguments(T "" "NAME;TIMEOUT" "SOURCES;LIBS;LABELS" ${ARGN})
   add_executable(${T_NAME} ${T_SOURCES})
   target_link_libraries(${T_NAME} PRIVATE ${T_LIBS} GTest::gmock GTest::gtest GTest::gtest_main)
+  # Tests may use private headers and tests/support/ (paths from the root).
+  target_include_directories(${T_NAME} PRIVATE "${PROJECT_SOURCE_DIR}")
   set_target_properties(${T_NAME} PROPERTIES RUNTIME_OUTPUT_DIRECTORY "${PROJECT_BINARY_DIR}/bin/tests")
   if(NOT T_TIMEOUT)
     set(T_TIMEOUT 300)

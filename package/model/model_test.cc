@@ -12,6 +12,7 @@
 
 #include "chorus/common/process_stats.h"
 #include "chorus/common/status_matchers.h"
+#include "tests/support/python_testing.h"
 
 namespace chorus {
 namespace {
@@ -19,14 +20,8 @@ namespace {
 const std::string kCorpus = std::string(CHORUS_SOURCE_DIR) + "/tests/data/package_corpus/";
 const std::string kWork = "test-work/model";
 
-// Runs Python code with the pinned interpreter and chorus' Python package;
-// returns its exit status.
 int RunPython(const std::string& code) {
-  std::string script = kWork + "/script.py";
-  std::ofstream(script) << code;
-  std::string command =
-      std::string("PYTHONPATH=") + CHORUS_PYTHON_DIR + " " + CHORUS_PYTHON + " " + script;
-  return std::system(command.c_str());
+  return testing::RunPinnedPython(code, kWork + "/script.py");
 }
 
 class ModelTest : public ::testing::Test {

@@ -36,6 +36,7 @@
 #include "chorus/common/thread_annotations.h"
 #include "chorus/interpreter/interpreter_manager.h"
 #include "chorus/package/model.h"
+#include "tests/support/python_testing.h"
 
 namespace chorus {
 namespace {
@@ -86,20 +87,14 @@ class BatchReporter(torch.nn.Module):
 // This process's folder: ctest runs the tests of this file as concurrent
 // processes, and each has its own FIFOs.
 const std::string& WorkDir() {
-  static const std::string* dir =
-      new std::string(std::filesystem::current_path().string() + "/test-work/serving-" +
-                      std::to_string(::getpid()));
+  static const std::string* dir = new std::string(testing::ProcessWorkDir("serving"));
   return *dir;
 }
 
 // Runs `code` with the pinned Python and chorus' Python package; returns its
 // exit status.
 int RunPython(const std::string& code) {
-  const std::string script = WorkDir() + "/package.py";
-  if (!WriteFileAtomically(script, code).ok()) return -1;
-  const std::string command =
-      std::string("PYTHONPATH=") + CHORUS_PYTHON_DIR + " " + CHORUS_PYTHON + " " + script;
-  return std::system(command.c_str());
+  return testing::RunPinnedPython(code, WorkDir() + "/package.py");
 }
 
 UniqueFd OpenFifo(const std::string& path, int flags) {
@@ -340,12 +335,7 @@ create_package(")" + archive +
     // Interpreters read the environment once, when they are created.
     ASSERT_EQ(::setenv(kGateVariable, dir.c_str(), 1), 0);
     // One interpreter: the tests' model calls all run there, one at a time.
-    InterpreterManagerOptions options;
-    options.num_interpreters = 1;
-    options.cache_dir = "test-cache/serving";
-    ASSERT_OK_AND_ASSIGN(std::unique_ptr<InterpreterManager> manager,
-                         InterpreterManager::Create(options));
-    manager_ = manager.release();
+    ASSERT_OK_AND_ASSIGN(manager_, testing::OneInterpreter("test-cache/serving"));
     ASSERT_OK_AND_ASSIGN(std::shared_ptr<Model> loaded, Model::Load(manager_, archive));
     model_ = new std::shared_ptr<Model>(std::move(loaded));
     gate_ = new Gate(dir);
@@ -385,14 +375,22 @@ TEST_F(SchedulerTest, TheModelsManifestDeclaresItsTwoOutputs) {
   EXPECT_EQ(manifest.outputs[1].dtype, "int64");
 }
 
-TEST_F(SchedulerTest, RequestsArrivingTogetherRunAsOneBatch) {
-  Harness harness(model(), Batched(4, kLongDelay), gate());
+// Submits four one-row requests (ids 0-3) and waits for their answers; returns
+// their inputs.
+std::vector<at::Tensor> SubmitFourRows(Harness& harness) {
   std::vector<at::Tensor> inputs;
   for (int i = 0; i < 4; ++i) {
     inputs.push_back(Rows(1, 10 * i + 1));
     harness.Submit(i, Request(inputs[i]));
   }
-  ASSERT_TRUE(harness.AwaitAnswers(4));
+  EXPECT_TRUE(harness.AwaitAnswers(4));
+  return inputs;
+}
+
+TEST_F(SchedulerTest, RequestsArrivingTogetherRunAsOneBatch) {
+  Harness harness(model(), Batched(4, kLongDelay), gate());
+  const std::vector<at::Tensor> inputs = SubmitFourRows(harness);
+  ASSERT_EQ(harness.answered(), 4u);
   for (int i = 0; i < 4; ++i) {
     SCOPED_TRACE("request " + std::to_string(i));
     ExpectReported(harness.Result(i), inputs[i], 4);
@@ -412,12 +410,8 @@ TEST_F(SchedulerTest, RequestsArrivingTogetherRunAsOneBatch) {
 
 TEST_F(SchedulerTest, WithoutBatchingEveryRequestRunsAlone) {
   Harness harness(model(), Unbatched(), gate());
-  std::vector<at::Tensor> inputs;
-  for (int i = 0; i < 4; ++i) {
-    inputs.push_back(Rows(1, 10 * i + 1));
-    harness.Submit(i, Request(inputs[i]));
-  }
-  ASSERT_TRUE(harness.AwaitAnswers(4));
+  const std::vector<at::Tensor> inputs = SubmitFourRows(harness);
+  ASSERT_EQ(harness.answered(), 4u);
   for (int i = 0; i < 4; ++i) {
     SCOPED_TRACE("request " + std::to_string(i));
     ExpectReported(harness.Result(i), inputs[i], 1);
@@ -426,10 +420,9 @@ TEST_F(SchedulerTest, WithoutBatchingEveryRequestRunsAlone) {
   EXPECT_THAT(harness.batches(), ElementsAre(Batch{1, 1}, Batch{1, 1}, Batch{1, 1}, Batch{1, 1}));
 }
 
-TEST_F(SchedulerTest, APreferredBatchSizeEndsGatheringEarly) {
-  // Max 8, but 4 is preferred: 2+1+1 stops at 4, so does 3+1.
-  Harness harness(model(), Batched(8, kLongDelay, {4}), gate());
-  const std::vector<int64_t> sizes = {2, 1, 1, 3, 1};
+// Submits requests of `sizes` rows (ids in order), waits for them, and expects
+// each answered with its own rows from an execution of 4 rows.
+void SubmitAndExpectBatchesOfFour(Harness& harness, const std::vector<int64_t>& sizes) {
   std::vector<at::Tensor> inputs;
   for (size_t i = 0; i < sizes.size(); ++i) {
     inputs.push_back(Rows(sizes[i], 10 * i + 1));
@@ -440,6 +433,13 @@ TEST_F(SchedulerTest, APreferredBatchSizeEndsGatheringEarly) {
     SCOPED_TRACE("request " + std::to_string(i));
     ExpectReported(harness.Result(i), inputs[i], 4);
   }
+}
+
+TEST_F(SchedulerTest, APreferredBatchSizeEndsGatheringEarly) {
+  // Max 8, but 4 is preferred: 2+1+1 stops at 4, so does 3+1.
+  Harness harness(model(), Batched(8, kLongDelay, {4}), gate());
+  const std::vector<int64_t> sizes = {2, 1, 1, 3, 1};
+  SubmitAndExpectBatchesOfFour(harness, sizes);
   EXPECT_THAT(harness.order(), ElementsAre(0, 1, 2, 3, 4));
   EXPECT_THAT(harness.batches(), ElementsAre(Batch{4, 3}, Batch{4, 2}));
 }
@@ -449,16 +449,7 @@ TEST_F(SchedulerTest, BatchesNeverExceedTheMaxBatchSize) {
   // batch, while the 1-row request behind it joins this one.
   Harness harness(model(), Batched(4, kLongDelay), gate());
   const std::vector<int64_t> sizes = {3, 2, 1, 2};
-  std::vector<at::Tensor> inputs;
-  for (size_t i = 0; i < sizes.size(); ++i) {
-    inputs.push_back(Rows(sizes[i], 10 * i + 1));
-    harness.Submit(i, Request(inputs[i]));
-  }
-  ASSERT_TRUE(harness.AwaitAnswers(sizes.size()));
-  for (size_t i = 0; i < sizes.size(); ++i) {
-    SCOPED_TRACE("request " + std::to_string(i));
-    ExpectReported(harness.Result(i), inputs[i], 4);
-  }
+  SubmitAndExpectBatchesOfFour(harness, sizes);
   EXPECT_THAT(harness.order(), ElementsAre(0, 2, 1, 3));
   EXPECT_THAT(harness.batches(), ElementsAre(Batch{4, 2}, Batch{4, 2}));
 }

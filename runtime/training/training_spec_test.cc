@@ -1,4 +1,5 @@
 #include "chorus/training/training_spec.h"
+#include "tests/support/python_testing.h"
 
 #include <gtest/gtest.h>
 
@@ -9,23 +10,12 @@
 namespace chorus {
 namespace {
 
-// Runs `code` (no single quotes) with the embedded Python and chorus' package,
-// `argument` as sys.argv[1]; returns what it printed.
-std::string RunPython(const std::string& code, int* exit_status, const std::string& argument = "") {
-  const std::string command = std::string("PYTHONPATH=") + CHORUS_PYTHON_DIR + " " + CHORUS_PYTHON +
-                              " -c '" + code + "' '" + argument + "' 2>&1";
-  FILE* pipe = popen(command.c_str(), "r");
-  std::string out;
-  char buffer[4096];
-  while (pipe != nullptr && fgets(buffer, sizeof(buffer), pipe)) out += buffer;
-  *exit_status = pipe == nullptr ? -1 : pclose(pipe);
-  return out;
-}
+using testing::RunPinnedPythonCode;
 
 // One spec, one set of defaults: the C++ struct's and the Python dataclass'.
 TEST(TrainingSpecTest, CppAndPythonDefaultsAreTheSame) {
   int status = 0;
-  const std::string python = RunPython(
+  const std::string python = RunPinnedPythonCode(
       "import json; from chorus.training.spec import JobSpec; "
       "print(json.dumps(JobSpec().to_dict()))",
       &status);
@@ -42,7 +32,7 @@ TEST(TrainingSpecTest, PythonReadsWhatCppWritesAndNamesUnknownKeys) {
   spec.lr_schedule.kind = "warmup_cosine";
   spec.devices = {"cpu", "cpu"};
   int status = 0;
-  const std::string out = RunPython(
+  const std::string out = RunPinnedPythonCode(
       "import json, sys\n"
       "from chorus.training.spec import JobSpec\n"
       "print(json.dumps(JobSpec.from_dict(json.loads(sys.argv[1])).to_dict()))\n"

@@ -21,6 +21,7 @@
 
 #include "chorus/common/file_util.h"
 #include "chorus/common/status_matchers.h"
+#include "tests/support/python_testing.h"
 
 namespace chorus {
 namespace {
@@ -57,9 +58,7 @@ class Scale(torch.nn.Module):
 // This process's folder (ctest runs the tests of this file as processes of
 // their own, possibly at the same time).
 const std::string& WorkDir() {
-  static const std::string* dir =
-      new std::string(std::filesystem::current_path().string() + "/test-work/repository-" +
-                      std::to_string(::getpid()));
+  static const std::string* dir = new std::string(testing::ProcessWorkDir("repository"));
   return *dir;
 }
 
@@ -78,11 +77,7 @@ std::string Corpus(const std::string& name) {
 // Runs `code` with the pinned Python and chorus' Python package; returns its
 // exit status.
 int RunPython(const std::string& code) {
-  const std::string script = WorkDir() + "/package.py";
-  if (!WriteFileAtomically(script, code).ok()) return -1;
-  const std::string command =
-      std::string("PYTHONPATH=") + CHORUS_PYTHON_DIR + " " + CHORUS_PYTHON + " " + script;
-  return std::system(command.c_str());
+  return testing::RunPinnedPython(code, WorkDir() + "/package.py");
 }
 
 at::Tensor X() { return at::arange(1, 5, at::dtype(at::kFloat)).reshape({1, 4}); }
@@ -165,12 +160,7 @@ torch.jit.save(torch.jit.script(Scale(5)), ")" +
                         ArchiveDir() + R"(/torchscript.pt")
 )"),
               0);
-    InterpreterManagerOptions options;
-    options.num_interpreters = 1;
-    options.cache_dir = "test-cache/repository";
-    ASSERT_OK_AND_ASSIGN(std::unique_ptr<InterpreterManager> manager,
-                         InterpreterManager::Create(options));
-    manager_ = manager.release();
+    ASSERT_OK_AND_ASSIGN(manager_, testing::OneInterpreter("test-cache/repository"));
   }
 
   static void TearDownTestSuite() {
