@@ -1,8 +1,16 @@
 // chorus-server: serves a model repository over the Open Inference Protocol.
+//
+// By default the process is a small supervisor and the serving process its
+// child, restarted (with a growing pause) whenever it dies; --no-supervisor
+// serves in this process, for those who run it under systemd or Kubernetes.
 // SIGTERM or SIGINT: stop accepting, drain in-flight requests (bounded by
 // --drain-timeout-ms), exit 0. A fatal signal writes a crash report to stderr
-// and the process dies of that signal.
+// and the serving process dies of that signal.
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <CLI/CLI.hpp>
 #include <cstdio>
@@ -10,35 +18,14 @@
 #include "chorus/common/crash_report.h"
 #include "chorus/common/logging.h"
 #include "chorus/server/server.h"
+#include "chorus/server/supervisor.h"
 
-int main(int argc, char** argv) {
-  // A model that crashes the process leaves a report (model, request,
-  // interpreter, Python stack) on stderr, the server's log.
-  chorus::InstallCrashHandler("chorus-server");
-  chorus::ServerOptions options;
-  CLI::App app{"chorus-server: serve PyTorch models packaged with chorus-package"};
-  int64_t timeout_ms = 0, drain_ms = 30000;
-  app.add_option("--model-repository", options.model_repository,
-                 "directory of <model>/<version>/<archive>.pt")
-      ->required();
-  app.add_option("--interpreters", options.interpreters, "Python interpreters (0: one per core)");
-  app.add_option("--host", options.host, "address to listen on");
-  app.add_option("--port", options.port, "gRPC port (0: any free port)");
-  app.add_option("--metrics-port", options.metrics_port,
-                 "HTTP port for Prometheus /metrics (0: any free port, -1: off)");
-  app.add_option("--max-message-bytes", options.max_message_bytes, "largest request or response");
-  app.add_option("--max-queue", options.max_queue, "queued requests per model before UNAVAILABLE");
-  app.add_option("--request-timeout-ms", timeout_ms, "server-side limit per request (0: none)");
-  app.add_option("--drain-timeout-ms", drain_ms, "how long shutdown waits for in-flight requests");
-  app.add_option("--tls-cert", options.tls_cert, "PEM certificate chain (with --tls-key)");
-  app.add_option("--tls-key", options.tls_key, "PEM private key");
-  app.add_option("--auth-token", options.auth_token,
-                 "require 'authorization: Bearer <token>' on model calls");
-  app.add_option("--cache-dir", options.cache_dir, "library cache for the interpreters");
-  CLI11_PARSE(app, argc, argv);
-  options.request_timeout = std::chrono::milliseconds(timeout_ms);
-  options.drain_timeout = std::chrono::milliseconds(drain_ms);
+namespace {
 
+// Serves until SIGTERM or SIGINT; returns the exit status.
+int Serve(chorus::ServerOptions options, const chorus::ServingRun& run) {
+  options.restarts = run.restarts;
+  options.last_exit = run.last_exit;
   // Signals are taken synchronously by this thread; every thread started
   // from here on inherits the blocked mask.
   sigset_t signals;
@@ -60,4 +47,63 @@ int main(int argc, char** argv) {
   chorus::Log().info("received signal {}: draining", signal);
   (*server)->Shutdown();
   return 0;
+}
+
+// A free TCP port on `host` now, so that every serving process the
+// supervisor starts listens where clients were told to connect.
+int FreePort(const std::string& host) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_port = 0;
+  if (::inet_pton(AF_INET, host.c_str(), &address.sin_addr) != 1) address.sin_addr.s_addr = 0;
+  socklen_t length = sizeof(address);
+  int port = 0;
+  if (fd >= 0 && ::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) == 0 &&
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length) == 0) {
+    port = ntohs(address.sin_port);
+  }
+  if (fd >= 0) ::close(fd);
+  return port;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  // A model that crashes the process leaves a report (model, request,
+  // interpreter, Python stack) on stderr, the server's log.
+  chorus::InstallCrashHandler("chorus-server");
+  chorus::ServerOptions options;
+  CLI::App app{"chorus-server: serve PyTorch models packaged with chorus-package"};
+  int64_t timeout_ms = 0, drain_ms = 30000;
+  bool no_supervisor = false;
+  app.add_option("--model-repository", options.model_repository,
+                 "directory of <model>/<version>/<archive>.pt")
+      ->required();
+  app.add_option("--interpreters", options.interpreters, "Python interpreters (0: one per core)");
+  app.add_option("--host", options.host, "address to listen on");
+  app.add_option("--port", options.port, "gRPC port (0: any free port)");
+  app.add_option("--metrics-port", options.metrics_port,
+                 "HTTP port for Prometheus /metrics (0: any free port, -1: off)");
+  app.add_option("--max-message-bytes", options.max_message_bytes, "largest request or response");
+  app.add_option("--max-queue", options.max_queue, "queued requests per model before UNAVAILABLE");
+  app.add_option("--request-timeout-ms", timeout_ms, "server-side limit per request (0: none)");
+  app.add_option("--drain-timeout-ms", drain_ms, "how long shutdown waits for in-flight requests");
+  app.add_option("--tls-cert", options.tls_cert, "PEM certificate chain (with --tls-key)");
+  app.add_option("--tls-key", options.tls_key, "PEM private key");
+  app.add_option("--auth-token", options.auth_token,
+                 "require 'authorization: Bearer <token>' on model calls");
+  app.add_option("--cache-dir", options.cache_dir, "library cache for the interpreters");
+  app.add_flag("--no-supervisor", no_supervisor,
+               "serve in this process; nothing restarts it if it dies (for systemd, Kubernetes)");
+  CLI11_PARSE(app, argc, argv);
+  options.request_timeout = std::chrono::milliseconds(timeout_ms);
+  options.drain_timeout = std::chrono::milliseconds(drain_ms);
+
+  if (no_supervisor) return Serve(options, chorus::ServingRun{});
+  if (options.port == 0) options.port = FreePort(options.host);
+  if (options.metrics_port == 0) options.metrics_port = FreePort(options.host);
+  std::fflush(nullptr);  // nothing buffered may be written twice by the children
+  return chorus::Supervise(chorus::SupervisorOptions{},
+                           [&](const chorus::ServingRun& run) { return Serve(options, run); });
 }

@@ -15,6 +15,19 @@ void AppendMetricHeader(std::ostream& out, const char* name, const char* type, c
   out << "# HELP " << name << " " << help << "\n# TYPE " << name << " " << type << "\n";
 }
 
+std::string RenderRestartMetrics(int restarts, const std::string& last_exit) {
+  std::ostringstream out;
+  AppendMetricHeader(out, "chorus_server_restarts_total", "counter",
+                     "Serving processes the supervisor restarted after they died");
+  out << "chorus_server_restarts_total " << restarts << "\n";
+  if (restarts > 0) {
+    AppendMetricHeader(out, "chorus_server_last_exit_info", "gauge",
+                       "How the last serving process that died ended");
+    out << "chorus_server_last_exit_info{reason=\"" << last_exit << "\"} 1\n";
+  }
+  return out.str();
+}
+
 std::string RenderMetrics(const ModelRepository& repository, const InterpreterManager& manager) {
   std::ostringstream out;
   const auto models = repository.Loaded();

@@ -16,6 +16,10 @@ namespace chorus {
 // pending requests and a batch-size histogram; per interpreter, busy time.
 std::string RenderMetrics(const ModelRepository& repository, const InterpreterManager& manager);
 
+// The supervisor's figures: chorus_server_restarts_total, and
+// chorus_server_last_exit_info{reason="..."} after a restart.
+std::string RenderRestartMetrics(int restarts, const std::string& last_exit);
+
 // Writes a metric family's "# HELP" and "# TYPE" lines (type: counter, gauge,
 // histogram); the one place the exposition format's header is written.
 void AppendMetricHeader(std::ostream& out, const char* name, const char* type, const char* help);

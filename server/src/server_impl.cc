@@ -104,8 +104,9 @@ Status ServerImpl::StartGrpc(const ServerOptions& options) {
 Status ServerImpl::StartMetrics(const ServerOptions& options) {
   if (options.metrics_port < 0) return OkStatus();
   metrics_ = std::make_unique<httplib::Server>();
-  metrics_->Get("/metrics", [this](const httplib::Request&, httplib::Response& response) {
-    response.set_content(RenderMetrics(*repository_, *manager_) + jobs_->RenderMetrics(),
+  const std::string restarts = RenderRestartMetrics(options.restarts, options.last_exit);
+  metrics_->Get("/metrics", [this, restarts](const httplib::Request&, httplib::Response& response) {
+    response.set_content(RenderMetrics(*repository_, *manager_) + jobs_->RenderMetrics() + restarts,
                          "text/plain; version=0.0.4");
   });
   metrics_port_ =

@@ -1,8 +1,10 @@
 """A model that kills chorus-server leaves a report naming the model, the request,
 the interpreter and the Python stack (issue: crashes never take the service away)."""
 
+import os
 import re
 import signal
+import time
 
 import numpy as np
 import pytest
@@ -23,7 +25,7 @@ def crash_repository(tmp_path):
 
 
 def crash_with(repo, value, request_id):
-    server = ServerProcess(repo, interpreters=2)
+    server = ServerProcess(repo, "--no-supervisor", interpreters=2)
     with server.client() as client:
         (answer,) = client.infer("crashy", {"x": np.ones((1, 4), np.float32)}).values()
         assert np.array_equal(answer, np.full((1, 4), 2, np.float32))
@@ -55,3 +57,64 @@ def test_a_model_calling_os_exit_is_reported_before_the_process_ends(crash_repos
     assert "chorus: model code called os._exit(7)" in log, log
     assert "  running: model crashy version 1, request exit-7\n" in log, log
     assert re.search(r'File ".*", line \d+ in forward', log), log
+
+
+def metric(text, name):
+    """The value of an unlabelled Prometheus metric, or of the first series of `name`."""
+    match = re.search(rf"^{re.escape(name)}(?:{{[^}}]*}})? (\S+)$", text, re.MULTILINE)
+    return float(match.group(1)) if match else None
+
+
+def wait_until_serving(client, deadline_s=120):
+    """The next successful ModelInfer on crashy (retried while the server restarts)."""
+    deadline = time.monotonic() + deadline_s
+    while True:
+        try:
+            (answer,) = client.infer("crashy", {"x": np.ones((1, 4), np.float32)},
+                                     timeout=10).values()
+            return answer
+        except ClientError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
+
+
+def test_the_supervisor_restarts_a_crashed_serving_process_on_the_same_port(crash_repository):
+    server = ServerProcess(crash_repository, interpreters=1)  # supervised: the default
+    try:
+        with server.client() as client:
+            assert np.array_equal(wait_until_serving(client), np.full((1, 4), 2, np.float32))
+            poison = client.make_request("crashy", {"x": np.full((1, 4), 13.0, np.float32)},
+                                         request_id="poison-1")
+            with pytest.raises(ClientError):
+                client.infer_request(poison, timeout=60)
+            # The same address serves again, and says what happened.
+            assert np.array_equal(wait_until_serving(client), np.full((1, 4), 2, np.float32))
+        assert server.process.poll() is None
+        metrics = server.metrics()
+        assert metric(metrics, "chorus_server_restarts_total") == 1, metrics
+        assert 'chorus_server_last_exit_info{reason="signal SIGSEGV"} 1' in metrics, metrics
+        log = server.log_text()
+        assert "  running: model crashy version 1, request poison-1\n" in log, log
+        assert "supervisor: serving process died (signal SIGSEGV); restart 1 in 250 ms" in log
+    finally:
+        # SIGTERM reaches the serving process through the supervisor: a clean drain.
+        assert server.stop() == 0
+    assert "supervisor: serving process stopped (exit status 0)" in server.log_text()
+
+
+def test_a_killed_supervisor_takes_its_serving_process_along(crash_repository):
+    server = ServerProcess(crash_repository, interpreters=1)
+    with server.client() as client:
+        wait_until_serving(client)
+    children = open(f"/proc/{server.process.pid}/task/{server.process.pid}/children").read()
+    (child,) = [int(pid) for pid in children.split()]
+    server.process.kill()
+    server.process.wait(30)
+    deadline = time.monotonic() + 60
+    while os.path.exists(f"/proc/{child}") and time.monotonic() < deadline:
+        state = open(f"/proc/{child}/stat").read().split(") ")[-1].split()[0]
+        if state == "Z":
+            break  # exited, waiting for init to reap it
+        time.sleep(0.2)
+    assert not os.path.exists(f"/proc/{child}") or state == "Z"

@@ -124,7 +124,7 @@ def test_a_crash_in_the_middle_of_a_save_leaves_the_previous_checkpoint(reposito
     archive = crashing_llama_archive
     factory = dict(model_factory="save_crash:build")
     checkpoints = str(tmp_path / "ckpt")
-    crashing = ServerProcess(repository[0], interpreters=1)
+    crashing = ServerProcess(repository[0], "--no-supervisor", interpreters=1)
     with TrainingClient(crashing.address) as client:
         before, job = run(client, archive, 2, **factory)
         assert client.save(job, checkpoints).step == 2

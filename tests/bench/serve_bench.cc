@@ -48,7 +48,7 @@ class ServerProcess {
       std::freopen((repository + "/../server.log").c_str(), "a", stderr);
       execl(server.c_str(), server.c_str(), "--model-repository", repository.c_str(), "--host",
             "127.0.0.1", "--port", "0", "--metrics-port", "-1", "--interpreters", n.c_str(),
-            "--max-queue", "100000", nullptr);
+            "--max-queue", "100000", "--no-supervisor", nullptr);
       _exit(127);
     }
     close(out[1]);

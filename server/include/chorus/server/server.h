@@ -33,6 +33,10 @@ struct ServerOptions {
   std::string auth_token;  // non-empty: every model call needs "authorization: Bearer <token>"
   std::chrono::milliseconds drain_timeout{30000};  // how long Shutdown waits for in-flight requests
   std::string cache_dir;                           // interpreters' library cache ("" = default)
+  // Set by chorus-server's supervisor (metrics): serving processes that died
+  // before this one, and how the last one ended ("signal SIGSEGV").
+  int restarts = 0;
+  std::string last_exit;
 };
 
 // Interface/implementation split as leveldb's DB/DBImpl: Start returns the

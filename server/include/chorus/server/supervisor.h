@@ -1,0 +1,39 @@
+// chorus-server's supervisor: the serving process runs as its child and is
+// started again, after a growing pause, whenever it dies of anything but a
+// stop the supervisor was asked for. SIGTERM and SIGINT are forwarded (the
+// serving process drains as it does alone) and end the supervisor too.
+#ifndef CHORUS_SERVER_SUPERVISOR_H_
+#define CHORUS_SERVER_SUPERVISOR_H_
+
+#include <chrono>
+#include <functional>
+#include <string>
+
+namespace chorus {
+
+struct SupervisorOptions {
+  std::chrono::milliseconds first_backoff{250};  // pause before the first restart
+  std::chrono::milliseconds max_backoff{30000};  // the pause doubles up to this
+  // A serving process that ran this long before dying restarts after
+  // first_backoff again (its crash is not part of a crash loop).
+  std::chrono::milliseconds stable_after{60000};
+};
+
+// What the serving process is told about the ones before it.
+struct ServingRun {
+  int restarts = 0;       // serving processes that died before this one
+  std::string last_exit;  // how the last one ended ("signal SIGSEGV"), "" if none
+};
+
+// Runs `serve(run)` in a child process (its return value is the child's exit
+// status) and supervises it as above. Returns the exit status for the
+// supervisor: the serving process's after a forwarded stop, 0 when stopped
+// between restarts. Call first thing in main, before any thread starts.
+int Supervise(const SupervisorOptions& options, const std::function<int(const ServingRun&)>& serve);
+
+// "exit status 3", "signal SIGSEGV": how a process with wait status `status` ended.
+std::string DescribeWaitStatus(int status);
+
+}  // namespace chorus
+
+#endif  // CHORUS_SERVER_SUPERVISOR_H_
