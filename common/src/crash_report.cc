@@ -27,6 +27,7 @@ std::atomic<CrashReportHook> g_hooks[kMaxHooks];
 std::atomic<int> g_hook_count{0};
 const char* g_program = "chorus";
 int g_fd = 2;
+std::atomic<int> g_record_fd{-1};
 std::atomic<bool> g_installed{false};
 std::atomic<bool> g_reporting{false};
 
@@ -95,6 +96,7 @@ void OnFatalSignal(int sig, siginfo_t* info, void*) {
     WriteNumber(fd, static_cast<unsigned long long>(::syscall(SYS_gettid)), 10);
     Write(fd, "\n");
     WriteCrashContext(fd);
+    RecordCrashContext();
     Write(fd, "  native stack:\n");
     void* frames[64];
     const int count = ::backtrace(frames, 64);
@@ -142,6 +144,18 @@ void WriteCrashContext(int fd) {
   for (int i = 0; i < hooks; ++i) {
     if (CrashReportHook hook = g_hooks[i].load(std::memory_order_acquire)) hook(fd);
   }
+}
+
+void SetCrashRecordFd(int fd) { g_record_fd.store(fd, std::memory_order_release); }
+
+void RecordCrashContext() {
+  const int fd = g_record_fd.load(std::memory_order_acquire);
+  if (fd < 0) return;
+  const ThreadContext& context = tls_context;
+  const size_t length = context.length;
+  std::atomic_signal_fence(std::memory_order_acquire);
+  Write(fd, context.text, length);
+  Write(fd, "\n");
 }
 
 void AddCrashReportHook(CrashReportHook hook) {

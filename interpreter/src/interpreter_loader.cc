@@ -309,6 +309,7 @@ void InterpreterLoader::ReportExit(int status) {
       "\nchorus: model code called os._exit(" + std::to_string(status) + ")\n";
   if (::write(2, header.data(), header.size()) < 0) return;
   WriteCrashContext(2);
+  RecordCrashContext();
 }
 
 void InterpreterLoader::BeginExclusive() {

@@ -26,6 +26,7 @@ namespace {
 int Serve(chorus::ServerOptions options, const chorus::ServingRun& run) {
   options.restarts = run.restarts;
   options.last_exit = run.last_exit;
+  options.quarantined = run.quarantined;
   // Signals are taken synchronously by this thread; every thread started
   // from here on inherits the blocked mask.
   sigset_t signals;

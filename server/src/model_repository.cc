@@ -116,7 +116,10 @@ ModelStatsSnapshot LoadedModel::Snapshot() const {
 
 ModelRepository::ModelRepository(std::string root, InterpreterManager* manager,
                                  RepositoryOptions options)
-    : root_(std::move(root)), manager_(manager), options_(options) {}
+    : root_(std::move(root)), manager_(manager), options_(options) {
+  MutexLock lock(&mu_);
+  quarantined_ = options_.quarantined;
+}
 
 ModelRepository::~ModelRepository() {
   std::map<std::string, std::shared_ptr<LoadedModel>> loaded;
@@ -166,6 +169,15 @@ Status ModelRepository::LoadAll() {
     return NotFoundError("model repository " + root_ + " is not a directory");
   }
   for (const std::string& name : Entries(root_, /*directories=*/true)) {
+    {
+      MutexLock lock(&mu_);
+      auto quarantined = quarantined_.find(name);
+      if (quarantined != quarantined_.end()) {
+        failures_[name] = quarantined->second;
+        Log().error("model {} not loaded: {}", name, quarantined->second);
+        continue;
+      }
+    }
     Status loaded = Load(name);
     if (!loaded.ok()) Log().error("model {} not loaded: {}", name, loaded.ToString());
   }
@@ -181,6 +193,12 @@ Status CheckModelName(const std::string& name) {
 
 Status ModelRepository::Load(const std::string& name) {
   CHORUS_RETURN_IF_ERROR(CheckModelName(name));
+  {
+    MutexLock lock(&mu_);
+    if (quarantined_.erase(name) > 0) {
+      Log().warn("model {} re-admitted from quarantine by an explicit load", name);
+    }
+  }
   StatusOr<std::shared_ptr<LoadedModel>> model = LoadVersion(name);
   std::shared_ptr<LoadedModel> replaced;
   {
@@ -217,7 +235,13 @@ StatusOr<std::shared_ptr<LoadedModel>> ModelRepository::Find(const std::string& 
                                                              const std::string& version) const {
   MutexLock lock(&mu_);
   auto it = loaded_.find(name);
-  if (it == loaded_.end()) return NotFoundError("unknown model \"" + name + "\"");
+  if (it == loaded_.end()) {
+    auto quarantined = quarantined_.find(name);
+    if (quarantined != quarantined_.end()) {
+      return UnavailableError("model \"" + name + "\" " + quarantined->second);
+    }
+    return NotFoundError("unknown model \"" + name + "\"");
+  }
   if (!version.empty() && version != it->second->version()) {
     return NotFoundError("model \"" + name + "\" has no version \"" + version +
                          "\" loaded (serving version " + it->second->version() + ")");

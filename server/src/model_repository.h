@@ -67,6 +67,9 @@ struct RepositoryOptions {
   size_t max_queue = 1024;  // per model
   int workers = 1;          // per model; the server uses its interpreter count
   std::chrono::milliseconds drain_timeout{30000};  // for unloads
+  // Models LoadAll leaves out (model -> why: the supervisor's quarantine); an
+  // explicit Load of one re-admits it.
+  std::map<std::string, std::string> quarantined;
 };
 
 // One line of the repository index.
@@ -88,17 +91,20 @@ class ModelRepository {
   // Unloads everything (queued requests fail, running ones finish).
   ~ModelRepository();
 
-  // Loads every model under the root. A model that fails is listed
-  // UNAVAILABLE with the reason; the others serve. Errors: unreadable root.
+  // Loads every model under the root. A model that fails, or is quarantined,
+  // is listed UNAVAILABLE with the reason; the others serve. Errors:
+  // unreadable root.
   Status LoadAll() CHORUS_EXCLUDES(mu_);
-  // Loads (or reloads) the highest version of `name`. On failure whatever was
-  // serving keeps serving. Blocks while the model loads: not for reactors.
+  // Loads (or reloads) the highest version of `name`, re-admitting it if it
+  // was quarantined. On failure whatever was serving keeps serving. Blocks
+  // while the model loads: not for reactors.
   Status Load(const std::string& name) CHORUS_EXCLUDES(mu_);
   // Stops serving `name`: new requests get NOT_FOUND, queued and running ones
   // finish (up to the drain timeout). NOT_FOUND if it is not loaded. Blocks.
   Status Unload(const std::string& name) CHORUS_EXCLUDES(mu_);
 
-  // The loaded model; `version` "" means the served one. NOT_FOUND otherwise.
+  // The loaded model; `version` "" means the served one. UNAVAILABLE (with the
+  // reason) for a quarantined model, NOT_FOUND otherwise.
   StatusOr<std::shared_ptr<LoadedModel>> Find(const std::string& name,
                                               const std::string& version) const
       CHORUS_EXCLUDES(mu_);
@@ -115,7 +121,8 @@ class ModelRepository {
   const RepositoryOptions options_;
   mutable Mutex mu_;
   std::map<std::string, std::shared_ptr<LoadedModel>> loaded_ CHORUS_GUARDED_BY(mu_);
-  std::map<std::string, std::string> failures_ CHORUS_GUARDED_BY(mu_);  // name -> reason
+  std::map<std::string, std::string> failures_ CHORUS_GUARDED_BY(mu_);     // name -> reason
+  std::map<std::string, std::string> quarantined_ CHORUS_GUARDED_BY(mu_);  // name -> reason
 };
 
 }  // namespace chorus

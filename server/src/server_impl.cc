@@ -57,6 +57,7 @@ Status ServerImpl::Initialize(const ServerOptions& options) {
   repository.max_queue = options.max_queue;
   repository.workers = manager_->size();
   repository.drain_timeout = options.drain_timeout;
+  repository.quarantined = options.quarantined;
   repository_ =
       std::make_unique<ModelRepository>(options.model_repository, manager_.get(), repository);
   CHORUS_RETURN_IF_ERROR(repository_->LoadAll());

@@ -1,5 +1,6 @@
 #include "chorus/server/supervisor.h"
 
+#include <fcntl.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
@@ -8,7 +9,11 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <map>
+#include <regex>
+#include <vector>
 
+#include "chorus/common/crash_report.h"
 #include "chorus/common/logging.h"
 
 namespace chorus {
@@ -44,10 +49,22 @@ int NextSignal(const sigset_t& signals, Clock::time_point until) {
   }
 }
 
-// Runs the serving process until it ends; returns its wait status. `*stopped`
-// is set when a stop signal came (and was forwarded) meanwhile.
+// Everything readable from `fd` now (non-blocking; the writer is gone).
+std::string ReadAvailable(int fd) {
+  std::string text;
+  char buffer[4096];
+  ssize_t n;
+  while ((n = ::read(fd, buffer, sizeof(buffer))) > 0) text.append(buffer, n);
+  return text;
+}
+
+// Runs the serving process until it ends; returns its wait status and, in
+// `*record`, the crash record it left. `*stopped` is set when a stop signal
+// came (and was forwarded) meanwhile.
 int RunOnce(const sigset_t& signals, const std::function<int(const ServingRun&)>& serve,
-            const ServingRun& run, int* stopped) {
+            const ServingRun& run, int* stopped, std::string* record) {
+  int record_pipe[2];
+  if (::pipe2(record_pipe, O_CLOEXEC | O_NONBLOCK) != 0) record_pipe[0] = record_pipe[1] = -1;
   const pid_t supervisor = ::getpid();
   const pid_t child = ::fork();
   if (child < 0) {
@@ -58,8 +75,11 @@ int RunOnce(const sigset_t& signals, const std::function<int(const ServingRun&)>
     // The serving process drains and ends if the supervisor dies, even of SIGKILL.
     ::prctl(PR_SET_PDEATHSIG, SIGTERM);
     if (::getppid() != supervisor) ::_exit(0);  // it died before prctl took effect
+    ::close(record_pipe[0]);
+    SetCrashRecordFd(record_pipe[1]);
     ::_exit(serve(run));
   }
+  ::close(record_pipe[1]);
   Log().info("supervisor: serving process {} started{}", child,
              run.restarts > 0 ? " (restart " + std::to_string(run.restarts) + ")" : "");
   while (true) {
@@ -70,11 +90,59 @@ int RunOnce(const sigset_t& signals, const std::function<int(const ServingRun&)>
       continue;
     }
     int status = 0;
-    if (sig == SIGCHLD && ::waitpid(child, &status, WNOHANG) == child) return status;
+    if (sig == SIGCHLD && ::waitpid(child, &status, WNOHANG) == child) {
+      if (record_pipe[0] >= 0) {
+        *record = ReadAvailable(record_pipe[0]);
+        ::close(record_pipe[0]);
+      }
+      return status;
+    }
   }
 }
 
+// Crash times per model; quarantines a model that reaches the limit.
+class CrashHistory {
+ public:
+  explicit CrashHistory(const SupervisorOptions& options) : options_(options) {}
+
+  void Record(const std::string& record, const std::string& exit, ServingRun* run) {
+    const Clock::time_point now = Clock::now();
+    for (const std::string& model : ModelsInCrashRecord(record)) {
+      std::vector<Clock::time_point>& times = crashes_[model];
+      times.push_back(now);
+      times.erase(
+          std::remove_if(times.begin(), times.end(),
+                         [&](Clock::time_point t) { return now - t > options_.quarantine_window; }),
+          times.end());
+      if (static_cast<int>(times.size()) < options_.quarantine_after) continue;
+      const std::string line = record.substr(0, record.find('\n'));
+      run->quarantined[model] = "is quarantined: it was running when the serving process died " +
+                                std::to_string(times.size()) + " times within " +
+                                std::to_string(options_.quarantine_window.count() / 1000) +
+                                " s (last: " + exit + ", " + line +
+                                "); load it explicitly to re-admit it";
+      Log().error("supervisor: model {} {}", model, run->quarantined[model]);
+      times.clear();
+    }
+  }
+
+ private:
+  const SupervisorOptions& options_;
+  std::map<std::string, std::vector<Clock::time_point>> crashes_;
+};
+
 }  // namespace
+
+std::vector<std::string> ModelsInCrashRecord(const std::string& record) {
+  static const std::regex kModel(R"(model (\S+) version )");
+  std::vector<std::string> models;
+  for (auto it = std::sregex_iterator(record.begin(), record.end(), kModel);
+       it != std::sregex_iterator(); ++it) {
+    const std::string name = (*it)[1];
+    if (std::find(models.begin(), models.end(), name) == models.end()) models.push_back(name);
+  }
+  return models;
+}
 
 std::string DescribeWaitStatus(int status) {
   if (WIFSIGNALED(status)) {
@@ -90,11 +158,13 @@ int Supervise(const SupervisorOptions& options,
   const sigset_t signals = SupervisedSignals();
   ::sigprocmask(SIG_BLOCK, &signals, nullptr);
   ServingRun run;
+  CrashHistory history(options);
   std::chrono::milliseconds backoff = options.first_backoff;
   while (true) {
     const Clock::time_point started = Clock::now();
     int stopped = 0;
-    const int status = RunOnce(signals, serve, run, &stopped);
+    std::string record;
+    const int status = RunOnce(signals, serve, run, &stopped, &record);
     if (stopped != 0) {
       Log().info("supervisor: serving process stopped ({})", DescribeWaitStatus(status));
       return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
@@ -102,6 +172,7 @@ int Supervise(const SupervisorOptions& options,
     if (Clock::now() - started >= options.stable_after) backoff = options.first_backoff;
     run.restarts += 1;
     run.last_exit = DescribeWaitStatus(status);
+    history.Record(record, run.last_exit, &run);
     Log().error("supervisor: serving process died ({}); restart {} in {} ms", run.last_exit,
                 run.restarts, backoff.count());
     const Clock::time_point resume = Clock::now() + backoff;

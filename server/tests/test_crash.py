@@ -118,3 +118,52 @@ def test_a_killed_supervisor_takes_its_serving_process_along(crash_repository):
             break  # exited, waiting for init to reap it
         time.sleep(0.2)
     assert not os.path.exists(f"/proc/{child}") or state == "Z"
+
+
+def test_a_model_that_crashes_the_server_twice_is_quarantined_until_loaded_again(tmp_path):
+    repo = tmp_path / "repository"
+    models = {"crashy": servable_models.Crasher(), "steady": servable_models.Scale(3.0)}
+    for name, model in models.items():
+        (repo / name / "1").mkdir(parents=True)
+        package(repo / name / "1" / "model.pt", model, torch.zeros(1, 4), name, batchable=False)
+    server = ServerProcess(repo, interpreters=1)
+    x = np.ones((1, 4), np.float32)
+    try:
+        with server.client() as client:
+            wait_until_serving(client)
+            for attempt in (1, 2):
+                poison = client.make_request("crashy", {"x": np.full((1, 4), 13.0, np.float32)},
+                                             request_id=f"poison-{attempt}")
+                with pytest.raises(ClientError):
+                    client.infer_request(poison, timeout=60)
+                # Back again: the steady model answers (retried while restarting).
+                deadline = time.monotonic() + 120
+                while True:
+                    try:
+                        (steady,) = client.infer("steady", {"x": x}, timeout=10).values()
+                        break
+                    except ClientError:
+                        assert time.monotonic() < deadline
+                        time.sleep(0.2)
+                assert np.array_equal(steady, 3 * x)
+            # After the second crash, crashy stays away with the reason; steady serves.
+            with pytest.raises(ClientError) as refused:
+                client.infer("crashy", {"x": x}, timeout=10)
+            assert refused.value.code.name == "UNAVAILABLE"
+            assert "is quarantined" in refused.value.message
+            assert "poison-2" in refused.value.message
+            assert not client.ready("crashy")
+            index = {m.name: m for m in client.models()}
+            assert index["crashy"].state == "UNAVAILABLE"
+            assert "quarantined" in index["crashy"].reason
+            assert index["steady"].state == "READY"
+            # An explicit load re-admits it.
+            client.load("crashy")
+            (again,) = client.infer("crashy", {"x": x}, timeout=30).values()
+            assert np.array_equal(again, 2 * x)
+        assert metric(server.metrics(), "chorus_server_restarts_total") == 2
+        log = server.log_text()
+        assert "supervisor: model crashy is quarantined" in log, log
+        assert "model crashy re-admitted from quarantine by an explicit load" in log, log
+    finally:
+        assert server.stop() == 0

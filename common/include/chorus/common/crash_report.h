@@ -34,6 +34,14 @@ void WriteCrashContext(int fd);
 using CrashReportHook = void (*)(int fd);
 void AddCrashReportHook(CrashReportHook hook);
 
+// Also writes the crashing thread's context text alone (one line) to `fd`
+// when the process dies of a fatal signal or RecordCrashContext is called:
+// how a supervisor learns which model was running. -1 turns it off.
+void SetCrashRecordFd(int fd);
+// Writes the calling thread's context line to the record fd, if one is set.
+// Async-signal-safe.
+void RecordCrashContext();
+
 // Installs the report for SIGSEGV, SIGBUS, SIGFPE, SIGILL and SIGABRT: it
 // writes "<program>: fatal signal SIGSEGV (address 0x0) on thread <tid>", the
 // thread's context, the hooks' additions and a native backtrace to `fd`, then

@@ -12,6 +12,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 
@@ -37,6 +38,9 @@ struct ServerOptions {
   // before this one, and how the last one ended ("signal SIGSEGV").
   int restarts = 0;
   std::string last_exit;
+  // Set by the supervisor: models not loaded at start (model -> why: they
+  // crashed the serving process repeatedly); an explicit load re-admits one.
+  std::map<std::string, std::string> quarantined;
 };
 
 // Interface/implementation split as leveldb's DB/DBImpl: Start returns the

@@ -7,7 +7,9 @@
 
 #include <chrono>
 #include <functional>
+#include <map>
 #include <string>
+#include <vector>
 
 namespace chorus {
 
@@ -17,13 +19,22 @@ struct SupervisorOptions {
   // A serving process that ran this long before dying restarts after
   // first_backoff again (its crash is not part of a crash loop).
   std::chrono::milliseconds stable_after{60000};
+  // A model running when the serving process died this many times within the
+  // window is quarantined: the next serving processes do not load it.
+  int quarantine_after = 2;
+  std::chrono::milliseconds quarantine_window{600000};
 };
 
 // What the serving process is told about the ones before it.
 struct ServingRun {
   int restarts = 0;       // serving processes that died before this one
   std::string last_exit;  // how the last one ended ("signal SIGSEGV"), "" if none
+  std::map<std::string, std::string> quarantined;  // model -> why
 };
+
+// The models a crash record names (lines of "model <name> version <v>, ...",
+// what the scheduler's crash context says), each once, in order.
+std::vector<std::string> ModelsInCrashRecord(const std::string& record);
 
 // Runs `serve(run)` in a child process (its return value is the child's exit
 // status) and supervises it as above. Returns the exit status for the
