@@ -95,6 +95,9 @@ int main(int argc, char** argv) {
   app.add_option("--auth-token", options.auth_token,
                  "require 'authorization: Bearer <token>' on model calls");
   app.add_option("--cache-dir", options.cache_dir, "library cache for the interpreters");
+  app.add_option("--strict-readiness", options.strict_readiness,
+                 "ready only while every repository model serves (true, Triton's default) or "
+                 "whenever serving (false)");
   app.add_flag("--no-supervisor", no_supervisor,
                "serve in this process; nothing restarts it if it dies (for systemd, Kubernetes)");
   CLI11_PARSE(app, argc, argv);

@@ -178,8 +178,7 @@ Status ModelRepository::LoadAll() {
         continue;
       }
     }
-    Status loaded = Load(name);
-    if (!loaded.ok()) Log().error("model {} not loaded: {}", name, loaded.ToString());
+    Load(name).IgnoreError();  // Load logs it; the model is listed UNAVAILABLE
   }
   return OkStatus();
 }
@@ -206,6 +205,7 @@ Status ModelRepository::Load(const std::string& name) {
     if (!model.ok()) {
       // A failed reload keeps the version that was serving.
       if (loaded_.count(name) == 0) failures_[name] = model.status().ToString();
+      Log().error("model {} not loaded: {}", name, model.status().ToString());
       return model.status();
     }
     failures_.erase(name);
@@ -254,6 +254,14 @@ std::vector<std::shared_ptr<LoadedModel>> ModelRepository::Loaded() const {
   std::vector<std::shared_ptr<LoadedModel>> models;
   for (const auto& [name, model] : loaded_) models.push_back(model);
   return models;
+}
+
+bool ModelRepository::AllLoaded() const {
+  MutexLock lock(&mu_);
+  for (const auto& [name, reason] : failures_) {
+    if (quarantined_.count(name) == 0) return false;
+  }
+  return true;
 }
 
 std::vector<RepositoryEntry> ModelRepository::Index() const {

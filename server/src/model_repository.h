@@ -110,6 +110,9 @@ class ModelRepository {
       CHORUS_EXCLUDES(mu_);
   std::vector<std::shared_ptr<LoadedModel>> Loaded() const CHORUS_EXCLUDES(mu_);
   std::vector<RepositoryEntry> Index() const CHORUS_EXCLUDES(mu_);
+  // Whether every model that was asked to load serves (quarantined ones aside):
+  // strict readiness.
+  bool AllLoaded() const CHORUS_EXCLUDES(mu_);
   // Drains every model's queue until `deadline` (server shutdown).
   void DrainAll(std::chrono::steady_clock::time_point deadline) CHORUS_EXCLUDES(mu_);
 

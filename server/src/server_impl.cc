@@ -67,6 +67,7 @@ Status ServerImpl::Initialize(const ServerOptions& options) {
   context_.background = background_.get();
   context_.auth_token = options.auth_token;
   context_.request_timeout = options.request_timeout;
+  context_.strict_readiness = options.strict_readiness;
   service_ = std::make_unique<InferenceService>(&context_);
   jobs_ = std::make_unique<JobRegistry>(manager_.get());
   training_ = std::make_unique<TrainingService>(&context_, jobs_.get(), options.model_repository);
@@ -106,6 +107,15 @@ Status ServerImpl::StartMetrics(const ServerOptions& options) {
   if (options.metrics_port < 0) return OkStatus();
   metrics_ = std::make_unique<httplib::Server>();
   const std::string restarts = RenderRestartMetrics(options.restarts, options.last_exit);
+  // KServe v2's health endpoints, for probes that speak HTTP.
+  metrics_->Get("/v2/health/live", [](const httplib::Request&, httplib::Response& response) {
+    response.set_content("{\"live\":true}", "application/json");
+  });
+  metrics_->Get("/v2/health/ready", [this](const httplib::Request&, httplib::Response& response) {
+    const bool ready = context_.Ready();
+    response.status = ready ? 200 : 503;
+    response.set_content(ready ? "{\"ready\":true}" : "{\"ready\":false}", "application/json");
+  });
   metrics_->Get("/metrics", [this, restarts](const httplib::Request&, httplib::Response& response) {
     response.set_content(RenderMetrics(*repository_, *manager_) + jobs_->RenderMetrics() + restarts,
                          "text/plain; version=0.0.4");

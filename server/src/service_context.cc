@@ -1,6 +1,7 @@
 #include "server/src/service_context.h"
 
 #include "server/src/grpc_status.h"
+#include "server/src/model_repository.h"
 
 namespace chorus {
 
@@ -60,6 +61,10 @@ std::chrono::steady_clock::time_point ClientDeadline(const grpc::CallbackServerC
   if (client == std::chrono::system_clock::time_point::max()) return Steady::time_point::max();
   return Steady::now() +
          std::chrono::duration_cast<Steady::duration>(client - std::chrono::system_clock::now());
+}
+
+bool ServiceContext::Ready() const {
+  return ready.load() && (!strict_readiness || repository->AllLoaded());
 }
 
 grpc::ServerUnaryReactor* FinishCall(grpc::CallbackServerContext* ctx, const Status& status) {

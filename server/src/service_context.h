@@ -51,7 +51,13 @@ struct ServiceContext {
   BackgroundRunner* background;
   std::string auth_token;
   std::chrono::milliseconds request_timeout{0};
-  std::atomic<bool> ready{false};
+  std::atomic<bool> ready{false};  // serving (false before start and while draining)
+  // Triton's strict readiness: the server is ready only while every model of
+  // the repository that should serve does (quarantined ones aside).
+  bool strict_readiness = true;
+
+  // ServerReady's answer, and /v2/health/ready's.
+  bool Ready() const;
 
   // OK when no token is configured or the call carries "authorization: Bearer
   // <auth_token>"; UNAUTHENTICATED otherwise. Any thread.

@@ -77,6 +77,9 @@ class [[nodiscard]] Status {
 
   // Aborts the process with the message if not OK; for tests and programming errors.
   void CheckOk() const;
+  // Drops the status on purpose (its error is handled elsewhere, e.g. logged
+  // where it was made); the one way past [[nodiscard]].
+  void IgnoreError() const {}
 
  private:
   struct Rep {

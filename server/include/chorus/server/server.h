@@ -34,6 +34,9 @@ struct ServerOptions {
   std::string auth_token;  // non-empty: every model call needs "authorization: Bearer <token>"
   std::chrono::milliseconds drain_timeout{30000};  // how long Shutdown waits for in-flight requests
   std::string cache_dir;                           // interpreters' library cache ("" = default)
+  // ServerReady and /v2/health/ready: true only while every repository model
+  // that should serve does (Triton's strict readiness); false: while serving.
+  bool strict_readiness = true;
   // Set by chorus-server's supervisor (metrics): serving processes that died
   // before this one, and how the last one ended ("signal SIGSEGV").
   int restarts = 0;
