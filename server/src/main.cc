@@ -35,6 +35,8 @@ int Serve(chorus::ServerOptions options, const chorus::ServingRun& run) {
   sigaddset(&signals, SIGINT);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
+  // A closed stdout (the listening line has no reader) must not kill us.
+  ::signal(SIGPIPE, SIG_IGN);
   auto server = chorus::Server::Start(options);
   if (!server.ok()) {
     std::fprintf(stderr, "chorus-server: %s\n", server.status().ToString().c_str());
