@@ -20,6 +20,8 @@ TEST(ProcessStatsTest, ResidentMemoryGrowsWithTouchedPages) {
   std::memset(block.get(), 1, kBytes);  // resident only once touched
   ASSERT_OK_AND_ASSIGN(double after, ResidentMiB());
   EXPECT_GE(after - before, 60.0) << before << " -> " << after;
+  ASSERT_OK_AND_ASSIGN(double peak, PeakResidentMiB());
+  EXPECT_GE(peak, after);
   EXPECT_EQ(block[kBytes - 1], 1);
 }
 

@@ -15,6 +15,7 @@
 
 #include "chorus/common/crash_report.h"
 #include "chorus/common/logging.h"
+#include "chorus/common/process_stats.h"
 
 namespace chorus {
 namespace {
@@ -62,7 +63,7 @@ std::string ReadAvailable(int fd) {
 // `*record`, the crash record it left. `*stopped` is set when a stop signal
 // came (and was forwarded) meanwhile.
 int RunOnce(const sigset_t& signals, const std::function<int(const ServingRun&)>& serve,
-            const ServingRun& run, int* stopped, std::string* record) {
+            const ServingRun& run, int* stopped, std::string* record, double* peak_mib) {
   int record_pipe[2];
   if (::pipe2(record_pipe, O_CLOEXEC | O_NONBLOCK) != 0) record_pipe[0] = record_pipe[1] = -1;
   const pid_t supervisor = ::getpid();
@@ -80,10 +81,17 @@ int RunOnce(const sigset_t& signals, const std::function<int(const ServingRun&)>
     ::_exit(serve(run));
   }
   ::close(record_pipe[1]);
+  *peak_mib = 0;
   Log().info("supervisor: serving process {} started{}", child,
              run.restarts > 0 ? " (restart " + std::to_string(run.restarts) + ")" : "");
   while (true) {
-    const int sig = NextSignal(signals, Clock::time_point::max());
+    // Every second, the child's peak memory: if the kernel's OOM killer ends
+    // it (SIGKILL, no report of its own), this is what the log can say.
+    const int sig = NextSignal(signals, Clock::now() + std::chrono::seconds(1));
+    if (sig == 0) {
+      if (StatusOr<double> peak = PeakResidentMiB(child); peak.ok()) *peak_mib = *peak;
+      continue;
+    }
     if (sig == SIGTERM || sig == SIGINT) {
       *stopped = sig;
       ::kill(child, sig);
@@ -164,7 +172,8 @@ int Supervise(const SupervisorOptions& options,
     const Clock::time_point started = Clock::now();
     int stopped = 0;
     std::string record;
-    const int status = RunOnce(signals, serve, run, &stopped, &record);
+    double peak_mib = 0;
+    const int status = RunOnce(signals, serve, run, &stopped, &record, &peak_mib);
     if (stopped != 0) {
       Log().info("supervisor: serving process stopped ({})", DescribeWaitStatus(status));
       return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
@@ -172,6 +181,11 @@ int Supervise(const SupervisorOptions& options,
     if (Clock::now() - started >= options.stable_after) backoff = options.first_backoff;
     run.restarts += 1;
     run.last_exit = DescribeWaitStatus(status);
+    if (WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL) {
+      // Nothing in the process could report it: the OOM killer, or kill -9.
+      run.last_exit += " (killed from outside: out of memory? peak RSS " +
+                       std::to_string(static_cast<int64_t>(peak_mib)) + " MiB)";
+    }
     history.Record(record, run.last_exit, &run);
     Log().error("supervisor: serving process died ({}); restart {} in {} ms", run.last_exit,
                 run.restarts, backoff.count());

@@ -168,3 +168,24 @@ def test_a_model_that_crashes_the_server_twice_is_quarantined_until_loaded_again
         assert "model crashy re-admitted from quarantine by an explicit load" in log, log
     finally:
         assert server.stop() == 0
+
+
+def test_a_serving_process_killed_from_outside_is_reported_with_its_peak_memory(
+        crash_repository):
+    server = ServerProcess(crash_repository, interpreters=1)
+    try:
+        with server.client() as client:
+            wait_until_serving(client)
+            time.sleep(1.5)  # the supervisor samples the peak memory every second
+            children = open(f"/proc/{server.process.pid}/task/{server.process.pid}/children")
+            (serving,) = [int(pid) for pid in children.read().split()]
+            os.kill(serving, signal.SIGKILL)  # as the kernel's OOM killer would
+            time.sleep(0.5)
+            wait_until_serving(client)
+        metrics = server.metrics()
+        match = re.search(r'chorus_server_last_exit_info\{reason="signal SIGKILL \(killed from '
+                          r'outside: out of memory\? peak RSS (\d+) MiB\)"\} 1', metrics)
+        assert match, metrics
+        assert int(match.group(1)) > 100  # an interpreter with torch, at least
+    finally:
+        assert server.stop() == 0

@@ -12,6 +12,8 @@ namespace chorus {
 // 0, in MiB. NOT_FOUND when the process does not exist; INTERNAL when the
 // kernel's report has no VmRSS (a zombie). Any thread.
 StatusOr<double> ResidentMiB(pid_t pid = 0);
+// The same for the peak resident set size so far (VmHWM).
+StatusOr<double> PeakResidentMiB(pid_t pid = 0);
 
 }  // namespace chorus
 
