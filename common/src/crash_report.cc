@@ -31,14 +31,7 @@ std::atomic<int> g_record_fd{-1};
 std::atomic<bool> g_installed{false};
 std::atomic<bool> g_reporting{false};
 
-void Write(int fd, const char* text, size_t length) {
-  while (length > 0) {
-    ssize_t n = ::write(fd, text, length);
-    if (n <= 0) return;
-    text += n;
-    length -= static_cast<size_t>(n);
-  }
-}
+void Write(int fd, const char* text, size_t length) { WriteToFd(fd, {text, length}); }
 void Write(int fd, const char* text) { Write(fd, text, std::strlen(text)); }
 
 // `value` in `base` (10 or 16), no allocation.
@@ -114,18 +107,28 @@ void OnFatalSignal(int sig, siginfo_t* info, void*) {
 
 ScopedCrashContext::ScopedCrashContext(std::string_view what)
     : restore_length_(tls_context.length) {
-  ThreadContext& context = tls_context;
-  size_t at = context.length;
-  auto append = [&](std::string_view part) {
-    const size_t n = std::min(part.size(), kContextBytes - 1 - at);
-    std::memcpy(context.text + at, part.data(), n);
-    at += n;
-  };
-  if (at > 0) append(" > ");
-  append(what);
-  std::atomic_signal_fence(std::memory_order_release);
-  context.length = at;
+  if (restore_length_ > 0) Append(" > ");
+  Append(what);
 }
+
+void ScopedCrashContext::Append(std::string_view more) {
+  ThreadContext& context = tls_context;
+  const size_t n = std::min(more.size(), kContextBytes - 1 - context.length);
+  std::memcpy(context.text + context.length, more.data(), n);
+  // The bytes first, then the length: a handler never reads unwritten bytes.
+  std::atomic_signal_fence(std::memory_order_release);
+  context.length += n;
+}
+
+void WriteToFd(int fd, std::string_view text) {
+  while (!text.empty()) {
+    const ssize_t n = ::write(fd, text.data(), text.size());
+    if (n <= 0) return;
+    text.remove_prefix(static_cast<size_t>(n));
+  }
+}
+
+void WriteDecimalToFd(int fd, unsigned long long value) { WriteNumber(fd, value, 10); }
 
 ScopedCrashContext::~ScopedCrashContext() { tls_context.length = restore_length_; }
 

@@ -7,13 +7,11 @@
 #include <ATen/core/ivalue.h>
 #include <torch/csrc/PyInterpreter.h>
 
-#include <unistd.h>
-
-#include <cstring>
 #include <string>
 #include <unordered_map>
 #include <vector>
 
+#include "chorus/common/crash_report.h"
 #include "interpreter/pyside/convert.h"
 #include "interpreter/pyside/dispatch_library.h"
 #include "interpreter/pyside/native_module.h"
@@ -277,29 +275,13 @@ void* PySideImpl::TorchApiFunction(const c10::OperatorHandle& op) {
 }
 
 void PySideImpl::DumpTraceback(int fd) {
-  // Only write(2) and Python's own signal-safe dumper: this runs in a crash.
-  auto write_all = [fd](const char* text, size_t length) {
-    while (length > 0) {
-      const ssize_t n = ::write(fd, text, length);
-      if (n <= 0) return;
-      text += n;
-      length -= static_cast<size_t>(n);
-    }
-  };
-  char digits[16];
-  int n = 0;
-  for (int value = index_ < 0 ? 0 : index_; n == 0 || value > 0; value /= 10) {
-    digits[n++] = static_cast<char>('0' + value % 10);
-  }
-  char line[64] = "  interpreter ";
-  size_t length = std::strlen(line);
-  while (n > 0) line[length++] = digits[--n];
-  line[length++] = '\n';
-  write_all(line, length);
+  // Only signal-safe writers and Python's own dumper: this runs in a crash.
+  WriteToFd(fd, "  interpreter ");
+  WriteDecimalToFd(fd, index_ < 0 ? 0 : static_cast<unsigned long long>(index_));
+  WriteToFd(fd, "\n");
   PyThreadState* state = PyGILState_GetThisThreadState();
   if (state == nullptr) {
-    const char none[] = "  (this thread has no Python stack here)\n";
-    write_all(none, sizeof(none) - 1);
+    WriteToFd(fd, "  (this thread has no Python stack here)\n");
     return;
   }
   _Py_DumpTraceback(fd, state);

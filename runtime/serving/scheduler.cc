@@ -4,7 +4,6 @@
 
 #include <algorithm>
 
-#include "chorus/common/crash_report.h"
 #include "chorus/common/logging.h"
 
 namespace chorus {
@@ -95,14 +94,15 @@ bool ModelScheduler::Answered(Pending& pending) {
   return true;
 }
 
-std::string ModelScheduler::CrashContextOf(const std::vector<Pending>& batch) const {
-  std::string text = "model " + (options_.label.empty() ? std::string("?") : options_.label) +
-                     ", request" + (batch.size() > 1 ? "s " : " ");
-  for (size_t i = 0; i < batch.size() && text.size() < 512; ++i) {
+void ModelScheduler::DescribeForCrashReport(const std::vector<Pending>& batch,
+                                            ScopedCrashContext& context) const {
+  context.Append(options_.label.empty() ? std::string_view("?") : options_.label);
+  context.Append(batch.size() > 1 ? ", requests " : ", request ");
+  for (size_t i = 0; i < batch.size(); ++i) {
+    if (i > 0) context.Append(", ");
     const std::string& id = batch[i].request.id;
-    text += (i ? ", " : "") + (id.empty() ? std::string("(no id)") : id);
+    context.Append(id.empty() ? std::string_view("(no id)") : id);
   }
-  return text;
 }
 
 bool ModelScheduler::Compatible(const Pending& a, const Pending& b) const {
@@ -177,7 +177,8 @@ void ModelScheduler::Execute(std::vector<Pending> batch) {
   batch.erase(std::remove_if(batch.begin(), batch.end(), [&](Pending& p) { return Answered(p); }),
               batch.end());
   if (batch.empty()) return;
-  const ScopedCrashContext crash_context(CrashContextOf(batch));
+  ScopedCrashContext crash_context("model ");
+  DescribeForCrashReport(batch, crash_context);
   const Clock::time_point start = Clock::now();
   const int64_t dim = options_.batching.batch_dim;
   int64_t total = 0;

@@ -34,15 +34,12 @@ sigset_t SupervisedSignals() {
 // Waits for the next supervised signal until `until`; 0 at the deadline.
 int NextSignal(const sigset_t& signals, Clock::time_point until) {
   while (true) {
-    const auto left = std::max(Clock::duration::zero(), until - Clock::now());
-    if (until != Clock::time_point::max() && left == Clock::duration::zero()) return 0;
-    timespec wait{};
-    const auto seconds = std::chrono::duration_cast<std::chrono::seconds>(left);
-    wait.tv_sec = until == Clock::time_point::max() ? 3600 : seconds.count();
-    wait.tv_nsec =
-        until == Clock::time_point::max()
-            ? 0
-            : std::chrono::duration_cast<std::chrono::nanoseconds>(left - seconds).count();
+    const Clock::duration left = until - Clock::now();
+    if (left <= Clock::duration::zero()) return 0;
+    const int64_t ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                           std::min<Clock::duration>(left, std::chrono::hours(1)))
+                           .count();
+    const timespec wait{static_cast<time_t>(ns / 1000000000), static_cast<long>(ns % 1000000000)};
     siginfo_t info;
     const int sig = ::sigtimedwait(&signals, &info, &wait);
     if (sig > 0) return sig;

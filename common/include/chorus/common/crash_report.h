@@ -18,12 +18,19 @@ class ScopedCrashContext {
  public:
   explicit ScopedCrashContext(std::string_view what);
   ~ScopedCrashContext();
+  // Adds `more` to this level (no allocation: for hot paths that describe
+  // their work piece by piece).
+  void Append(std::string_view more);
   ScopedCrashContext(const ScopedCrashContext&) = delete;
   ScopedCrashContext& operator=(const ScopedCrashContext&) = delete;
 
  private:
   size_t restore_length_;
 };
+
+// Async-signal-safe writers for report lines: `text`, and `value` in decimal.
+void WriteToFd(int fd, std::string_view text);
+void WriteDecimalToFd(int fd, unsigned long long value);
 
 // Writes the calling thread's crash context ("  running: ...") to `fd`, and
 // what the hooks add. Async-signal-safe.

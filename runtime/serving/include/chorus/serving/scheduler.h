@@ -24,6 +24,7 @@
 #include <thread>
 #include <vector>
 
+#include "chorus/common/crash_report.h"
 #include "chorus/common/status.h"
 #include "chorus/common/thread_annotations.h"
 #include "chorus/package/model.h"
@@ -106,8 +107,9 @@ class ModelScheduler {
   // Takes the next batch from the queue, waiting for stragglers as allowed.
   std::vector<Pending> NextBatch() CHORUS_REQUIRES(mu_);
   bool Compatible(const Pending& a, const Pending& b) const;
-  // "model <label>, requests <ids>": what a crash report says this batch was.
-  std::string CrashContextOf(const std::vector<Pending>& batch) const;
+  // Adds "<label>, requests <ids>" to `context`: what a crash report says
+  // this batch was. Allocates nothing (it runs for every execution).
+  void DescribeForCrashReport(const std::vector<Pending>& batch, ScopedCrashContext& context) const;
   void Execute(std::vector<Pending> batch);
   // Answers requests that expired or were cancelled while queued.
   bool Answered(Pending& pending);
