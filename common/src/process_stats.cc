@@ -1,5 +1,7 @@
 #include "chorus/common/process_stats.h"
 
+#include <sys/resource.h>
+
 #include <cerrno>
 #include <cstdlib>
 #include <fstream>
@@ -29,5 +31,26 @@ StatusOr<double> StatusFieldMiB(pid_t pid, const std::string& field) {
 StatusOr<double> ResidentMiB(pid_t pid) { return StatusFieldMiB(pid, "VmRSS:"); }
 
 StatusOr<double> PeakResidentMiB(pid_t pid) { return StatusFieldMiB(pid, "VmHWM:"); }
+
+StatusOr<double> DataMiB(pid_t pid) { return StatusFieldMiB(pid, "VmData:"); }
+
+Status LimitDataMiB(int64_t mib) {
+  CHORUS_ASSIGN_OR_RETURN(double in_use, DataMiB());
+  if (mib <= 0 || static_cast<double>(mib) <= in_use) {
+    return InvalidArgumentError("a memory limit of " + std::to_string(mib) +
+                                " MiB is not above what the process already uses (" +
+                                std::to_string(static_cast<int64_t>(in_use)) + " MiB)");
+  }
+  rlimit limit;
+  if (::getrlimit(RLIMIT_DATA, &limit) != 0) return ErrnoError("getrlimit(RLIMIT_DATA)", errno);
+  limit.rlim_cur = static_cast<rlim_t>(mib) << 20;
+  if (limit.rlim_max != RLIM_INFINITY && limit.rlim_cur > limit.rlim_max) {
+    return InvalidArgumentError("a memory limit of " + std::to_string(mib) +
+                                " MiB is above this process's hard limit (" +
+                                std::to_string(limit.rlim_max >> 20) + " MiB)");
+  }
+  if (::setrlimit(RLIMIT_DATA, &limit) != 0) return ErrnoError("setrlimit(RLIMIT_DATA)", errno);
+  return OkStatus();
+}
 
 }  // namespace chorus

@@ -60,6 +60,16 @@ std::string FormatTraceback(PyObject* type, PyObject* value, PyObject* traceback
   return text;
 }
 
+// Python's MemoryError, torch's OutOfMemoryError (CUDA), or the RuntimeError
+// torch's CPU allocator raises when malloc fails (as it does past the
+// server's memory limit): the request asked for more memory than there is.
+bool IsOutOfMemory(PyObject* type, const PythonError& error) {
+  if (PyErr_GivenExceptionMatches(type, PyExc_MemoryError)) return true;
+  if (error.type == "torch.OutOfMemoryError") return true;
+  return error.message.find("DefaultCPUAllocator: can't allocate memory") != std::string::npos ||
+         error.message.find("DefaultCPUAllocator: not enough memory") != std::string::npos;
+}
+
 }  // namespace
 
 Status FetchPythonError() {
@@ -72,12 +82,15 @@ Status FetchPythonError() {
   error.message = value != nullptr ? Str(value) : "";
   error.traceback = FormatTraceback(type, value, traceback);
   PyObject* deadline = DeadlineExceededType();
-  bool timed_out = deadline != nullptr && PyErr_GivenExceptionMatches(type, deadline);
+  const bool timed_out = deadline != nullptr && PyErr_GivenExceptionMatches(type, deadline);
+  const bool out_of_memory = IsOutOfMemory(type, error);
   Py_XDECREF(type);
   Py_XDECREF(value);
   Py_XDECREF(traceback);
   std::string message = error.message.empty() ? error.type : error.type + ": " + error.message;
-  StatusCode code = timed_out ? StatusCode::kDeadlineExceeded : StatusCode::kInternal;
+  const StatusCode code = timed_out       ? StatusCode::kDeadlineExceeded
+                          : out_of_memory ? StatusCode::kResourceExhausted
+                                          : StatusCode::kInternal;
   return Status(code, message).WithPythonError(std::move(error));
 }
 

@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include "chorus/common/crash_report.h"
 #include "chorus/common/file_util.h"
 #include "chorus/common/logging.h"
 #include "chorus/package/model.h"
@@ -45,6 +46,11 @@ std::string StepFolder(int64_t step) {
 bool IsDirectory(const std::string& path) {
   struct stat st;
   return ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+bool IsRegularFile(const std::string& path) {
+  struct stat st;
+  return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
 }
 
 }  // namespace
@@ -106,6 +112,13 @@ StatusOr<std::unique_ptr<TrainingJob>> TrainingJob::Create(InterpreterManager* m
     // The message is the spec's problem, as Python reported it.
     return InvalidArgumentError("cannot create the job: " + created.status().message());
   }
+  const std::string& checkpoints = job->options_.checkpoint_dir;
+  if (!checkpoints.empty() && IsRegularFile(checkpoints + "/latest")) {
+    MutexLock lock(&job->mu_);
+    StatusOr<int64_t> step = job->LoadLocked(checkpoints);
+    if (!step.ok()) return step.status().Annotate("resuming from " + checkpoints);
+    Log().info("training job {} resumed from {} at step {}", job->options_.id, checkpoints, *step);
+  }
   return job;
 }
 
@@ -132,6 +145,9 @@ StatusOr<std::vector<c10::IValue>> TrainingJob::OnRanks(
   std::vector<std::thread> ranks;
   for (int rank = 0; rank < world; ++rank) {
     ranks.emplace_back([&, rank] {
+      // Named in a crash report, so the supervisor knows which job was running.
+      ScopedCrashContext crash_context("training job " + options_.id + " rank " +
+                                       std::to_string(rank) + ", " + function);
       InterpreterSession session = manager_->Acquire(options_.interpreters[rank]);
       StatusOr<Object> fn = session.Global(kTrainer, function);
       if (!fn.ok()) {
@@ -165,6 +181,7 @@ void TrainingJob::Record(const StepMetrics& metrics) {
   {
     MutexLock lock(&history_mu_);
     history_.push_back(metrics);
+    step_ = metrics.step;
     for (const Listener& listener : listeners_) listeners.push_back(listener.step);
   }
   for (const auto& listener : listeners) listener(metrics);
@@ -232,15 +249,35 @@ StatusOr<std::vector<StepMetrics>> TrainingJob::Step(int steps,
                       (options_.peak_flops_per_rank * world_size());
     Record(metrics);
     done.push_back(metrics);
+    const int64_t interval = options_.checkpoint_interval;
+    if (interval > 0 && !options_.checkpoint_dir.empty() && metrics.step % interval == 0) {
+      StatusOr<std::string> saved = SaveLocked(options_.checkpoint_dir);
+      if (!saved.ok()) {
+        return saved.status().Annotate("training job " + options_.id + ": step " +
+                                       std::to_string(metrics.step) + " ran, its checkpoint");
+      }
+    }
   }
   return done;
 }
 
 StatusOr<std::string> TrainingJob::Save(const std::string& root) {
   MutexLock lock(&mu_);
+  return SaveLocked(root);
+}
+
+StatusOr<std::string> TrainingJob::SaveToCheckpointDir() {
+  if (options_.checkpoint_dir.empty()) {
+    return FailedPreconditionError("training job " + options_.id +
+                                   " has no checkpoint_dir; name a directory");
+  }
+  return Save(options_.checkpoint_dir);
+}
+
+StatusOr<std::string> TrainingJob::SaveLocked(const std::string& root) {
   CHORUS_RETURN_IF_ERROR(CheckOpen());
   CHORUS_RETURN_IF_ERROR(MakeDirectories(root));
-  const int64_t step = History().empty() ? 0 : History().back().step;
+  const int64_t step = CurrentStep();
   const std::string final_path = root + "/" + StepFolder(step);
   const std::string partial = TemporarySiblingPath(root + "/." + StepFolder(step));
   CHORUS_RETURN_IF_ERROR(MakeDirectories(partial));
@@ -270,6 +307,10 @@ StatusOr<std::string> TrainingJob::Save(const std::string& root) {
 
 StatusOr<int64_t> TrainingJob::Load(const std::string& path) {
   MutexLock lock(&mu_);
+  return LoadLocked(path);
+}
+
+StatusOr<int64_t> TrainingJob::LoadLocked(const std::string& path) {
   CHORUS_RETURN_IF_ERROR(CheckOpen());
   std::string folder = path;
   if (!IsDirectory(path)) return NotFoundError("no checkpoint at " + path);
@@ -297,6 +338,7 @@ StatusOr<int64_t> TrainingJob::Load(const std::string& path) {
     history_.erase(std::remove_if(history_.begin(), history_.end(),
                                   [&](const StepMetrics& m) { return m.step > step; }),
                    history_.end());
+    step_ = step;
   }
   return step;
 }
@@ -328,6 +370,11 @@ Status TrainingJob::Export(const std::string& path, const std::string& name, int
 std::vector<StepMetrics> TrainingJob::History() const {
   MutexLock lock(&history_mu_);
   return history_;
+}
+
+int64_t TrainingJob::CurrentStep() const {
+  MutexLock lock(&history_mu_);
+  return step_;
 }
 
 int TrainingJob::Subscribe(std::function<void(const StepMetrics&)> listener,

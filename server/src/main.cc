@@ -16,6 +16,7 @@
 #include <cstdio>
 
 #include "chorus/common/crash_report.h"
+#include "chorus/common/file_util.h"
 #include "chorus/common/logging.h"
 #include "chorus/server/server.h"
 #include "chorus/server/supervisor.h"
@@ -27,6 +28,7 @@ int Serve(chorus::ServerOptions options, const chorus::ServingRun& run) {
   options.restarts = run.restarts;
   options.last_exit = run.last_exit;
   options.quarantined = run.quarantined;
+  options.quarantined_jobs = run.quarantined_jobs;
   // Signals are taken synchronously by this thread; every thread started
   // from here on inherits the blocked mask.
   sigset_t signals;
@@ -97,9 +99,16 @@ int main(int argc, char** argv) {
   app.add_option("--auth-token", options.auth_token,
                  "require 'authorization: Bearer <token>' on model calls");
   app.add_option("--cache-dir", options.cache_dir, "library cache for the interpreters");
+  app.add_option("--memory-limit-mib", options.memory_limit_mib,
+                 "limit on the serving process's private memory (mapped weights aside): a "
+                 "request that would allocate past it fails with RESOURCE_EXHAUSTED (0: none)");
   app.add_option("--strict-readiness", options.strict_readiness,
                  "ready only while every repository model serves (true, Triton's default) or "
                  "whenever serving (false)");
+  app.add_option("--jobs-file", options.jobs_file,
+                 "record training jobs that have a checkpoint_dir here; a server started with "
+                 "it recreates them from their latest checkpoints (default under the "
+                 "supervisor: a private file, so that restarts resume them)");
   app.add_flag("--no-supervisor", no_supervisor,
                "serve in this process; nothing restarts it if it dies (for systemd, Kubernetes)");
   CLI11_PARSE(app, argc, argv);
@@ -109,6 +118,18 @@ int main(int argc, char** argv) {
   if (no_supervisor) return Serve(options, chorus::ServingRun{});
   if (options.port == 0) options.port = FreePort(options.host);
   if (options.metrics_port == 0) options.metrics_port = FreePort(options.host);
+  // The journal lives as long as the supervisor: its serving processes share it.
+  chorus::ScopedTempDir private_dir;
+  if (options.jobs_file.empty()) {
+    chorus::StatusOr<chorus::ScopedTempDir> made = chorus::ScopedTempDir::Create("chorus-server-");
+    if (made.ok()) {
+      private_dir = std::move(*made);
+      options.jobs_file = private_dir.path() + "/jobs.json";
+    } else {
+      chorus::Log().warn("training jobs will not be resumed after a crash: {}",
+                         made.status().ToString());
+    }
+  }
   std::fflush(nullptr);  // nothing buffered may be written twice by the children
   return chorus::Supervise(chorus::SupervisorOptions{},
                            [&](const chorus::ServingRun& run) { return Serve(options, run); });

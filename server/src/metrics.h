@@ -3,6 +3,7 @@
 #ifndef CHORUS_SERVER_METRICS_H_
 #define CHORUS_SERVER_METRICS_H_
 
+#include <cstdint>
 #include <ostream>
 #include <string>
 
@@ -19,6 +20,10 @@ std::string RenderMetrics(const ModelRepository& repository, const InterpreterMa
 // The supervisor's figures: chorus_server_restarts_total, and
 // chorus_server_last_exit_info{reason="..."} after a restart.
 std::string RenderRestartMetrics(int restarts, const std::string& last_exit);
+
+// This process's memory: resident, private writable (what a memory limit
+// counts) and the limit itself when one is set (`limit_mib` > 0).
+std::string RenderProcessMetrics(int64_t limit_mib);
 
 // Writes a metric family's "# HELP" and "# TYPE" lines (type: counter, gauge,
 // histogram); the one place the exposition format's header is written.

@@ -7,6 +7,7 @@
 
 #include "chorus/common/file_util.h"
 #include "chorus/common/logging.h"
+#include "chorus/common/process_stats.h"
 #include "chorus/server/server.h"
 #include "server/src/inference_service.h"
 #include "server/src/metrics.h"
@@ -35,6 +36,7 @@ class ServerImpl final : public Server {
   ServiceContext context_;
   std::unique_ptr<InferenceService> service_;
   std::unique_ptr<JobRegistry> jobs_;
+  std::unique_ptr<JobJournal> journal_;
   std::unique_ptr<TrainingService> training_;
   std::unique_ptr<grpc::Server> grpc_;
   std::unique_ptr<httplib::Server> metrics_;
@@ -49,6 +51,7 @@ Status ServerImpl::Initialize(const ServerOptions& options) {
   if (options.tls_cert.empty() != options.tls_key.empty()) {
     return InvalidArgumentError("--tls-cert and --tls-key go together");
   }
+  if (options.memory_limit_mib > 0) CHORUS_RETURN_IF_ERROR(LimitDataMiB(options.memory_limit_mib));
   InterpreterManagerOptions interpreters;
   interpreters.num_interpreters = options.interpreters;
   interpreters.cache_dir = options.cache_dir;
@@ -70,12 +73,19 @@ Status ServerImpl::Initialize(const ServerOptions& options) {
   context_.strict_readiness = options.strict_readiness;
   service_ = std::make_unique<InferenceService>(&context_);
   jobs_ = std::make_unique<JobRegistry>(manager_.get());
-  training_ = std::make_unique<TrainingService>(&context_, jobs_.get(), options.model_repository);
+  journal_ = std::make_unique<JobJournal>(options.jobs_file);
+  training_ = std::make_unique<TrainingService>(&context_, jobs_.get(), journal_.get(),
+                                                options.model_repository);
+  CHORUS_RETURN_IF_ERROR(training_->ResumeJournaledJobs(options.quarantined_jobs));
   CHORUS_RETURN_IF_ERROR(StartGrpc(options));
   CHORUS_RETURN_IF_ERROR(StartMetrics(options));
   context_.ready = true;
   Log().info("serving {} model(s) on port {} with {} interpreters; metrics on {}",
              repository_->Loaded().size(), port_, manager_->size(), metrics_port_);
+  if (StatusOr<double> in_use = DataMiB(); options.memory_limit_mib > 0 && in_use.ok()) {
+    Log().info("memory: {:.0f} MiB of private memory in use of the {} MiB limit", *in_use,
+               options.memory_limit_mib);
+  }
   return OkStatus();
 }
 
@@ -117,7 +127,8 @@ Status ServerImpl::StartMetrics(const ServerOptions& options) {
     response.set_content(ready ? "{\"ready\":true}" : "{\"ready\":false}", "application/json");
   });
   metrics_->Get("/metrics", [this, restarts](const httplib::Request&, httplib::Response& response) {
-    response.set_content(RenderMetrics(*repository_, *manager_) + jobs_->RenderMetrics() + restarts,
+    response.set_content(RenderMetrics(*repository_, *manager_) + jobs_->RenderMetrics() +
+                             restarts + RenderProcessMetrics(options_.memory_limit_mib),
                          "text/plain; version=0.0.4");
   });
   metrics_port_ =
@@ -148,6 +159,8 @@ void ServerImpl::Shutdown() {
       metrics_->stop();
       if (metrics_thread_.joinable()) metrics_thread_.join();
     }
+    // Queued job work (builds, deletions) finishes before the jobs go.
+    if (background_) background_->Stop();
     jobs_.reset();
     background_.reset();
     grpc_.reset();
@@ -161,7 +174,13 @@ void ServerImpl::Shutdown() {
 
 StatusOr<std::unique_ptr<Server>> Server::Start(const ServerOptions& options) {
   auto server = std::make_unique<ServerImpl>();
-  CHORUS_RETURN_IF_ERROR(server->Initialize(options));
+  Status started = server->Initialize(options);
+  if (!started.ok() && options.memory_limit_mib > 0) {
+    // Start-up itself may be what did not fit.
+    return started.Annotate("with a memory limit of " + std::to_string(options.memory_limit_mib) +
+                            " MiB");
+  }
+  CHORUS_RETURN_IF_ERROR(started);
   return std::unique_ptr<Server>(std::move(server));
 }
 

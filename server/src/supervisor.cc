@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <cstring>
 #include <map>
+#include <optional>
 #include <regex>
 #include <vector>
 
@@ -105,48 +106,73 @@ int RunOnce(const sigset_t& signals, const std::function<int(const ServingRun&)>
   }
 }
 
-// Crash times per model; quarantines a model that reaches the limit.
+// Crash times per model and per training job; quarantines one that reaches
+// the limit.
 class CrashHistory {
  public:
   explicit CrashHistory(const SupervisorOptions& options) : options_(options) {}
 
   void Record(const std::string& record, const std::string& exit, ServingRun* run) {
-    const Clock::time_point now = Clock::now();
+    const std::string line = record.substr(0, record.find('\n'));
     for (const std::string& model : ModelsInCrashRecord(record)) {
-      std::vector<Clock::time_point>& times = crashes_[model];
-      times.push_back(now);
-      times.erase(
-          std::remove_if(times.begin(), times.end(),
-                         [&](Clock::time_point t) { return now - t > options_.quarantine_window; }),
-          times.end());
-      if (static_cast<int>(times.size()) < options_.quarantine_after) continue;
-      const std::string line = record.substr(0, record.find('\n'));
-      run->quarantined[model] = "is quarantined: it was running when the serving process died " +
-                                std::to_string(times.size()) + " times within " +
-                                std::to_string(options_.quarantine_window.count() / 1000) +
-                                " s (last: " + exit + ", " + line +
-                                "); load it explicitly to re-admit it";
-      Log().error("supervisor: model {} {}", model, run->quarantined[model]);
-      times.clear();
+      if (std::optional<std::string> why = Count("model " + model, exit, line)) {
+        run->quarantined[model] = *why + "; load it explicitly to re-admit it";
+        Log().error("supervisor: model {} {}", model, run->quarantined[model]);
+      }
+    }
+    for (const std::string& job : JobsInCrashRecord(record)) {
+      if (std::optional<std::string> why = Count("job " + job, exit, line)) {
+        run->quarantined_jobs[job] = *why;
+        Log().error("supervisor: training job {} {}", job, *why);
+      }
     }
   }
 
  private:
+  // Counts a crash of `key`; why it is quarantined once it reaches the limit.
+  std::optional<std::string> Count(const std::string& key, const std::string& exit,
+                                   const std::string& line) {
+    const Clock::time_point now = Clock::now();
+    std::vector<Clock::time_point>& times = crashes_[key];
+    times.push_back(now);
+    times.erase(
+        std::remove_if(times.begin(), times.end(),
+                       [&](Clock::time_point t) { return now - t > options_.quarantine_window; }),
+        times.end());
+    if (static_cast<int>(times.size()) < options_.quarantine_after) return std::nullopt;
+    const std::string why = "is quarantined: it was running when the serving process died " +
+                            std::to_string(times.size()) + " times within " +
+                            std::to_string(options_.quarantine_window.count() / 1000) +
+                            " s (last: " + exit + ", " + line + ")";
+    times.clear();
+    return why;
+  }
+
   const SupervisorOptions& options_;
   std::map<std::string, std::vector<Clock::time_point>> crashes_;
 };
+
+// Every distinct first capture of `pattern` in `record`, in order.
+std::vector<std::string> Captures(const std::regex& pattern, const std::string& record) {
+  std::vector<std::string> names;
+  for (auto it = std::sregex_iterator(record.begin(), record.end(), pattern);
+       it != std::sregex_iterator(); ++it) {
+    const std::string name = (*it)[1];
+    if (std::find(names.begin(), names.end(), name) == names.end()) names.push_back(name);
+  }
+  return names;
+}
 
 }  // namespace
 
 std::vector<std::string> ModelsInCrashRecord(const std::string& record) {
   static const std::regex kModel(R"(model (\S+) version )");
-  std::vector<std::string> models;
-  for (auto it = std::sregex_iterator(record.begin(), record.end(), kModel);
-       it != std::sregex_iterator(); ++it) {
-    const std::string name = (*it)[1];
-    if (std::find(models.begin(), models.end(), name) == models.end()) models.push_back(name);
-  }
-  return models;
+  return Captures(kModel, record);
+}
+
+std::vector<std::string> JobsInCrashRecord(const std::string& record) {
+  static const std::regex kJob(R"(training job (\S+) rank )");
+  return Captures(kJob, record);
 }
 
 std::string DescribeWaitStatus(int status) {

@@ -22,7 +22,15 @@ TEST(SupervisorTest, CrashRecordsNameTheModelsThatWereRunning) {
                                   "model a version 2, request z\n"),
               ElementsAre("a", "b"));
   EXPECT_THAT(ModelsInCrashRecord(""), IsEmpty());
-  EXPECT_THAT(ModelsInCrashRecord("training job j1\n"), IsEmpty());
+  EXPECT_THAT(ModelsInCrashRecord("training job job-1 rank 0, step\n"), IsEmpty());
+}
+
+TEST(SupervisorTest, CrashRecordsNameTheTrainingJobsThatWereRunning) {
+  EXPECT_THAT(JobsInCrashRecord("training job job-3 rank 1, save\n"
+                                "training job job-3 rank 0, save\n"
+                                "training job job-10 rank 0, step\n"),
+              ElementsAre("job-3", "job-10"));
+  EXPECT_THAT(JobsInCrashRecord("model crashy version 1, request poison-1\n"), IsEmpty());
 }
 
 int WaitStatusOf(void (*body)()) {

@@ -83,6 +83,22 @@ TrainingSpec SpecOf(const training::JobSpec& from) {
   return spec;
 }
 
+// The request's spec as the service takes it: the training spec's checks,
+// and a checkpoint directory the server can find again after a restart.
+Status ValidateJobSpec(const training::JobSpec& spec) {
+  CHORUS_RETURN_IF_ERROR(SpecOf(spec).Validate());
+  const std::string& checkpoints = spec.checkpoint_dir();
+  if (!checkpoints.empty() && checkpoints.front() != '/') {
+    return InvalidArgumentError("checkpoint_dir must be an absolute path on the server, not \"" +
+                                checkpoints + "\"");
+  }
+  if (spec.checkpoint_interval() < 0 || (spec.checkpoint_interval() > 0 && checkpoints.empty())) {
+    return InvalidArgumentError(
+        "checkpoint_interval must be >= 0, and > 0 only with checkpoint_dir");
+  }
+  return OkStatus();
+}
+
 int64_t NextVersion(const std::string& model_dir) {
   int64_t highest = 0;
   if (DIR* d = opendir(model_dir.c_str())) {
@@ -179,11 +195,10 @@ void FillStats(const std::string& id, const JobEntry& entry, training::JobStats*
   out->set_tp(job.options().tp);
   for (int i : job.options().interpreters) out->add_interpreters(i);
   out->set_peak_flops_per_rank(job.options().peak_flops_per_rank);
+  out->set_checkpoint_dir(job.options().checkpoint_dir);
+  out->set_step(job.CurrentStep());
   auto history = job.History();
-  if (!history.empty()) {
-    out->set_step(history.back().step);
-    ToProto(id, history.back(), out->mutable_last());
-  }
+  if (!history.empty()) ToProto(id, history.back(), out->mutable_last());
 }
 
 }  // namespace
@@ -231,16 +246,29 @@ std::string JobRegistry::NewId() {
   return "job-" + std::to_string(next_id_++);
 }
 
+void JobRegistry::Hold(const std::string& id, Status why) {
+  MutexLock lock(&mu_);
+  held_ids_[id] = std::move(why);
+  // Fresh ids start above every id held, so none is reused.
+  if (id.rfind("job-", 0) == 0) {
+    if (std::optional<int64_t> number = ParseNonNegativeInt64(id.substr(4))) {
+      next_id_ = std::max<int64_t>(next_id_, *number + 1);
+    }
+  }
+}
+
 void JobRegistry::Add(const std::string& id, std::shared_ptr<JobEntry> entry) {
   MutexLock lock(&mu_);
+  held_ids_.erase(id);
   jobs_[id] = std::move(entry);
 }
 
 StatusOr<std::shared_ptr<JobEntry>> JobRegistry::Find(const std::string& id) const {
   MutexLock lock(&mu_);
   auto it = jobs_.find(id);
-  if (it == jobs_.end()) return NotFoundError("no training job \"" + id + "\"");
-  return it->second;
+  if (it != jobs_.end()) return it->second;
+  if (auto held = held_ids_.find(id); held != held_ids_.end()) return held->second;
+  return NotFoundError("no training job \"" + id + "\"");
 }
 
 std::map<std::string, std::shared_ptr<JobEntry>> JobRegistry::List() const {
@@ -248,13 +276,20 @@ std::map<std::string, std::shared_ptr<JobEntry>> JobRegistry::List() const {
   return jobs_;
 }
 
-std::shared_ptr<JobEntry> JobRegistry::Remove(const std::string& id) {
+StatusOr<std::shared_ptr<JobEntry>> JobRegistry::Remove(const std::string& id) {
   MutexLock lock(&mu_);
   auto it = jobs_.find(id);
-  if (it == jobs_.end()) return nullptr;
-  auto entry = std::move(it->second);
-  jobs_.erase(it);
-  return entry;
+  if (it != jobs_.end()) {
+    auto entry = std::move(it->second);
+    jobs_.erase(it);
+    return entry;
+  }
+  if (auto held = held_ids_.find(id); held != held_ids_.end()) {
+    if (held->second.code() == StatusCode::kUnavailable) return held->second;
+    held_ids_.erase(held);
+    return std::shared_ptr<JobEntry>();
+  }
+  return NotFoundError("no training job \"" + id + "\"");
 }
 
 std::string JobRegistry::RenderMetrics() const {
@@ -307,58 +342,95 @@ grpc::ServerUnaryReactor* TrainingService::OnJob(
   return reactor;
 }
 
+StatusOr<std::shared_ptr<JobEntry>> TrainingService::BuildJob(const std::string& id,
+                                                              const training::JobSpec& spec) {
+  const int dp = std::max(1, spec.dp_shard()), tp = std::max(1, spec.tp());
+  CHORUS_ASSIGN_OR_RETURN(std::vector<int> held, jobs_->Reserve(dp * tp));
+  auto release_on_error = [&](Status status) {
+    jobs_->Release(held);
+    return status;
+  };
+  StatusOr<std::shared_ptr<Archive>> archive = Archive::Open(spec.archive());
+  if (!archive.ok()) {
+    return release_on_error(InvalidArgumentError("spec.archive: " + archive.status().message()));
+  }
+  TrainingJobOptions options;
+  options.id = id;
+  options.archive = *archive;
+  options.spec = SpecOf(spec);
+  options.dp = dp;
+  options.tp = tp;
+  options.interpreters = held;
+  options.metrics_log = spec.metrics_log();
+  options.checkpoint_dir = spec.checkpoint_dir();
+  options.checkpoint_interval = spec.checkpoint_interval();
+  StatusOr<std::unique_ptr<TrainingJob>> job = TrainingJob::Create(context_->manager, options);
+  if (!job.ok()) return release_on_error(job.status());
+  if (!spec.checkpoint_dir().empty()) {
+    if (Status recorded = journal_->Put(id, spec); !recorded.ok()) {
+      (*job)->Shutdown();
+      return release_on_error(
+          recorded.Annotate("cannot record the job to resume it after a crash"));
+    }
+  }
+  auto entry = std::make_shared<JobEntry>(spec.name(), std::move(*job));
+  jobs_->Add(id, entry);
+  Log().info("training job {} ({}): dp {} x tp {} on {} interpreters, at step {}", id, spec.name(),
+             dp, tp, held.size(), entry->job->CurrentStep());
+  return entry;
+}
+
 grpc::ServerUnaryReactor* TrainingService::CreateJob(grpc::CallbackServerContext* ctx,
                                                      const training::CreateJobRequest* request,
                                                      training::CreateJobResponse* response) {
   if (Status auth = context_->Authorize(*ctx); !auth.ok()) return Finish(ctx, auth);
   const training::JobSpec& spec = request->spec();
-  TrainingSpec training_spec = SpecOf(spec);
-  if (Status valid = training_spec.Validate(); !valid.ok()) return Finish(ctx, valid);
-  const int dp = std::max(1, spec.dp_shard()), tp = std::max(1, spec.tp());
-  StatusOr<std::vector<int>> interpreters = jobs_->Reserve(dp * tp);
-  if (!interpreters.ok()) return Finish(ctx, interpreters.status());
+  if (Status valid = ValidateJobSpec(spec); !valid.ok()) return Finish(ctx, valid);
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
-  JobRegistry* jobs = jobs_;
-  InterpreterManager* manager = context_->manager;
   // Building the model takes a while: off the reactor, on the shared runner.
   // The job is published only once it exists.
-  const bool posted = context_->background->Post(
-      [=, spec = spec, training_spec = std::move(training_spec), held = *interpreters] {
-        auto fail = [&](const Status& status) {
-          jobs->Release(held);
-          reactor->Finish(ToGrpcStatus(status));
-        };
-        StatusOr<std::shared_ptr<Archive>> archive = Archive::Open(spec.archive());
-        if (!archive.ok()) {
-          fail(InvalidArgumentError("spec.archive: " + archive.status().message()));
-          return;
-        }
-        TrainingJobOptions options;
-        options.archive = *archive;
-        options.spec = training_spec;
-        options.dp = dp;
-        options.tp = tp;
-        options.interpreters = held;
-        options.metrics_log = spec.metrics_log();
-        const std::string id = jobs->NewId();
-        options.id = id;
-        StatusOr<std::unique_ptr<TrainingJob>> job = TrainingJob::Create(manager, options);
-        if (!job.ok()) {
-          fail(job.status());
-          return;
-        }
-        jobs->Add(id, std::make_shared<JobEntry>(spec.name(), std::move(*job)));
-        response->set_job_id(id);
-        for (int i : held) response->add_interpreters(i);
-        Log().info("training job {} ({}): dp {} x tp {} on {} interpreters", id, spec.name(), dp,
-                   tp, held.size());
-        reactor->Finish(grpc::Status::OK);
-      });
-  if (!posted) {
-    jobs_->Release(*interpreters);
-    reactor->Finish(ToGrpcStatus(UnavailableError("the server is shutting down")));
-  }
+  const bool posted = context_->background->Post([this, reactor, spec, response] {
+    const std::string id = jobs_->NewId();
+    StatusOr<std::shared_ptr<JobEntry>> entry = BuildJob(id, spec);
+    if (entry.ok()) {
+      response->set_job_id(id);
+      for (int i : (*entry)->job->options().interpreters) response->add_interpreters(i);
+      response->set_step((*entry)->job->CurrentStep());
+    }
+    reactor->Finish(ToGrpcStatus(entry.status()));
+  });
+  if (!posted) reactor->Finish(ToGrpcStatus(UnavailableError("the server is shutting down")));
   return reactor;
+}
+
+Status TrainingService::ResumeJournaledJobs(const std::map<std::string, std::string>& quarantined) {
+  CHORUS_ASSIGN_OR_RETURN(std::vector<JobJournal::Entry> recorded, journal_->Open());
+  for (JobJournal::Entry& entry : recorded) {
+    const std::string& id = entry.id;
+    const std::string checkpoints = entry.spec.checkpoint_dir();
+    if (auto it = quarantined.find(id); it != quarantined.end()) {
+      Log().error("training job {} is not resumed: {}; its checkpoints stay in {}", id, it->second,
+                  checkpoints);
+      jobs_->Hold(id,
+                  FailedPreconditionError("training job " + id + " was not resumed: " + it->second +
+                                          "; its checkpoints are in " + checkpoints));
+      CHORUS_RETURN_IF_ERROR(journal_->Remove(id));
+      continue;
+    }
+    jobs_->Hold(id, UnavailableError("training job " + id +
+                                     " is being resumed from its checkpoint; retry"));
+    const bool posted = context_->background->Post([this, id, spec = std::move(entry.spec)] {
+      StatusOr<std::shared_ptr<JobEntry>> job = BuildJob(id, spec);
+      if (job.ok()) return;
+      Log().error("training job {} could not be resumed: {}", id, job.status().ToString());
+      jobs_->Hold(id, FailedPreconditionError("training job " + id +
+                                              " could not be resumed: " + job.status().message() +
+                                              "; its checkpoints are in " + spec.checkpoint_dir()));
+      journal_->Remove(id).IgnoreError();
+    });
+    if (!posted) return UnavailableError("the server is shutting down");
+  }
+  return OkStatus();
 }
 
 grpc::ServerUnaryReactor* TrainingService::Step(grpc::CallbackServerContext* ctx,
@@ -394,11 +466,11 @@ grpc::ServerUnaryReactor* TrainingService::SaveCheckpoint(
     grpc::CallbackServerContext* ctx, const training::SaveCheckpointRequest* request,
     training::SaveCheckpointResponse* response) {
   return OnJob(ctx, request->job_id(), [=](JobEntry& entry, const StopConditions&) -> Status {
-    if (request->directory().empty()) return InvalidArgumentError("directory is required");
-    CHORUS_ASSIGN_OR_RETURN(std::string path, entry.job->Save(request->directory()));
+    CHORUS_ASSIGN_OR_RETURN(std::string path, request->directory().empty()
+                                                  ? entry.job->SaveToCheckpointDir()
+                                                  : entry.job->Save(request->directory()));
     response->set_path(path);
-    auto history = entry.job->History();
-    response->set_step(history.empty() ? 0 : history.back().step);
+    response->set_step(entry.job->CurrentStep());
     return OkStatus();
   });
 }
@@ -485,8 +557,13 @@ grpc::ServerUnaryReactor* TrainingService::DeleteJob(grpc::CallbackServerContext
                                                      const training::DeleteJobRequest* request,
                                                      training::DeleteJobResponse*) {
   if (Status auth = context_->Authorize(*ctx); !auth.ok()) return Finish(ctx, auth);
-  std::shared_ptr<JobEntry> entry = jobs_->Remove(request->job_id());
-  if (!entry) return Finish(ctx, NotFoundError("no training job \"" + request->job_id() + "\""));
+  StatusOr<std::shared_ptr<JobEntry>> removed = jobs_->Remove(request->job_id());
+  if (!removed.ok()) return Finish(ctx, removed.status());
+  // The job is not recreated after a restart from now on (its checkpoints stay).
+  Status forgotten = journal_->Remove(request->job_id());
+  if (!forgotten.ok()) Log().warn("training job {}: {}", request->job_id(), forgotten.ToString());
+  std::shared_ptr<JobEntry> entry = *removed;
+  if (!entry) return Finish(ctx, OkStatus());  // one that could not be resumed
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
   JobRegistry* jobs = jobs_;
   // Tearing down waits for the job's running operation: off the reactor. Who

@@ -13,6 +13,7 @@
 #include "chorus/common/thread_annotations.h"
 #include "chorus/training/training_job.h"
 #include "chorus/training/training_service.grpc.pb.h"
+#include "server/src/job_journal.h"
 #include "server/src/service_context.h"
 
 namespace chorus {
@@ -41,13 +42,20 @@ class JobRegistry {
   void Release(const std::vector<int>& interpreters) CHORUS_EXCLUDES(mu_);
   // A fresh job id; nothing is published under it until Add.
   std::string NewId() CHORUS_EXCLUDES(mu_);
-  // Publishes a complete entry under an id from NewId.
+  // Reserves `id` (a job of an earlier serving process) for a job not built
+  // yet: calls on it answer `why` (UNAVAILABLE while it is being resumed, an
+  // error when it cannot be) until Add replaces it. NewId never returns it.
+  void Hold(const std::string& id, Status why) CHORUS_EXCLUDES(mu_);
+  // Publishes a complete entry under an id from NewId or Hold.
   void Add(const std::string& id, std::shared_ptr<JobEntry> entry) CHORUS_EXCLUDES(mu_);
+  // The job; NOT_FOUND, or what Hold said for a held id.
   StatusOr<std::shared_ptr<JobEntry>> Find(const std::string& id) const CHORUS_EXCLUDES(mu_);
   // Every published job, by id.
   std::map<std::string, std::shared_ptr<JobEntry>> List() const CHORUS_EXCLUDES(mu_);
-  // Unpublishes the entry (nullptr if there is none); the caller tears it down.
-  std::shared_ptr<JobEntry> Remove(const std::string& id) CHORUS_EXCLUDES(mu_);
+  // Unpublishes the entry, which the caller tears down. A held id that will
+  // not be resumed is forgotten (nullptr); NOT_FOUND, or UNAVAILABLE while
+  // one is being resumed.
+  StatusOr<std::shared_ptr<JobEntry>> Remove(const std::string& id) CHORUS_EXCLUDES(mu_);
   // Prometheus gauges of every job's last step.
   std::string RenderMetrics() const CHORUS_EXCLUDES(mu_);
 
@@ -55,14 +63,26 @@ class JobRegistry {
   InterpreterManager* const manager_;
   mutable Mutex mu_;
   std::map<std::string, std::shared_ptr<JobEntry>> jobs_ CHORUS_GUARDED_BY(mu_);
+  std::map<std::string, Status> held_ids_ CHORUS_GUARDED_BY(mu_);  // id -> why
   std::set<int> held_ CHORUS_GUARDED_BY(mu_);
-  int next_id_ CHORUS_GUARDED_BY(mu_) = 1;
+  int64_t next_id_ CHORUS_GUARDED_BY(mu_) = 1;
 };
 
 class TrainingService final : public chorus::training::TrainingService::CallbackService {
  public:
-  TrainingService(ServiceContext* context, JobRegistry* jobs, std::string model_repository)
-      : context_(context), jobs_(jobs), model_repository_(std::move(model_repository)) {}
+  // `journal` records the jobs created with a checkpoint directory.
+  TrainingService(ServiceContext* context, JobRegistry* jobs, JobJournal* journal,
+                  std::string model_repository)
+      : context_(context),
+        jobs_(jobs),
+        journal_(journal),
+        model_repository_(std::move(model_repository)) {}
+
+  // Recreates the journal's jobs under their ids, each resuming from its
+  // latest checkpoint, on the background runner; until one is built, calls
+  // on it are UNAVAILABLE. A job in `quarantined` (id -> why) is not
+  // recreated: calls on it answer why. Call before serving.
+  Status ResumeJournaledJobs(const std::map<std::string, std::string>& quarantined);
 
   grpc::ServerUnaryReactor* CreateJob(grpc::CallbackServerContext* ctx,
                                       const training::CreateJobRequest* request,
@@ -101,8 +121,14 @@ class TrainingService final : public chorus::training::TrainingService::Callback
   grpc::ServerUnaryReactor* OnJob(grpc::CallbackServerContext* ctx, const std::string& job_id,
                                   std::function<Status(JobEntry&, const StopConditions&)> work);
 
+  // Builds job `id` of `spec` on interpreters it reserves, records it in the
+  // journal when it has a checkpoint directory, and publishes it. Blocking.
+  StatusOr<std::shared_ptr<JobEntry>> BuildJob(const std::string& id,
+                                               const training::JobSpec& spec);
+
   ServiceContext* const context_;
   JobRegistry* const jobs_;
+  JobJournal* const journal_;
   const std::string model_repository_;
 };
 

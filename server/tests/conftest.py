@@ -51,6 +51,22 @@ class ServerProcess:
         with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics") as response:
             return response.read().decode()
 
+    def serving_pid(self):
+        """The supervised serving process (the supervisor's one child)."""
+        pid = self.process.pid
+        (child,) = [int(p) for p in open(f"/proc/{pid}/task/{pid}/children").read().split()]
+        return child
+
+    def kill_serving(self, sig):
+        """Sends `sig` to the serving process and waits until it is gone (reaped by the
+        supervisor, which then restarts it)."""
+        pid = self.serving_pid()
+        os.kill(pid, sig)
+        deadline = time.monotonic() + 60
+        while os.path.exists(f"/proc/{pid}"):
+            assert time.monotonic() < deadline, f"serving process {pid} did not die of {sig}"
+            time.sleep(0.05)
+
     def log_text(self):
         self.log.flush()
         self.log.seek(0)

@@ -70,3 +70,17 @@ class Crasher(torch.nn.Module):
             import os
             os._exit(7)
         return x * 2
+
+
+class Hog(torch.nn.Module):
+    """x + the 16 MiB blocks it allocated and touched: x[0, 0] MiB of them, kept until
+    it returns; x[0, 1] == 1 asks Python (bytearray) for it in one piece instead."""
+
+    def forward(self, x):
+        mib = int(x[0, 0])
+        if float(x[0, 1]) == 1.0:
+            return x + len(bytearray(mib << 20)) // (16 << 20)
+        blocks = []
+        for _ in range(mib // 16):
+            blocks.append(torch.empty(16 << 20, dtype=torch.uint8).fill_(1))
+        return x + len(blocks)

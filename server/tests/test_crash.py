@@ -6,6 +6,7 @@ import re
 import signal
 import time
 
+import grpc
 import numpy as np
 import pytest
 import torch
@@ -107,8 +108,7 @@ def test_a_killed_supervisor_takes_its_serving_process_along(crash_repository):
     server = ServerProcess(crash_repository, interpreters=1)
     with server.client() as client:
         wait_until_serving(client)
-    children = open(f"/proc/{server.process.pid}/task/{server.process.pid}/children").read()
-    (child,) = [int(pid) for pid in children.split()]
+    child = server.serving_pid()
     server.process.kill()
     server.process.wait(30)
     deadline = time.monotonic() + 60
@@ -177,15 +177,57 @@ def test_a_serving_process_killed_from_outside_is_reported_with_its_peak_memory(
         with server.client() as client:
             wait_until_serving(client)
             time.sleep(1.5)  # the supervisor samples the peak memory every second
-            children = open(f"/proc/{server.process.pid}/task/{server.process.pid}/children")
-            (serving,) = [int(pid) for pid in children.read().split()]
-            os.kill(serving, signal.SIGKILL)  # as the kernel's OOM killer would
-            time.sleep(0.5)
+            server.kill_serving(signal.SIGKILL)  # as the kernel's OOM killer would
             wait_until_serving(client)
         metrics = server.metrics()
         match = re.search(r'chorus_server_last_exit_info\{reason="signal SIGKILL \(killed from '
                           r'outside: out of memory\? peak RSS (\d+) MiB\)"\} 1', metrics)
         assert match, metrics
         assert int(match.group(1)) > 100  # an interpreter with torch, at least
+    finally:
+        assert server.stop() == 0
+
+
+MEMORY_LIMIT_MIB = 3072
+
+
+def test_a_request_past_the_memory_limit_is_resource_exhausted_and_the_server_serves_on(
+        tmp_path):
+    repo = tmp_path / "repository"
+    for name, model in {"hog": servable_models.Hog(), "steady": servable_models.Scale(3.0)}.items():
+        (repo / name / "1").mkdir(parents=True)
+        package(repo / name / "1" / "model.pt", model, torch.zeros(1, 4), name, batchable=False)
+    server = ServerProcess(repo, "--memory-limit-mib", str(MEMORY_LIMIT_MIB), interpreters=1)
+    x = np.ones((1, 4), np.float32)
+
+    def hog(mib, python=False):
+        request = np.zeros((1, 4), np.float32)
+        request[0, 0], request[0, 1] = mib, float(python)
+        (answer,) = client.infer("hog", {"x": request}, timeout=60).values()
+        return answer[0, 2]  # the blocks it held
+
+    try:
+        with server.client() as client:
+            metrics = server.metrics()
+            limit = metric(metrics, "chorus_process_memory_limit_bytes")
+            assert limit == MEMORY_LIMIT_MIB << 20
+            in_use_mib = metric(metrics, "chorus_process_data_bytes") / (1 << 20)
+            assert in_use_mib < MEMORY_LIMIT_MIB - 1024, in_use_mib  # room for the test
+            assert hog(256) == 16
+            past = int(MEMORY_LIMIT_MIB - in_use_mib) + 256
+            for python in (False, True):
+                with pytest.raises(ClientError) as refused:
+                    hog(past, python)
+                assert refused.value.code == grpc.StatusCode.RESOURCE_EXHAUSTED, refused.value
+                expected = "MemoryError" if python else "can't allocate memory"
+                assert expected in refused.value.message, refused.value.message
+                # The memory went back; everything serves on.
+                assert hog(256) == 16
+                (steady,) = client.infer("steady", {"x": x}, timeout=10).values()
+                assert np.array_equal(steady, 3 * x)
+            peak_mib = int(open(f"/proc/{server.serving_pid()}/status").read()
+                           .split("VmHWM:")[1].split()[0]) / 1024
+            assert peak_mib < MEMORY_LIMIT_MIB, peak_mib
+        assert metric(server.metrics(), "chorus_server_restarts_total") == 0
     finally:
         assert server.stop() == 0

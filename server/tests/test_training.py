@@ -2,7 +2,7 @@
 
 import json
 import os
-import sys
+import signal
 import threading
 import time
 
@@ -13,32 +13,21 @@ import pytest
 from chorus.client import ClientError
 from chorus.client.training import TrainingClient
 from conftest import ServerProcess, rpc_code
-
-ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
-sys.path.insert(0, os.path.join(ROOT, "examples", "llama3"))
-
-# A small Llama 3 (GQA) that trains in seconds on 2 cores.
-TINY = {"name": "debug", "dim": 128, "n_layers": 2, "n_heads": 8, "n_kv_heads": 4,
-        "vocab_size": 256, "multiple_of": 64}
+from training_specs import TINY, package_tiny_llama, spec
 
 
 @pytest.fixture(scope="module")
 def llama_archive(tmp_path_factory):
-    import package_llama
-    path = tmp_path_factory.mktemp("llama") / "llama3.pt"
-    package_llama.package(str(path), "debug", {k: v for k, v in TINY.items() if k != "name"})
-    return str(path)
+    return package_tiny_llama(tmp_path_factory.mktemp("llama") / "llama3.pt")
 
 
 @pytest.fixture(scope="module")
 def crashing_llama_archive(tmp_path_factory):
     """The Llama archive whose model kills the server in its second checkpoint save."""
-    import package_llama
     import save_crash
-    path = tmp_path_factory.mktemp("llama") / "llama3-save-crash.pt"
-    package_llama.package(str(path), "debug", {k: v for k, v in TINY.items() if k != "name"},
-                          build=lambda config, **kwargs: save_crash.build(name=config, **kwargs))
-    return str(path)
+    return package_tiny_llama(tmp_path_factory.mktemp("llama") / "llama3-save-crash.pt",
+                              build=lambda config, **kwargs: save_crash.build(name=config,
+                                                                              **kwargs))
 
 
 @pytest.fixture(scope="module")
@@ -46,15 +35,6 @@ def server(repository):
     process = ServerProcess(repository[0], interpreters=2)
     yield process
     assert process.stop() == 0
-
-
-def spec(archive, **overrides):
-    base = dict(name="tiny-llama", archive=archive, model_factory="model:build",
-                model_config_json=json.dumps(TINY), parallelize="parallelize:parallelize_for_job",
-                data_loader="data:batches", global_batch=8, seq_len=32, seed=3, dp_shard=1, tp=1,
-                optimizer={"lr": 3e-3, "weight_decay": 0.0}, loss="cross_entropy")
-    base.update(overrides)
-    return base
 
 
 def run(client, archive, steps, **overrides):
@@ -143,6 +123,86 @@ def test_a_crash_in_the_middle_of_a_save_leaves_the_previous_checkpoint(reposito
             reference, job = run(client, archive, 4, **factory)
             client.delete(job)
         assert before + after == reference
+    finally:
+        assert server.stop() == 0
+
+
+def retried(call, deadline_s=120):
+    """call()'s result, retried while the server restarts or resumes jobs (UNAVAILABLE)."""
+    deadline = time.monotonic() + deadline_s
+    while True:
+        try:
+            return call()
+        except ClientError as e:
+            if e.code != grpc.StatusCode.UNAVAILABLE or time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
+
+
+def test_a_job_with_a_checkpoint_dir_resumes_by_itself_after_the_server_crashes(repository,
+                                                                              llama_archive,
+                                                                              tmp_path):
+    checkpoints = str(tmp_path / "ckpt")
+    server = ServerProcess(repository[0], interpreters=1)  # supervised
+    try:
+        with TrainingClient(server.address) as client:
+            reference, job = run(client, llama_archive, 10)
+            client.delete(job)
+            job = client.create_job(**spec(llama_archive, checkpoint_dir=checkpoints,
+                                           checkpoint_interval=2))
+            before = [m.loss for m in client.step(job, 5)]
+            assert before == reference[:5]
+            assert open(os.path.join(checkpoints, "latest")).read() == "step-00000004\n"
+            server.kill_serving(signal.SIGSEGV)
+            # The restarted server recreates the job under its id, from step 4.
+            stats = retried(lambda: client.stats(job))
+            assert stats.step == 4 and stats.checkpoint_dir == checkpoints
+            after = [m.loss for m in client.step(job, 6)]
+            assert after == reference[4:]  # bit-exact with the uninterrupted run
+            assert client.save(job, "").path == os.path.join(checkpoints, "step-00000010")
+            # A new job on the same directory starts where the last left off.
+            client.delete(job)
+            again = client.create_job(**spec(llama_archive, checkpoint_dir=checkpoints))
+            assert client.stats(again).step == 10 and again != job
+            client.delete(again)
+            # A deleted job is not recreated by the next restart.
+            server.kill_serving(signal.SIGSEGV)
+            with pytest.raises(ClientError) as gone:
+                retried(lambda: client.stats(again))
+            assert gone.value.code == grpc.StatusCode.NOT_FOUND
+        log = server.log_text()
+        assert f"training job {job} resumed from {checkpoints} at step 4" in log, log
+    finally:
+        assert server.stop() == 0
+
+
+def test_a_job_that_crashes_the_server_twice_is_not_resumed_again(repository,
+                                                                 crashing_llama_archive,
+                                                                 tmp_path):
+    import save_crash
+    checkpoints = str(tmp_path / "ckpt")
+    # Every serving process dies in its second checkpoint save (os._exit).
+    crashing = spec(crashing_llama_archive, model_factory="save_crash:build",
+                    checkpoint_dir=checkpoints, checkpoint_interval=1)
+    server = ServerProcess(repository[0], interpreters=1)
+    try:
+        with TrainingClient(server.address) as client:
+            job = client.create_job(**crashing)
+            for resumed_at in (0, 1):
+                assert retried(lambda: client.stats(job)).step == resumed_at
+                with pytest.raises(ClientError):
+                    client.step(job, 5)  # the save of step resumed_at + 2 ends the process
+            with pytest.raises(ClientError) as refused:
+                retried(lambda: client.stats(job))
+            assert refused.value.code == grpc.StatusCode.FAILED_PRECONDITION
+            assert "is quarantined" in refused.value.message
+            assert checkpoints in refused.value.message
+            assert open(os.path.join(checkpoints, "latest")).read() == "step-00000002\n"
+            client.delete(job)  # forgets it
+            assert rpc_code(lambda: client.stats(job)) == grpc.StatusCode.NOT_FOUND
+        log = server.log_text()
+        assert f"supervisor: training job {job} is quarantined" in log, log
+        assert f"exit status {save_crash.EXIT_STATUS}" in log
     finally:
         assert server.stop() == 0
 

@@ -4,6 +4,8 @@
 
 #include <sys/types.h>
 
+#include <cstdint>
+
 #include "chorus/common/status.h"
 
 namespace chorus {
@@ -14,6 +16,15 @@ namespace chorus {
 StatusOr<double> ResidentMiB(pid_t pid = 0);
 // The same for the peak resident set size so far (VmHWM).
 StatusOr<double> PeakResidentMiB(pid_t pid = 0);
+// The same for private writable memory, touched or not (VmData): what
+// RLIMIT_DATA limits. Memory-mapped files (model weights) are not in it.
+StatusOr<double> DataMiB(pid_t pid = 0);
+
+// Limits this process's private writable memory (RLIMIT_DATA) to `mib`:
+// allocations past it fail (torch raises RuntimeError, Python MemoryError)
+// instead of the process growing until the kernel's OOM killer ends it.
+// Process-wide; INVALID_ARGUMENT when the process already uses more.
+Status LimitDataMiB(int64_t mib);
 
 }  // namespace chorus
 

@@ -34,6 +34,11 @@ struct ServerOptions {
   std::string auth_token;  // non-empty: every model call needs "authorization: Bearer <token>"
   std::chrono::milliseconds drain_timeout{30000};  // how long Shutdown waits for in-flight requests
   std::string cache_dir;                           // interpreters' library cache ("" = default)
+  // > 0: the process's private writable memory may not exceed this many MiB
+  // (RLIMIT_DATA, set by Start for the whole process): a request that would
+  // allocate past it fails with RESOURCE_EXHAUSTED instead of the kernel's
+  // OOM killer ending the process. Mapped weights do not count.
+  int64_t memory_limit_mib = 0;
   // ServerReady and /v2/health/ready: true only while every repository model
   // that should serve does (Triton's strict readiness); false: while serving.
   bool strict_readiness = true;
@@ -44,6 +49,13 @@ struct ServerOptions {
   // Set by the supervisor: models not loaded at start (model -> why: they
   // crashed the serving process repeatedly); an explicit load re-admits one.
   std::map<std::string, std::string> quarantined;
+  // Training jobs created with a checkpoint directory are recorded here and
+  // recreated, resuming from their latest checkpoint, when a server starts
+  // with the same file ("" = not recorded). The supervisor provides one.
+  std::string jobs_file;
+  // Set by the supervisor: recorded jobs not recreated (id -> why: they were
+  // running when the serving process died repeatedly).
+  std::map<std::string, std::string> quarantined_jobs;
 };
 
 // Interface/implementation split as leveldb's DB/DBImpl: Start returns the

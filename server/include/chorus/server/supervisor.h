@@ -19,8 +19,9 @@ struct SupervisorOptions {
   // A serving process that ran this long before dying restarts after
   // first_backoff again (its crash is not part of a crash loop).
   std::chrono::milliseconds stable_after{60000};
-  // A model running when the serving process died this many times within the
-  // window is quarantined: the next serving processes do not load it.
+  // A model (or training job) running when the serving process died this
+  // many times within the window is quarantined: the next serving processes
+  // do not load it (recreate it).
   int quarantine_after = 2;
   std::chrono::milliseconds quarantine_window{600000};
 };
@@ -30,11 +31,15 @@ struct ServingRun {
   int restarts = 0;       // serving processes that died before this one
   std::string last_exit;  // how the last one ended ("signal SIGSEGV"), "" if none
   std::map<std::string, std::string> quarantined;  // model -> why
+  // Training jobs not to recreate: job id -> why (they were running each time).
+  std::map<std::string, std::string> quarantined_jobs;
 };
 
 // The models a crash record names (lines of "model <name> version <v>, ...",
 // what the scheduler's crash context says), each once, in order.
 std::vector<std::string> ModelsInCrashRecord(const std::string& record);
+// The training jobs it names ("training job <id> rank <r>, ..."), likewise.
+std::vector<std::string> JobsInCrashRecord(const std::string& record);
 
 // Runs `serve(run)` in a child process (its return value is the child's exit
 // status) and supervises it as above. Returns the exit status for the

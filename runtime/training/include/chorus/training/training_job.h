@@ -34,6 +34,10 @@ struct TrainingJobOptions {
   std::vector<int> interpreters;   // dp * tp distinct interpreter indices; rank r on [r]
   double peak_flops_per_rank = 0;  // for MFU; 0 measures the CPU's matmul peak
   std::string metrics_log;         // JSONL per step ("" = none)
+  // Where the job's checkpoints go ("" = only where SaveCheckpoint says). A
+  // job created with one resumes from its latest checkpoint, if any.
+  std::string checkpoint_dir;
+  int64_t checkpoint_interval = 0;  // save to checkpoint_dir every N steps (0: never)
 };
 
 struct StepMetrics {
@@ -61,8 +65,9 @@ struct StopConditions {
 
 class TrainingJob {
  public:
-  // Builds the model on every rank. INVALID_ARGUMENT for a bad layout or spec
-  // (the Python error's message); the ranks are cleaned up on failure.
+  // Builds the model on every rank and, when checkpoint_dir holds a
+  // checkpoint, resumes from its latest. INVALID_ARGUMENT for a bad layout or
+  // spec (the Python error's message); the ranks are cleaned up on failure.
   static StatusOr<std::unique_ptr<TrainingJob>> Create(InterpreterManager* manager,
                                                        TrainingJobOptions options);
   ~TrainingJob();
@@ -71,14 +76,17 @@ class TrainingJob {
   int world_size() const { return options_.dp * options_.tp; }
 
   // `steps` steps from the archive's data loader, or one on `batch`
-  // ([global_batch, seq_len + 1] int64 tokens). Returns each step's metrics;
-  // when `stop` ends it early, its status (the steps taken stay in History).
+  // ([global_batch, seq_len + 1] int64 tokens), saving to checkpoint_dir at
+  // every checkpoint_interval-th step. Returns each step's metrics; when
+  // `stop` ends it early, its status (the steps taken stay in History).
   StatusOr<std::vector<StepMetrics>> Step(int steps, const std::optional<at::Tensor>& batch,
                                           const StopConditions& stop = {}) CHORUS_EXCLUDES(mu_);
   // Writes <root>/step-<N>/ (a file per rank and manifest.json) and then
   // <root>/latest, each atomically and flushed to the disk before the next:
   // a crash or a power loss leaves the previous checkpoint.
   StatusOr<std::string> Save(const std::string& root) CHORUS_EXCLUDES(mu_);
+  // Save(checkpoint_dir); FAILED_PRECONDITION when the job has none.
+  StatusOr<std::string> SaveToCheckpointDir() CHORUS_EXCLUDES(mu_);
   // Restores a step folder (or a root's latest). FAILED_PRECONDITION if its
   // layout (dp, tp) differs from this job's. Returns the step reached.
   StatusOr<int64_t> Load(const std::string& path) CHORUS_EXCLUDES(mu_);
@@ -88,8 +96,10 @@ class TrainingJob {
   Status Export(const std::string& path, const std::string& name, int64_t version,
                 int64_t example_length) CHORUS_EXCLUDES(mu_);
 
-  // Metrics of every step so far.
+  // Metrics of every step so far (since the checkpoint the job resumed from).
   std::vector<StepMetrics> History() const CHORUS_EXCLUDES(history_mu_);
+  // Steps the model has taken: the last step run, or the loaded checkpoint's.
+  int64_t CurrentStep() const CHORUS_EXCLUDES(history_mu_);
   // Calls `listener` (from the stepping thread) after every step, and
   // `closed` once when the job is closed (at once if it already is). Returns
   // an id for Unsubscribe. Neither may block.
@@ -112,6 +122,8 @@ class TrainingJob {
   StatusOr<std::vector<c10::IValue>> OnRanks(
       const std::string& function, const std::function<std::vector<c10::IValue>(int)>& args);
   void Record(const StepMetrics& metrics) CHORUS_EXCLUDES(history_mu_);
+  StatusOr<std::string> SaveLocked(const std::string& root) CHORUS_REQUIRES(mu_);
+  StatusOr<int64_t> LoadLocked(const std::string& path) CHORUS_REQUIRES(mu_);
 
   InterpreterManager* const manager_;
   const TrainingJobOptions options_;
@@ -123,6 +135,7 @@ class TrainingJob {
   bool shut_down_ CHORUS_GUARDED_BY(mu_) = false;
   mutable Mutex history_mu_;
   std::vector<StepMetrics> history_ CHORUS_GUARDED_BY(history_mu_);
+  int64_t step_ CHORUS_GUARDED_BY(history_mu_) = 0;
   struct Listener {
     int id;
     std::function<void(const StepMetrics&)> step;
