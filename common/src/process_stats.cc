@@ -1,5 +1,6 @@
 #include "chorus/common/process_stats.h"
 
+#include <malloc.h>
 #include <sys/resource.h>
 
 #include <cerrno>
@@ -33,6 +34,8 @@ StatusOr<double> ResidentMiB(pid_t pid) { return StatusFieldMiB(pid, "VmRSS:"); 
 StatusOr<double> PeakResidentMiB(pid_t pid) { return StatusFieldMiB(pid, "VmHWM:"); }
 
 StatusOr<double> DataMiB(pid_t pid) { return StatusFieldMiB(pid, "VmData:"); }
+
+void ReleaseFreeMemory() { ::malloc_trim(0); }
 
 Status LimitDataMiB(int64_t mib) {
   CHORUS_ASSIGN_OR_RETURN(double in_use, DataMiB());

@@ -13,6 +13,7 @@
 #include "chorus/common/crash_report.h"
 #include "chorus/common/file_util.h"
 #include "chorus/common/logging.h"
+#include "chorus/common/process_stats.h"
 #include "chorus/package/model.h"
 #include "chorus/training/bindings.h"
 #include "chorus/training/communicator.h"
@@ -131,6 +132,8 @@ void TrainingJob::Shutdown() {
   Status deleted = OnRanks("delete", [](int) { return std::vector<c10::IValue>{}; }).status();
   if (!deleted.ok())
     Log().warn("training job {}: deleting its state: {}", options_.id, deleted.ToString());
+  // The model, optimizer state and activations just freed: back to the system.
+  ReleaseFreeMemory();
 }
 
 Status TrainingJob::CheckOpen() const {

@@ -196,6 +196,7 @@ void FillStats(const std::string& id, const JobEntry& entry, training::JobStats*
   for (int i : job.options().interpreters) out->add_interpreters(i);
   out->set_peak_flops_per_rank(job.options().peak_flops_per_rank);
   out->set_checkpoint_dir(job.options().checkpoint_dir);
+  out->set_state("READY");
   out->set_step(job.CurrentStep());
   auto history = job.History();
   if (!history.empty()) ToProto(id, history.back(), out->mutable_last());
@@ -246,9 +247,9 @@ std::string JobRegistry::NewId() {
   return "job-" + std::to_string(next_id_++);
 }
 
-void JobRegistry::Hold(const std::string& id, Status why) {
+void JobRegistry::Hold(const std::string& id, const std::string& name, Status why) {
   MutexLock lock(&mu_);
-  held_ids_[id] = std::move(why);
+  held_ids_[id] = HeldJob{name, std::move(why)};
   // Fresh ids start above every id held, so none is reused.
   if (id.rfind("job-", 0) == 0) {
     if (std::optional<int64_t> number = ParseNonNegativeInt64(id.substr(4))) {
@@ -267,7 +268,7 @@ StatusOr<std::shared_ptr<JobEntry>> JobRegistry::Find(const std::string& id) con
   MutexLock lock(&mu_);
   auto it = jobs_.find(id);
   if (it != jobs_.end()) return it->second;
-  if (auto held = held_ids_.find(id); held != held_ids_.end()) return held->second;
+  if (auto held = held_ids_.find(id); held != held_ids_.end()) return held->second.why;
   return NotFoundError("no training job \"" + id + "\"");
 }
 
@@ -285,11 +286,16 @@ StatusOr<std::shared_ptr<JobEntry>> JobRegistry::Remove(const std::string& id) {
     return entry;
   }
   if (auto held = held_ids_.find(id); held != held_ids_.end()) {
-    if (held->second.code() == StatusCode::kUnavailable) return held->second;
+    if (held->second.why.code() == StatusCode::kUnavailable) return held->second.why;
     held_ids_.erase(held);
     return std::shared_ptr<JobEntry>();
   }
   return NotFoundError("no training job \"" + id + "\"");
+}
+
+std::map<std::string, JobRegistry::HeldJob> JobRegistry::ListHeld() const {
+  MutexLock lock(&mu_);
+  return held_ids_;
 }
 
 std::string JobRegistry::RenderMetrics() const {
@@ -411,21 +417,23 @@ Status TrainingService::ResumeJournaledJobs(const std::map<std::string, std::str
     if (auto it = quarantined.find(id); it != quarantined.end()) {
       Log().error("training job {} is not resumed: {}; its checkpoints stay in {}", id, it->second,
                   checkpoints);
-      jobs_->Hold(id,
+      jobs_->Hold(id, entry.spec.name(),
                   FailedPreconditionError("training job " + id + " was not resumed: " + it->second +
                                           "; its checkpoints are in " + checkpoints));
       CHORUS_RETURN_IF_ERROR(journal_->Remove(id));
       continue;
     }
-    jobs_->Hold(id, UnavailableError("training job " + id +
-                                     " is being resumed from its checkpoint; retry"));
+    jobs_->Hold(
+        id, entry.spec.name(),
+        UnavailableError("training job " + id + " is being resumed from its checkpoint; retry"));
     const bool posted = context_->background->Post([this, id, spec = std::move(entry.spec)] {
       StatusOr<std::shared_ptr<JobEntry>> job = BuildJob(id, spec);
       if (job.ok()) return;
       Log().error("training job {} could not be resumed: {}", id, job.status().ToString());
-      jobs_->Hold(id, FailedPreconditionError("training job " + id +
-                                              " could not be resumed: " + job.status().message() +
-                                              "; its checkpoints are in " + spec.checkpoint_dir()));
+      jobs_->Hold(id, spec.name(),
+                  FailedPreconditionError("training job " + id +
+                                          " could not be resumed: " + job.status().message() +
+                                          "; its checkpoints are in " + spec.checkpoint_dir()));
       journal_->Remove(id).IgnoreError();
     });
     if (!posted) return UnavailableError("the server is shutting down");
@@ -535,6 +543,15 @@ grpc::ServerUnaryReactor* TrainingService::ListJobs(grpc::CallbackServerContext*
                                                     training::ListJobsResponse* response) {
   if (Status auth = context_->Authorize(*ctx); !auth.ok()) return Finish(ctx, auth);
   for (const auto& [id, entry] : jobs_->List()) FillStats(id, *entry, response->add_jobs());
+  // Jobs being resumed are listed too: a client that lost a CreateJob's answer
+  // to a crash finds (and can delete) the job that was made.
+  for (const auto& [id, held] : jobs_->ListHeld()) {
+    training::JobStats* stats = response->add_jobs();
+    stats->set_job_id(id);
+    stats->set_name(held.name);
+    stats->set_state(held.why.code() == StatusCode::kUnavailable ? "RESUMING" : "FAILED");
+    stats->set_reason(held.why.message());
+  }
   return Finish(ctx, OkStatus());
 }
 

@@ -45,13 +45,20 @@ class JobRegistry {
   // Reserves `id` (a job of an earlier serving process) for a job not built
   // yet: calls on it answer `why` (UNAVAILABLE while it is being resumed, an
   // error when it cannot be) until Add replaces it. NewId never returns it.
-  void Hold(const std::string& id, Status why) CHORUS_EXCLUDES(mu_);
+  void Hold(const std::string& id, const std::string& name, Status why) CHORUS_EXCLUDES(mu_);
   // Publishes a complete entry under an id from NewId or Hold.
   void Add(const std::string& id, std::shared_ptr<JobEntry> entry) CHORUS_EXCLUDES(mu_);
   // The job; NOT_FOUND, or what Hold said for a held id.
   StatusOr<std::shared_ptr<JobEntry>> Find(const std::string& id) const CHORUS_EXCLUDES(mu_);
   // Every published job, by id.
   std::map<std::string, std::shared_ptr<JobEntry>> List() const CHORUS_EXCLUDES(mu_);
+  // A job not built (yet): its name, and what calls on it answer.
+  struct HeldJob {
+    std::string name;
+    Status why;
+  };
+  // Every held id (jobs being resumed, or that could not be).
+  std::map<std::string, HeldJob> ListHeld() const CHORUS_EXCLUDES(mu_);
   // Unpublishes the entry, which the caller tears down. A held id that will
   // not be resumed is forgotten (nullptr); NOT_FOUND, or UNAVAILABLE while
   // one is being resumed.
@@ -63,7 +70,7 @@ class JobRegistry {
   InterpreterManager* const manager_;
   mutable Mutex mu_;
   std::map<std::string, std::shared_ptr<JobEntry>> jobs_ CHORUS_GUARDED_BY(mu_);
-  std::map<std::string, Status> held_ids_ CHORUS_GUARDED_BY(mu_);  // id -> why
+  std::map<std::string, HeldJob> held_ids_ CHORUS_GUARDED_BY(mu_);
   std::set<int> held_ CHORUS_GUARDED_BY(mu_);
   int64_t next_id_ CHORUS_GUARDED_BY(mu_) = 1;
 };

@@ -8,6 +8,10 @@
 //                           (the load generator shares the 2 cores)
 //   soak                    64 clients for --soak-seconds on a batching MLP:
 //                           errors and server RSS growth
+//   restart_to_ready_s      a SIGSEGV of the supervised serving process until
+//                           it is ready and answers again
+//   chaos                   the chaos run (server/tests/chaos.py, bin/bench_chaos):
+//                           requests, lost (0), restarts (2), RSS change
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -266,12 +270,13 @@ int main(int argc, char** argv) {
   using namespace chorus::bench;
   CLI::App app{"chorus serving benchmark (a load generator against chorus-server)"};
   std::string out = "build/bench/serve.json", data = "build/bench-data/serve";
-  double soak_seconds = 60, seconds = 3;
+  double soak_seconds = 60, seconds = 3, chaos_seconds = 90;
   int rounds = 3;
   AddCommonOptions(app, &out, &rounds);
   app.add_option("--data", data, "scratch directory for the model repository");
   app.add_option("--seconds", seconds, "seconds per measured load");
   app.add_option("--soak-seconds", soak_seconds, "soak duration (>= 60 for the report)");
+  app.add_option("--chaos-seconds", chaos_seconds, "duration of the chaos run");
   CLI11_PARSE(app, argc, argv);
   char self[4096] = {0};
   if (readlink("/proc/self/exe", self, sizeof(self) - 1) <= 0) return 1;
@@ -346,6 +351,23 @@ int main(int argc, char** argv) {
         "crash to ready again (supervised, 2 interpreters): %.2f s (rounds: %.2f, %.2f, "
         "%.2f s; the supervisor's pause doubles each time)\n\n",
         rounds_s[0], rounds_s[0], rounds_s[1], rounds_s[2]);
+  }
+  {
+    const std::string figures = data + "/chaos.json";
+    const std::string command = g_bin + "/bench_chaos --out '" + figures + "' --seconds " +
+                                std::to_string(chaos_seconds) + " > /dev/null";
+    if (std::system(command.c_str()) != 0) {
+      std::fprintf(stderr, "bench_serve: the chaos run failed (%s)\n", command.c_str());
+      return 1;
+    }
+    std::ifstream in(figures);
+    nlohmann::json chaos = nlohmann::json::parse(in);
+    result["chaos"] = chaos;
+    std::printf(
+        "chaos (%d clients, %.0f s): %lld requests, %lld lost, %d restarts, RSS %+.2f%%\n\n",
+        chaos["clients"].get<int>(), chaos["seconds"].get<double>(),
+        chaos["requests"].get<long long>(), chaos["lost"].get<long long>(),
+        chaos["restarts"].get<int>(), chaos["rss_change_pct"].get<double>());
   }
   return WriteJson(out, result) ? 0 : 1;
 }

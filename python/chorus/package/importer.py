@@ -10,8 +10,11 @@ once per process, so every interpreter's weights are the same memory.
 
 import builtins
 import contextlib
+import functools
 import io
+import linecache
 import warnings
+import weakref
 
 import torch
 from torch.package import PackageImporter
@@ -80,6 +83,34 @@ class ChorusImporter(PackageImporter):
         self.storage_context = None
         self.last_map_location = None
         self.Unpickler = lambda *args, **kwargs: PackageUnpickler(self, *args, **kwargs)
+        # linecache entries of this importer's modules, dropped when it goes.
+        self._linecache_keys: list[str] = []
+        weakref.finalize(self, _forget_lines, self._linecache_keys)
+
+    def _make_module(self, *args, **kwargs):
+        # torch.package puts a lazy linecache entry per module whose loader is
+        # the importer itself: linecache's global cache would keep every
+        # importer (its modules, the archive's mapping) alive for good, so that
+        # each unload or job deletion leaked it. The entry keeps a weak
+        # reference instead.
+        module = super()._make_module(*args, **kwargs)
+        filename = module.__dict__.get("__file__")
+        entry = linecache.cache.get(filename) if filename else None
+        if entry is not None and len(entry) == 1:  # still lazy: holds this importer
+            linecache.cache[filename] = (
+                functools.partial(_source_if_alive, weakref.ref(self), module.__name__),)
+            self._linecache_keys.append(filename)
+        return module
+
+
+def _source_if_alive(importer_ref, module_name):
+    importer = importer_ref()
+    return importer.get_source(module_name) if importer is not None else None
+
+
+def _forget_lines(keys):
+    for key in keys:
+        linecache.cache.pop(key, None)
 
 
 def load_model(archive, entry_point):

@@ -9,6 +9,7 @@ Everything model-specific comes from the job's archive (a chorus package):
 Jobs live in this interpreter's `_JOBS`, keyed by job id.
 """
 
+import gc
 import json
 import math
 import os
@@ -272,3 +273,6 @@ def export(job_id, path, name, version, example_len):
 
 def delete(job_id):
     _JOBS.pop(job_id, None)
+    # A job's model, optimizer and modules hold each other in cycles: collected
+    # now, its memory is back when DeleteJob answers, not at a later collection.
+    gc.collect()

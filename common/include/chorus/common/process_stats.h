@@ -20,6 +20,11 @@ StatusOr<double> PeakResidentMiB(pid_t pid = 0);
 // RLIMIT_DATA limits. Memory-mapped files (model weights) are not in it.
 StatusOr<double> DataMiB(pid_t pid = 0);
 
+// Hands the allocator's free memory back to the system (glibc's malloc_trim),
+// so that RSS shows what is in use; for after freeing much at once (a
+// training job). Takes milliseconds; any thread.
+void ReleaseFreeMemory();
+
 // Limits this process's private writable memory (RLIMIT_DATA) to `mib`:
 // allocations past it fail (torch raises RuntimeError, Python MemoryError)
 // instead of the process growing until the kernel's OOM killer ends it.
