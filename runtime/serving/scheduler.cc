@@ -10,6 +10,16 @@ namespace chorus {
 
 using Clock = std::chrono::steady_clock;
 
+namespace {
+
+// Set on a worker thread while it runs WorkerLoop: the loop's flag that the
+// scheduler was destroyed by this very thread. That happens when a request's
+// callback held the last reference to what owns the scheduler (a model being
+// unloaded or shut down), and it dropped on the worker.
+thread_local bool* t_destroyed_by_this_worker = nullptr;
+
+}  // namespace
+
 ModelScheduler::ModelScheduler(std::shared_ptr<Model> model, SchedulerOptions options,
                                std::function<void(const ExecutionStats&)> on_execution)
     : model_(std::move(model)),
@@ -27,7 +37,16 @@ ModelScheduler::~ModelScheduler() {
     stopping_ = true;
   }
   changed_.SignalAll();
-  for (auto& worker : workers_) worker.join();
+  for (auto& worker : workers_) {
+    if (worker.get_id() != std::this_thread::get_id()) {
+      worker.join();
+      continue;
+    }
+    // A thread cannot join itself: this worker returns from its loop without
+    // touching the scheduler again.
+    *t_destroyed_by_this_worker = true;
+    worker.detach();
+  }
 }
 
 void ModelScheduler::Submit(InferenceRequest request, Done done) {
@@ -153,6 +172,8 @@ std::vector<ModelScheduler::Pending> ModelScheduler::NextBatch() {
 }
 
 void ModelScheduler::WorkerLoop() {
+  bool destroyed = false;
+  t_destroyed_by_this_worker = &destroyed;
   while (true) {
     std::vector<Pending> batch;
     {
@@ -163,7 +184,8 @@ void ModelScheduler::WorkerLoop() {
       running_ += batch.size();
     }
     const size_t taken = batch.size();
-    Execute(std::move(batch));
+    Execute(std::move(batch));  // the batch's callbacks are destroyed with it
+    if (destroyed) return;      // `this` is gone
     {
       MutexLock lock(&mu_);
       running_ -= taken;

@@ -12,9 +12,11 @@
 #include <fcntl.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+
 #include <poll.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <future>
 
 #include <atomic>
 #include <cerrno>
@@ -624,6 +626,30 @@ TEST_F(SchedulerTest, AModelErrorFailsEveryRequestOfItsBatch) {
   EXPECT_FALSE(executions[0].ok);
   EXPECT_EQ(executions[0].batch_size, 2);
   EXPECT_TRUE(executions[1].ok);
+}
+
+// What owns a scheduler (a served model) may go away while a request's
+// callback, on the scheduler's own worker, holds the last reference to it
+// (an unload or a shutdown while the answer is being sent). That worker then
+// destroys the scheduler, and must neither join itself nor touch it again.
+TEST_F(SchedulerTest, TheLastReferenceMayDropInACallbackOnTheWorker) {
+  std::promise<std::thread::id> destroyed_on;
+  auto owner = std::shared_ptr<ModelScheduler>(new ModelScheduler(model(), Unbatched(), nullptr),
+                                               [&](ModelScheduler* scheduler) {
+                                                 delete scheduler;
+                                                 destroyed_on.set_value(std::this_thread::get_id());
+                                               });
+  std::promise<std::thread::id> answered_on;
+  ModelScheduler* scheduler = owner.get();
+  scheduler->Submit(Request(Rows(1, 1)), [owner, &answered_on](InferenceResult result) {
+    EXPECT_OK(result.status);
+    answered_on.set_value(std::this_thread::get_id());
+  });
+  owner.reset();  // the callback's copy is now the last
+  std::future<std::thread::id> worker = answered_on.get_future();
+  std::future<std::thread::id> destroyer = destroyed_on.get_future();
+  ASSERT_EQ(destroyer.wait_for(kPatience), std::future_status::ready);
+  EXPECT_EQ(destroyer.get(), worker.get());
 }
 
 TEST_F(SchedulerTest, OutputsThatLostTheirBatchRowsFailTheBatch) {

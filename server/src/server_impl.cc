@@ -146,6 +146,7 @@ Status ServerImpl::StartMetrics(const ServerOptions& options) {
 
 void ServerImpl::Shutdown() {
   std::call_once(shutdown_once_, [this] {
+    const auto drain_deadline = std::chrono::steady_clock::now() + options_.drain_timeout;
     context_.ready = false;
     if (grpc_) {
       grpc_->GetHealthCheckService()->SetServingStatus(false);
@@ -154,7 +155,9 @@ void ServerImpl::Shutdown() {
       grpc_->Shutdown(std::chrono::system_clock::now() + options_.drain_timeout);
       grpc_->Wait();
     }
-    if (repository_) repository_->DrainAll(std::chrono::steady_clock::now());
+    // Answered calls may still be finishing their callbacks on the models'
+    // workers: let them, within what is left of the drain time.
+    if (repository_) repository_->DrainAll(drain_deadline);
     if (metrics_) {
       metrics_->stop();
       if (metrics_thread_.joinable()) metrics_thread_.join();
