@@ -3,6 +3,8 @@
 // inputs and compares with the outputs recorded when it was packaged. Prints
 // one JSON line: {"ok": ..., "outputs": n, "max_abs_diff": x, "error": "..."}.
 // Run by `chorus-package check`; exit status 0 when ok, 1 otherwise.
+// --validate-only: the reader's checks alone ({"ok", "error", "kind",
+// "manifest"}), run by `chorus-package inspect`.
 #include <ATen/core/ivalue.h>
 
 #include <CLI/CLI.hpp>
@@ -63,6 +65,24 @@ nlohmann::json Check(const std::string& path, double atol, double rtol) {
   return report;
 }
 
+// The reader's checks alone (structure, CRCs, the manifest, every record's
+// sha256), with no interpreter: what `chorus-package inspect` validates.
+nlohmann::json Validate(const std::string& path) {
+  nlohmann::json report = {{"ok", false}, {"error", ""}};
+  ArchiveOptions options;
+  options.verify_sha256 = true;
+  StatusOr<std::shared_ptr<Archive>> archive = Archive::Open(path, options);
+  if (!archive.ok()) {
+    report["error"] = archive.status().ToString();
+    return report;
+  }
+  report["kind"] =
+      (*archive)->kind() == ArchiveKind::kTorchScript ? "torchscript" : "torch.package";
+  report["manifest"] = (*archive)->manifest().has_value();
+  report["ok"] = true;
+  return report;
+}
+
 }  // namespace
 }  // namespace chorus
 
@@ -75,8 +95,11 @@ int main(int argc, char** argv) {
   app.add_option("archive", path, "the archive")->required();
   app.add_option("--atol", atol, "absolute tolerance");
   app.add_option("--rtol", rtol, "relative tolerance");
+  bool validate_only = false;
+  app.add_flag("--validate-only", validate_only,
+               "only the archive reader's checks (no interpreter, no model run)");
   CLI11_PARSE(app, argc, argv);
-  nlohmann::json report = chorus::Check(path, atol, rtol);
+  nlohmann::json report = validate_only ? chorus::Validate(path) : chorus::Check(path, atol, rtol);
   std::cout << report.dump() << std::endl;
   return report["ok"].get<bool>() ? 0 : 1;
 }

@@ -81,6 +81,11 @@ StatusOr<std::shared_ptr<Archive>> OpenShared(const std::string& path,
   return archive;
 }
 
+const Manifest* ManifestOf(const Archive& archive, const std::optional<Manifest>& signature) {
+  if (archive.manifest()) return &*archive.manifest();
+  return signature ? &*signature : nullptr;
+}
+
 c10::IValue EntryPointToIValue(const EntryPoint& entry) {
   c10::Dict<std::string, std::string> dict;
   dict.insert("kind", entry.kind);
@@ -96,8 +101,9 @@ c10::IValue EntryPointToIValue(const EntryPoint& entry) {
 
 class PythonModel final : public Model {
  public:
-  PythonModel(InterpreterManager* manager, std::shared_ptr<Archive> archive, EntryPoint entry)
-      : archive_(std::move(archive)) {
+  PythonModel(InterpreterManager* manager, std::shared_ptr<Archive> archive, EntryPoint entry,
+              std::optional<Manifest> signature)
+      : archive_(std::move(archive)), signature_(std::move(signature)) {
     std::shared_ptr<Archive> shared = archive_;
     replicated_ = manager->Replicate([shared, entry](InterpreterSession& session) {
       StatusOr<Object> load = session.Global("chorus.package.importer", "load_model");
@@ -106,9 +112,7 @@ class PythonModel final : public Model {
     });
   }
 
-  const Manifest* manifest() const override {
-    return archive_->manifest() ? &*archive_->manifest() : nullptr;
-  }
+  const Manifest* manifest() const override { return ManifestOf(*archive_, signature_); }
   ArchiveKind kind() const override { return ArchiveKind::kTorchPackage; }
   const std::shared_ptr<Archive>& archive() const override { return archive_; }
 
@@ -123,19 +127,19 @@ class PythonModel final : public Model {
 
  private:
   std::shared_ptr<Archive> archive_;
+  std::optional<Manifest> signature_;
   ReplicatedObject replicated_;
 };
 
 class TorchScriptModel final : public Model {
  public:
-  TorchScriptModel(std::shared_ptr<Archive> archive, torch::jit::Module module)
-      : archive_(std::move(archive)), module_(std::move(module)) {
+  TorchScriptModel(std::shared_ptr<Archive> archive, std::optional<Manifest> signature,
+                   torch::jit::Module module)
+      : archive_(std::move(archive)), signature_(std::move(signature)), module_(std::move(module)) {
     module_.eval();
   }
 
-  const Manifest* manifest() const override {
-    return archive_->manifest() ? &*archive_->manifest() : nullptr;
-  }
+  const Manifest* manifest() const override { return ManifestOf(*archive_, signature_); }
   ArchiveKind kind() const override { return ArchiveKind::kTorchScript; }
   const std::shared_ptr<Archive>& archive() const override { return archive_; }
 
@@ -160,6 +164,7 @@ class TorchScriptModel final : public Model {
 
  private:
   std::shared_ptr<Archive> archive_;
+  std::optional<Manifest> signature_;
   torch::jit::Module module_;
 };
 
@@ -177,7 +182,7 @@ StatusOr<std::shared_ptr<Model>> Model::Load(InterpreterManager* manager, const 
   if (archive->kind() == ArchiveKind::kTorchScript) {
     try {
       return std::shared_ptr<Model>(
-          std::make_shared<TorchScriptModel>(archive, torch::jit::load(path)));
+          std::make_shared<TorchScriptModel>(archive, options.signature, torch::jit::load(path)));
     } catch (const c10::Error& e) {
       return InvalidArgumentError("cannot load TorchScript archive " + path + ": " +
                                   e.what_without_backtrace());
@@ -193,7 +198,7 @@ StatusOr<std::shared_ptr<Model>> Model::Load(InterpreterManager* manager, const 
                          "); package it with chorus-package or pass an entry point");
   }
   if (manager == nullptr) return InvalidArgumentError("Python packages need an InterpreterManager");
-  auto model = std::make_shared<PythonModel>(manager, archive, entry);
+  auto model = std::make_shared<PythonModel>(manager, archive, entry, options.signature);
   // Made once now, so that a model that cannot load fails here, not later.
   InterpreterSession session = manager->AcquireOne();
   StatusOr<Object> first = model->In(session);

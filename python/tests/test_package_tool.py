@@ -167,3 +167,97 @@ def test_exit_codes(workdir):
     assert "localdep" in result.stderr
     assert run("inspect", "missing.pt", cwd=workdir).returncode == 3
     assert run("check", "missing.pt", cwd=workdir).returncode == 1
+
+
+STOCK_EXPORTS = os.path.join(os.path.dirname(__file__), "..", "..", "server", "tests",
+                             "stock_exports.py")
+
+
+@pytest.fixture(scope="module")
+def stock(tmp_path_factory):
+    """Files made by stock torch tools in a process that never imports chorus."""
+    out = tmp_path_factory.mktemp("stock")
+    subprocess.run([sys.executable, STOCK_EXPORTS, str(out)], check=True,
+                   env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"})
+    return out
+
+
+@pytest.mark.parametrize("option,file", [("--from-package", "stock_package.pt"),
+                                         ("--from-torchscript", "torchscript.pt"),
+                                         ("--from-export", "export.pt2")])
+def test_conversions_keep_what_the_exporting_process_computed(stock, option, file):
+    out = stock / f"converted-{file}.pt"
+    result = run("create", str(out), option, str(stock / file), "--example-inputs",
+                 str(stock / "inputs.pt"), "--name", "tiny", "--quiet", cwd=stock)
+    assert result.returncode == 0, result.stderr
+    assert result.stderr == ""  # no warnings, no tracebacks
+    check = run("check", str(out), cwd=stock)
+    assert check.returncode == 0, check.stderr
+    manifest = json.loads(run("inspect", str(out), "--json", cwd=stock).stdout)["manifest"]
+    assert manifest["inputs"] == [{"name": "image", "dtype": "float32", "shape": [-1, 3, 8, 8]}]
+    # The package alone (its model class, for the stock archive, exists only inside it)
+    # reproduces the exporting process's outputs.
+    expected = torch.load(stock / "expected.pt")
+    importer = PackageImporter(str(out))
+    model = importer.load_pickle(manifest["entry_point"]["package"],
+                                 manifest["entry_point"]["resource"])
+    with torch.no_grad():
+        diff = (model(expected["image"]) - expected["logits"]).abs().max().item()
+    assert diff <= 1e-5, diff
+
+
+BAD_INPUTS = [
+    (["--from-package", "notzip.pt"], "notzip.pt is not a zip file, not a torch.package archive "
+                                      "(--from-package)"),
+    (["--from-package", "plain.zip"], "plain.zip is a zip file, not a torch.package archive"),
+    (["--from-package", "torchscript.pt"], "torchscript.pt is a TorchScript file, not a "
+                                           "torch.package archive (--from-package); use "
+                                           "--from-torchscript"),
+    (["--pickle", "torchscript.pt"], "use --from-torchscript"),
+    (["--from-export", "stock_package.pt"], "use --from-package"),
+    (["--from-package", "stock_package.pt", "--resource", "model/nothing.pkl"],
+     "stock_package.pt has no pickle model/nothing.pkl (it has: model/model.pkl)"),
+    (["--from-package", "missing.pt"], "missing.pt does not exist"),
+    (["--from-torchscript", "torchscript.pt", "--example-inputs", "wrong_inputs.pt"],
+     "cannot package: the model fails on the example inputs (torch.float32[2, 4]): "
+     "RuntimeError: Expected 3D (unbatched) or 4D (batched) input to conv2d"),
+    (["--from-export", "export.pt2", "--example-inputs", "wrong_inputs.pt"],
+     "the model fails on the example inputs (torch.float32[2, 4]): AssertionError: Guard failed"),
+    (["--from-torchscript", "torchscript.pt", "--example-inputs", "nothing.pt"],
+     "the example inputs file nothing.pt does not exist"),
+]
+
+
+@pytest.mark.parametrize("args,message", BAD_INPUTS, ids=[" ".join(a[:2]) for a, _ in BAD_INPUTS])
+def test_every_bad_input_is_one_line_naming_the_cause(stock, args, message):
+    (stock / "notzip.pt").write_text("hello\n")
+    with zipfile.ZipFile(stock / "plain.zip", "w") as plain:
+        plain.writestr("plain/readme.txt", "not a package")
+    torch.save([torch.zeros(2, 4)], stock / "wrong_inputs.pt")
+    if "--example-inputs" not in args:
+        args = [*args, "--example-inputs", "inputs.pt"]
+    result = run("create", "out.pt", *args, "--quiet", cwd=stock)
+    assert result.returncode == 3, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("chorus-package: "), result.stderr
+    assert message in lines[0], lines[0]
+    with_debug = run("create", "out.pt", *args, "--quiet", "--debug", cwd=stock)
+    assert with_debug.returncode != 0 and "Traceback" in with_debug.stderr
+
+
+def test_inspect_validates_what_it_lists(workdir):
+    path = create(workdir)
+    data = bytearray(path.read_bytes())
+    # Flip a byte inside the stored model pickle: the zip stays readable, its CRC does not.
+    offset = data.find(b"chorus_model/model.pkl") + 200
+    data[offset] ^= 0xFF
+    (workdir / "corrupt.pt").write_bytes(bytes(data))
+    (workdir / "truncated.pt").write_bytes(path.read_bytes()[:-100])
+    for name, message in (("corrupt.pt", "not a valid archive"),
+                          ("truncated.pt", "not a valid archive: INVALID_ARGUMENT: truncated")):
+        result = run("inspect", name, cwd=workdir)
+        assert result.returncode == 3, (name, result.stdout, result.stderr)
+        lines = result.stderr.strip().splitlines()
+        assert len(lines) == 1 and message in lines[0], (name, result.stderr)
+        assert result.stdout == ""
+    assert run("inspect", str(path), cwd=workdir).returncode == 0

@@ -9,6 +9,8 @@
 #include "chorus/common/file_util.h"
 #include "chorus/common/logging.h"
 #include "chorus/common/numbers.h"
+#include "chorus/package/dtype.h"
+#include "chorus/package/torch_dtype.h"
 
 namespace chorus {
 namespace {
@@ -31,42 +33,110 @@ std::vector<std::string> Entries(const std::string& dir, bool directories) {
   return names;
 }
 
-// Scheduling for a model: its manifest's batching hints, then config.json.
-StatusOr<SchedulerOptions> SchedulingFor(const std::string& model_dir, const Manifest& manifest,
-                                         const RepositoryOptions& options) {
+// Scheduling for a model: its manifest's batching hints, then its config.
+SchedulerOptions SchedulingFor(const ModelConfig& config, const Manifest& manifest,
+                               const RepositoryOptions& options) {
   SchedulerOptions scheduling;
-  scheduling.max_queue = options.max_queue;
+  scheduling.max_queue = config.max_queue.value_or(options.max_queue);
   scheduling.workers = options.workers;
-  scheduling.batching.enabled = manifest.batching.batchable && manifest.batching.max_batch_size > 1;
-  scheduling.batching.batch_dim = manifest.batching.batch_dim;
-  scheduling.batching.max_batch_size = std::max<int64_t>(1, manifest.batching.max_batch_size);
-  StatusOr<std::string> text = ReadFile(model_dir + "/config.json");
-  if (!text.ok()) return scheduling;  // no overrides
-  nlohmann::json config = nlohmann::json::parse(*text, nullptr, false);
-  if (config.is_discarded() || !config.is_object()) {
-    return InvalidArgumentError(model_dir + "/config.json is not a JSON object");
-  }
-  try {
-    if (config.contains("dynamic_batching")) {
-      scheduling.batching.enabled =
-          config["dynamic_batching"].get<bool>() && manifest.batching.batchable;
-    }
-    if (config.contains("max_batch_size")) {
-      scheduling.batching.max_batch_size = config["max_batch_size"].get<int64_t>();
-    }
-    if (config.contains("max_queue_delay_us")) {
-      scheduling.batching.max_queue_delay =
-          std::chrono::microseconds(config["max_queue_delay_us"].get<int64_t>());
-    }
-    if (config.contains("preferred_batch_sizes")) {
-      scheduling.batching.preferred_batch_sizes =
-          config["preferred_batch_sizes"].get<std::vector<int64_t>>();
-    }
-    if (config.contains("max_queue")) scheduling.max_queue = config["max_queue"].get<size_t>();
-  } catch (const nlohmann::json::exception& e) {
-    return InvalidArgumentError(model_dir + "/config.json: " + e.what());
+  const Batching& hint = manifest.batching;
+  scheduling.batching.enabled =
+      hint.batchable && hint.max_batch_size > 1 && config.dynamic_batching.value_or(true);
+  scheduling.batching.batch_dim = hint.batch_dim;
+  scheduling.batching.max_batch_size =
+      std::max<int64_t>(1, config.max_batch_size.value_or(hint.max_batch_size));
+  if (config.max_queue_delay) scheduling.batching.max_queue_delay = *config.max_queue_delay;
+  if (config.preferred_batch_sizes) {
+    scheduling.batching.preferred_batch_sizes = *config.preferred_batch_sizes;
   }
   return scheduling;
+}
+
+// The model file of a version folder: the config's default_model_filename,
+// else the one *.pt file there.
+StatusOr<std::string> ModelFile(const std::string& version_dir, const ModelConfig& config) {
+  if (!config.default_model_filename.empty()) {
+    const std::string path = version_dir + "/" + config.default_model_filename;
+    struct stat st;
+    if (::stat(path.c_str(), &st) != 0) {
+      return NotFoundError(path + " (config.json's default_model_filename) does not exist");
+    }
+    return path;
+  }
+  for (const std::string& file : Entries(version_dir, /*directories=*/false)) {
+    if (file.size() > 3 && file.compare(file.size() - 3, 3, ".pt") == 0) {
+      return version_dir + "/" + file;
+    }
+  }
+  return NotFoundError(version_dir + " has no .pt file (or set default_model_filename)");
+}
+
+// Zeros for every input of `manifest`, any-size dimensions made 1.
+std::vector<c10::IValue> ZeroInputs(const Manifest& manifest) {
+  std::vector<c10::IValue> inputs;
+  for (const TensorSpec& spec : manifest.inputs) {
+    std::vector<int64_t> shape = spec.shape;
+    for (int64_t& size : shape) size = std::max<int64_t>(size, 1);
+    inputs.emplace_back(
+        at::zeros(shape, at::TensorOptions().dtype(ScalarTypeOf(DtypeByName(spec.dtype)->dtype))));
+  }
+  return inputs;
+}
+
+// The outputs' signature, from one run of `model` on zeros: their dtypes and
+// shapes (the batch dimension, if batched, any-size), named output0, ...
+StatusOr<std::vector<TensorSpec>> ProbeOutputs(Model& model, const Manifest& signature) {
+  StatusOr<c10::IValue> result = model.Forward(ZeroInputs(signature));
+  if (!result.ok()) {
+    return result.status().Annotate(
+        "running the model on zeros to learn its outputs (give \"outputs\" in config.json "
+        "instead)");
+  }
+  CHORUS_ASSIGN_OR_RETURN(std::vector<at::Tensor> tensors, FlattenOutputs(*result, nullptr));
+  std::vector<TensorSpec> outputs;
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    std::optional<Dtype> dtype = DtypeOf(tensors[i].scalar_type());
+    if (!dtype) {
+      return FailedPreconditionError("output " + std::to_string(i) + " has a dtype (" +
+                                     std::string(c10::toString(tensors[i].scalar_type())) +
+                                     ") the protocol cannot carry");
+    }
+    TensorSpec spec;
+    spec.name = tensors.size() == 1 ? "output" : "output" + std::to_string(i);
+    spec.dtype = InfoOf(*dtype).name;
+    spec.shape = tensors[i].sizes().vec();
+    if (signature.batching.batchable && !spec.shape.empty()) spec.shape[0] = -1;
+    outputs.push_back(std::move(spec));
+  }
+  return outputs;
+}
+
+std::string StockArchiveHelp(const std::string& path, const std::string& model_dir) {
+  return path + " has no chorus manifest: give its entry point and signature in " + model_dir +
+         "/config.json, e.g. {\"entry_point\": {\"package\": \"model\", \"resource\": "
+         "\"model.pkl\"}, \"max_batch_size\": 8, \"inputs\": [{\"name\": \"x\", "
+         "\"datatype\": \"FP32\", \"dims\": [3, 224, 224]}]} (docs/server.md, \"Model "
+         "configuration\")";
+}
+
+std::string TorchScriptHelp(const std::string& path, const std::string& model_dir) {
+  return path + " is TorchScript, which carries no signature: give it in " + model_dir +
+         "/config.json, e.g. {\"max_batch_size\": 8, \"inputs\": [{\"name\": \"x\", "
+         "\"datatype\": \"FP32\", \"dims\": [3, 224, 224]}]} (docs/server.md, \"Model "
+         "configuration\")";
+}
+
+Status CheckFormat(ModelFormat expected, const Model& model, const std::string& path) {
+  const bool has_manifest = model.archive()->manifest().has_value();
+  const bool torchscript = model.kind() == ArchiveKind::kTorchScript;
+  const char* actual = torchscript ? "torchscript" : (has_manifest ? "chorus" : "torch_package");
+  const bool matches = expected == ModelFormat::kDetect ||
+                       (expected == ModelFormat::kTorchScript && torchscript) ||
+                       (expected == ModelFormat::kChorus && !torchscript && has_manifest) ||
+                       (expected == ModelFormat::kTorchPackage && !torchscript && !has_manifest);
+  if (matches) return OkStatus();
+  return InvalidArgumentError("config.json: format: " + path + " is a " + actual +
+                              " file, not what format says");
 }
 
 }  // namespace
@@ -131,6 +201,7 @@ ModelRepository::~ModelRepository() {
 
 StatusOr<std::shared_ptr<LoadedModel>> ModelRepository::LoadVersion(const std::string& name) {
   const std::string model_dir = root_ + "/" + name;
+  CHORUS_ASSIGN_OR_RETURN(ModelConfig config, ReadModelConfig(model_dir));
   std::string version;
   int64_t highest = -1;
   for (const std::string& entry : Entries(model_dir, /*directories=*/true)) {
@@ -142,25 +213,47 @@ StatusOr<std::shared_ptr<LoadedModel>> ModelRepository::LoadVersion(const std::s
     }
   }
   if (version.empty()) return NotFoundError("model " + name + " has no numbered version folder");
-  std::string archive;
-  for (const std::string& file : Entries(model_dir + "/" + version, /*directories=*/false)) {
-    if (file.size() > 3 && file.compare(file.size() - 3, 3, ".pt") == 0) {
-      archive = model_dir + "/" + version + "/" + file;
-      break;
-    }
-  }
-  if (archive.empty())
-    return NotFoundError("model " + name + " version " + version + " has no .pt archive");
-  CHORUS_ASSIGN_OR_RETURN(std::shared_ptr<Model> model, Model::Load(manager_, archive));
-  if (model->manifest() == nullptr) {
-    return FailedPreconditionError(archive +
-                                   " has no chorus manifest: the server needs its "
-                                   "signature (package it with chorus-package)");
-  }
-  CHORUS_ASSIGN_OR_RETURN(SchedulerOptions scheduling,
-                          SchedulingFor(model_dir, *model->manifest(), options_));
+  CHORUS_ASSIGN_OR_RETURN(std::string path, ModelFile(model_dir + "/" + version, config));
+  CHORUS_ASSIGN_OR_RETURN(std::shared_ptr<Model> model,
+                          LoadModel(path, model_dir, config, name, version));
+  SchedulerOptions scheduling = SchedulingFor(config, *model->manifest(), options_);
   scheduling.label = name + " version " + version;
   return std::make_shared<LoadedModel>(name, version, std::move(model), scheduling);
+}
+
+StatusOr<std::shared_ptr<Model>> ModelRepository::LoadModel(const std::string& path,
+                                                            const std::string& model_dir,
+                                                            const ModelConfig& config,
+                                                            const std::string& name,
+                                                            const std::string& version) {
+  ModelOptions options;
+  options.entry_point = config.entry_point;
+  if (config.has_signature()) {
+    CHORUS_ASSIGN_OR_RETURN(options.signature, SignatureManifest(config, name, version));
+  }
+  StatusOr<std::shared_ptr<Model>> model = Model::Load(manager_, path, options);
+  if (!model.ok() && model.status().code() == StatusCode::kNotFound && !config.entry_point) {
+    return FailedPreconditionError(StockArchiveHelp(path, model_dir));  // no manifest
+  }
+  if (!model.ok()) return model.status();
+  CHORUS_RETURN_IF_ERROR(CheckFormat(config.format, **model, path));
+  if ((*model)->archive()->manifest()) {
+    if (config.has_signature() || config.entry_point) {
+      return InvalidArgumentError(
+          "config.json: " + std::string(config.entry_point ? "entry_point" : "inputs") + ": " +
+          path + " is a chorus package, whose manifest gives its entry point and signature");
+    }
+    return model;
+  }
+  if (!config.has_signature()) {
+    return FailedPreconditionError((*model)->kind() == ArchiveKind::kTorchScript
+                                       ? TorchScriptHelp(path, model_dir)
+                                       : StockArchiveHelp(path, model_dir));
+  }
+  if (!config.outputs.empty()) return model;
+  // Outputs left out: learned from one run, then the model is served with them.
+  CHORUS_ASSIGN_OR_RETURN(options.signature->outputs, ProbeOutputs(**model, *options.signature));
+  return Model::Load(manager_, path, options);
 }
 
 Status ModelRepository::LoadAll() {
@@ -197,6 +290,10 @@ Status ModelRepository::Load(const std::string& name) {
     if (quarantined_.erase(name) > 0) {
       Log().warn("model {} re-admitted from quarantine by an explicit load", name);
     }
+  }
+  struct stat st;
+  if (::stat((root_ + "/" + name).c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
+    return NotFoundError("no model \"" + name + "\" in the repository " + root_);
   }
   StatusOr<std::shared_ptr<LoadedModel>> model = LoadVersion(name);
   std::shared_ptr<LoadedModel> replaced;
@@ -239,6 +336,10 @@ StatusOr<std::shared_ptr<LoadedModel>> ModelRepository::Find(const std::string& 
     auto quarantined = quarantined_.find(name);
     if (quarantined != quarantined_.end()) {
       return UnavailableError("model \"" + name + "\" " + quarantined->second);
+    }
+    // In the repository but not serving (Triton: UNAVAILABLE), with why.
+    if (auto failed = failures_.find(name); failed != failures_.end()) {
+      return UnavailableError("model \"" + name + "\" is not loaded: " + failed->second);
     }
     return NotFoundError("unknown model \"" + name + "\"");
   }

@@ -1,9 +1,10 @@
 // The models a server serves: a Triton-style repository on disk,
-//   <root>/<model>/<version>/<archive>.pt      (versions are integers; the
-//   <root>/<model>/config.json                 highest is served; config.json
-// optionally overrides batching), loaded onto the server's interpreters, each
-// with its scheduler and statistics. Loads and unloads happen while other
-// models serve; a failed reload keeps the version that was serving.
+//   <root>/<model>/<version>/<file>.pt    (versions are integers; the highest
+//   <root>/<model>/config.json            is served; config.json: model_config.h)
+// loaded onto the server's interpreters, each with its scheduler and
+// statistics. A file is a chorus package, or a stock torch.package or
+// TorchScript file whose config gives its signature. Loads and unloads happen
+// while other models serve; a failed reload keeps the version that was serving.
 #ifndef CHORUS_SERVER_MODEL_REPOSITORY_H_
 #define CHORUS_SERVER_MODEL_REPOSITORY_H_
 
@@ -18,6 +19,7 @@
 #include "chorus/interpreter/interpreter_manager.h"
 #include "chorus/package/model.h"
 #include "chorus/serving/scheduler.h"
+#include "server/src/model_config.h"
 
 namespace chorus {
 
@@ -118,6 +120,10 @@ class ModelRepository {
 
  private:
   StatusOr<std::shared_ptr<LoadedModel>> LoadVersion(const std::string& name);
+  // The model at `path` (in `model_dir`), served as `config` says.
+  StatusOr<std::shared_ptr<Model>> LoadModel(const std::string& path, const std::string& model_dir,
+                                             const ModelConfig& config, const std::string& name,
+                                             const std::string& version);
 
   const std::string root_;
   InterpreterManager* const manager_;

@@ -262,7 +262,8 @@ TEST_F(ModelRepositoryTest, AFailedReloadKeepsTheServedVersion) {
   // Only the highest version is tried: an empty folder above fails the reload.
   ASSERT_OK(MakeDirectories(root_ + "/versioned/4"));
   EXPECT_THAT(repository.Load("versioned"),
-              StatusIs(StatusCode::kNotFound, "model versioned version 4 has no .pt archive"));
+              StatusIs(StatusCode::kNotFound,
+                       root_ + "/versioned/4 has no .pt file (or set default_model_filename)"));
   ASSERT_OK_AND_ASSIGN(served, repository.Find("versioned", ""));
   EXPECT_EQ(served->version(), "2");
   EXPECT_THAT(repository.Index(), ElementsAre(IsEntry("versioned", "2", "READY", "")));
@@ -296,19 +297,26 @@ TEST_F(ModelRepositoryTest, LoadAllServesTheGoodModelsAndListsWhyTheOthersAreNot
                   "NOT_FOUND: model empty has no numbered version folder"),
           IsEntry("good", "1", "READY", ""),
           IsEntry("stock", "", "UNAVAILABLE",
-                  AllOf(StartsWith("NOT_FOUND: " + root_ + "/stock/1/model.pt"),
-                        HasSubstr("has no chorus manifest"))),
+                  AllOf(StartsWith("FAILED_PRECONDITION: " + root_ + "/stock/1/model.pt"),
+                        HasSubstr("has no chorus manifest: give its entry point and signature "
+                                  "in " +
+                                  root_ + "/stock/config.json"))),
           IsEntry("torchscript", "", "UNAVAILABLE",
-                  "FAILED_PRECONDITION: " + root_ +
-                      "/torchscript/1/model.pt has no chorus manifest: the server needs its "
-                      "signature (package it with chorus-package)")));
+                  AllOf(StartsWith("FAILED_PRECONDITION: " + root_ +
+                                   "/torchscript/1/model.pt is TorchScript, which carries no "
+                                   "signature: give it in " +
+                                   root_ + "/torchscript/config.json")))));
 
   const std::vector<std::shared_ptr<LoadedModel>> loaded = repository.Loaded();
   ASSERT_EQ(loaded.size(), 1u);
   EXPECT_EQ(loaded[0]->name(), "good");
   ExpectScaled(InferOnce(*loaded[0], X()), X(), 3);
+  // In the repository but not serving: UNAVAILABLE with why (Triton's code).
   EXPECT_THAT(repository.Find("broken", ""),
-              StatusIs(StatusCode::kNotFound, "unknown model \"broken\""));
+              StatusIs(StatusCode::kUnavailable,
+                       StartsWith("model \"broken\" is not loaded: INVALID_ARGUMENT: truncated")));
+  EXPECT_THAT(repository.Find("no_such_model", ""),
+              StatusIs(StatusCode::kNotFound, "unknown model \"no_such_model\""));
   EXPECT_THAT(repository.Find(".hidden", ""), StatusIs(StatusCode::kNotFound));
 }
 

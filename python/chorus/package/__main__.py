@@ -2,11 +2,17 @@
 
   chorus-package create OUT.pt --module mymodel:build --example-inputs mymodel:example_inputs
   chorus-package create OUT.pt --pickle model.pt --example-inputs inputs.pt --name mlp
-  chorus-package inspect OUT.pt
+  chorus-package create OUT.pt --from-package stock.pt --example-inputs inputs.pt
+  chorus-package create OUT.pt --from-torchscript model.ts --example-inputs inputs.pt
+  chorus-package create OUT.pt --from-export model.pt2 --example-inputs inputs.pt
+
+--from-package takes the archive's one pickle, or --resource PACKAGE/RESOURCE.
+  chorus-package inspect OUT.pt      (validates it as the server's reader does, then lists it)
   chorus-package check OUT.pt
 
 Exit codes: 0 success, 1 check found a difference or a load failure,
-2 bad command line, 3 the model or archive is unusable.
+2 bad command line, 3 the model or archive is unusable. Every failure is one line
+naming the cause; --debug shows the traceback.
 """
 
 import argparse
@@ -24,13 +30,15 @@ EXIT_OK, EXIT_CHECK_FAILED, EXIT_USAGE, EXIT_UNUSABLE = 0, 1, 2, 3
 def _load_callable(spec: str):
     module_name, _, attr = spec.partition(":")
     if not module_name or not attr:
-        raise SystemExit(f"chorus-package: expected MODULE:NAME, got {spec!r}")
+        raise ToolError(f"expected MODULE:NAME, got {spec!r}", EXIT_USAGE)
     return getattr(importlib.import_module(module_name), attr)
 
 
 def _example_inputs(spec: str):
     import torch
-    if spec.endswith((".pt", ".pth")) and os.path.exists(spec):
+    if spec.endswith((".pt", ".pth")):
+        if not os.path.exists(spec):
+            raise ToolError(f"the example inputs file {spec} does not exist")
         value = torch.load(spec)
     else:
         value = _load_callable(spec)()
@@ -41,33 +49,73 @@ def _split(text):
     return [t for t in (text or "").split(",") if t]
 
 
-def cmd_create(args) -> int:
+def _first_line(error: BaseException) -> str:
+    from chorus.package.create import error_summary
+    return error_summary(error)
+
+
+class ToolError(Exception):
+    """A failure the user can fix: printed as one line, with an exit code."""
+
+    def __init__(self, message: str, exit_code: int = EXIT_UNUSABLE):
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
+def _load_model(args):
+    """(model, importer or None, source, default name) from the create command's source."""
     import torch
-    from chorus.package.create import PackagingError, PackagingRules, create_package
-    sys.path.insert(0, os.path.abspath(args.path))
+    from chorus.package import converters
     if args.module:
         factory = _load_callable(args.module)
-        model = factory(**json.loads(args.factory_kwargs))
-        source = args.module
-    else:
-        # A whole pickled module (the user names the file): full unpickling.
-        model = torch.load(args.pickle, weights_only=False)
-        source = os.path.basename(args.pickle)
-    name = args.name or (args.module.partition(":")[0] if args.module else
-                         os.path.splitext(os.path.basename(args.pickle))[0])
+        return (factory(**json.loads(args.factory_kwargs)), None, args.module,
+                args.module.partition(":")[0])
+    path = args.pickle or args.from_package or args.from_torchscript or args.from_export
+    if not os.path.exists(path):
+        raise ToolError(f"{path} does not exist")
+    stem = os.path.splitext(os.path.basename(path))[0]
+    if args.from_package:
+        model, importer = converters.load_stock_package(path, args.resource or "")
+        return model, importer, os.path.basename(path), stem
+    if args.from_torchscript:
+        return converters.load_torchscript(path), None, os.path.basename(path), stem
+    if args.from_export:
+        return converters.load_export(path), None, os.path.basename(path), stem
+    kind = converters.describe_zip(path)
+    if kind not in ("torch.save file", "not a zip file"):
+        converters.expect_kind(path, "torch.save file", "--pickle")
+    # A whole pickled module (the user names the file): full unpickling.
+    return torch.load(path, weights_only=False), None, os.path.basename(path), stem
+
+
+def cmd_create(args) -> int:
+    from chorus.package.create import PackagingError, PackagingRules, create_package
+    from chorus.package.converters import FormatError
+    sys.path.insert(0, os.path.abspath(args.path))
+    try:
+        model, importer, source, default_name = _load_model(args)
+    except FormatError as e:
+        raise ToolError(str(e)) from e
+    try:
+        example_inputs = _example_inputs(args.example_inputs)
+    except ToolError:
+        raise
+    except Exception as e:
+        raise ToolError(f"cannot read the example inputs {args.example_inputs}: "
+                        f"{_first_line(e)}") from e
     rules = PackagingRules(intern=args.intern or ["**"], extern=args.extern or [],
                            mock=args.mock or [])
     try:
         manifest = create_package(
-            args.output, model, _example_inputs(args.example_inputs), name=name,
+            args.output, model, example_inputs, name=args.name or default_name,
             version=args.model_version, rules=rules, batchable=not args.no_batching,
             batch_dim=args.batch_dim, max_batch_size=args.max_batch_size, device=args.device,
             input_names=_split(args.input_names) or None,
             output_names=_split(args.output_names) or None, source=source,
-            progress=not args.quiet)
+            progress=not args.quiet, importer=importer)
     except PackagingError as e:
-        print(f"chorus-package: cannot package: {e}", file=sys.stderr)
-        return EXIT_UNUSABLE
+        lines = [line.strip() for line in str(e).splitlines() if line.strip()]
+        raise ToolError("cannot package: " + "; ".join(lines)) from e
     size = os.path.getsize(args.output)
     print(f"wrote {args.output}: model {manifest['model']['name']} "
           f"version {manifest['model']['version']}, {len(manifest['files'])} records, "
@@ -81,8 +129,25 @@ def _data_offset(archive_file, info: zipfile.ZipInfo) -> int:
     return info.header_offset + 30 + name_length + extra_length
 
 
+def _validate(path: str) -> None:
+    """The C++ archive reader's checks (structure, CRCs, manifest, every record's
+    sha256), as the server runs them; ToolError naming what is wrong."""
+    if not os.path.exists(path):
+        raise ToolError(f"{path} does not exist")
+    try:
+        binary = _check_binary()
+    except FileNotFoundError as e:
+        raise ToolError(str(e)) from e
+    result = subprocess.run([binary, path, "--validate-only"], capture_output=True, text=True)
+    lines = [line for line in result.stdout.splitlines() if line.startswith("{")]
+    report = json.loads(lines[-1]) if lines else {"ok": False, "error": result.stderr.strip()}
+    if not report["ok"]:
+        raise ToolError(f"{path} is not a valid archive: {report['error']}")
+
+
 def cmd_inspect(args) -> int:
     from chorus.package.manifest import ManifestError, read_manifest
+    _validate(args.archive)
     try:
         manifest = read_manifest(args.archive)
     except ManifestError as e:
@@ -162,6 +227,12 @@ def main(argv=None) -> int:
     source = create.add_mutually_exclusive_group(required=True)
     source.add_argument("--module", help="MODULE:FACTORY building the model")
     source.add_argument("--pickle", help="an nn.Module saved with torch.save")
+    source.add_argument("--from-package", metavar="ARCHIVE",
+                        help="a stock torch.package archive (its packed code is kept)")
+    source.add_argument("--from-torchscript", metavar="FILE", help="a torch.jit.save file")
+    source.add_argument("--from-export", metavar="FILE", help="a torch.export.save program")
+    create.add_argument("--resource", help="with --from-package: the model's pickle, "
+                                           "PACKAGE/RESOURCE (default: the archive's one)")
     create.add_argument("--factory-kwargs", default="{}", help="JSON keyword arguments")
     create.add_argument("--example-inputs", required=True,
                         help="MODULE:FUNCTION returning the inputs, or a torch.save'd file")
@@ -192,8 +263,21 @@ def main(argv=None) -> int:
     check.add_argument("--rtol", type=float, default=1e-4)
     check.set_defaults(run=cmd_check)
 
+    for command in (create, inspect, check):
+        command.add_argument("--debug", action="store_true", help="show tracebacks")
     args = parser.parse_args(argv)
-    return args.run(args)
+    try:
+        return args.run(args)
+    except ToolError as e:
+        if args.debug:
+            raise
+        print(f"chorus-package: {e}", file=sys.stderr)
+        return e.exit_code
+    except Exception as e:  # the model's own code failed: one line, the cause
+        if args.debug:
+            raise
+        print(f"chorus-package: {_first_line(e)} (--debug shows where)", file=sys.stderr)
+        return EXIT_UNUSABLE
 
 
 if __name__ == "__main__":

@@ -135,6 +135,9 @@ def _output_names(outputs, count: int) -> List[str]:
 
 
 def _input_names(model, count: int) -> List[str]:
+    if hasattr(model, "input_names"):  # a converted program knows its own
+        names = list(model.input_names())[:count]
+        return names + [f"input{i}" for i in range(len(names), count)]
     forward = getattr(model, "forward", model)
     try:
         params = [p for p in inspect.signature(forward).parameters.values()
@@ -164,6 +167,19 @@ def _torch_save_bytes(value) -> bytes:
     return buffer.getvalue()
 
 
+def error_summary(error: BaseException) -> str:
+    """One line saying what went wrong, "Type: message": the message's first line, or,
+    for TorchScript's multi-line reports (which start with a preamble), its last."""
+    kind = type(error).__name__
+    lines = [line.strip() for line in str(error).strip().splitlines() if line.strip()]
+    if not lines:
+        return kind
+    line = lines[0]
+    if line.startswith("The following operation failed in the TorchScript interpreter"):
+        line = lines[-1]
+    return line if line.startswith(kind + ":") else f"{kind}: {line}"
+
+
 def create_package(output: str, model: Any, example_inputs: Sequence[torch.Tensor], *,
                    name: str, version: str = "1", rules: Optional[PackagingRules] = None,
                    batchable: bool = True, batch_dim: int = 0, max_batch_size: int = 32,
@@ -190,7 +206,12 @@ def create_package(output: str, model: Any, example_inputs: Sequence[torch.Tenso
     if isinstance(model, torch.nn.Module):
         model.eval()
     with torch.no_grad():
-        outputs = model(*example_inputs)
+        try:
+            outputs = model(*example_inputs)
+        except Exception as e:
+            shapes = ", ".join(f"{t.dtype}{list(t.shape)}" for t in example_inputs)
+            raise PackagingError(f"the model fails on the example inputs ({shapes}): "
+                                 f"{error_summary(e)}") from e
     output_tensors = _flatten_outputs(outputs)
     input_names = input_names or _input_names(model, len(example_inputs))
     output_names = output_names or _output_names(outputs, len(output_tensors))

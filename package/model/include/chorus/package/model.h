@@ -31,6 +31,10 @@ struct ModelOptions {
   // Where the model object is, for torch.package archives without a chorus
   // manifest (stock PackageExporter output). Ignored when a manifest exists.
   std::optional<EntryPoint> entry_point;
+  // The signature and batching to serve an archive without a chorus manifest
+  // with (from the model's config); manifest() returns it. Ignored when the
+  // archive has a manifest.
+  std::optional<Manifest> signature;
   // Verify every record's sha256 against the manifest before loading.
   bool verify_sha256 = false;
 };
@@ -48,7 +52,7 @@ class Model {
 
   virtual ~Model() = default;
 
-  // The manifest, or nullptr for archives without one.
+  // The archive's manifest, else options.signature, else nullptr.
   virtual const Manifest* manifest() const = 0;
   virtual ArchiveKind kind() const = 0;
   virtual const std::shared_ptr<Archive>& archive() const = 0;

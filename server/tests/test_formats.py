@@ -1,0 +1,92 @@
+"""Models made with stock torch tools (no chorus in the exporting process), served from
+the repository with a config.json, as Triton's PyTorch backend serves them."""
+
+import json
+import os
+import subprocess
+import sys
+
+import grpc
+import numpy as np
+import pytest
+import torch
+
+from chorus.client import ClientError
+from conftest import ServerProcess
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SIGNATURE = {"max_batch_size": 4,
+             "inputs": [{"name": "image", "datatype": "FP32", "dims": [3, 8, 8]}]}
+
+
+@pytest.fixture(scope="module")
+def exports(tmp_path_factory):
+    out = tmp_path_factory.mktemp("stock")
+    subprocess.run([sys.executable, os.path.join(HERE, "stock_exports.py"), str(out)], check=True,
+                   env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"})
+    return out
+
+
+def add(repo, name, source, config):
+    (repo / name / "1").mkdir(parents=True)
+    os.link(source, repo / name / "1" / "model.pt")
+    if config is not None:
+        (repo / name / "config.json").write_text(json.dumps(config))
+
+
+@pytest.fixture(scope="module")
+def served(exports, tmp_path_factory):
+    repo = tmp_path_factory.mktemp("formats") / "repository"
+    package, script = exports / "stock_package.pt", exports / "torchscript.pt"
+    entry = {"entry_point": {"package": "model", "resource": "model.pkl"}}
+    # Outputs learned from a run on zeros:
+    add(repo, "stock_package", package, {**entry, **SIGNATURE, "format": "torch_package"})
+    add(repo, "torchscript", script, {
+        **SIGNATURE, "outputs": [{"name": "logits", "datatype": "FP32", "dims": [10]}]})
+    # Each of these is refused with its reason; the others serve.
+    add(repo, "no_config_package", package, None)
+    add(repo, "no_config_script", script, None)
+    add(repo, "typo", script, {**SIGNATURE, "max_batch_sise": 4})
+    add(repo, "wrong_format", script, {**SIGNATURE, "format": "torch_package"})
+    add(repo, "missing_resource", package, {"entry_point": {"package": "model",
+                                                            "resource": "nothing.pkl"},
+                                            **SIGNATURE})
+    server = ServerProcess(repo, "--strict-readiness", "false")
+    yield server
+    assert server.stop() == 0
+
+
+@pytest.mark.parametrize("name", ["stock_package", "torchscript"])
+def test_a_stock_file_serves_what_the_exporting_process_computed(served, exports, name):
+    expected = torch.load(exports / "expected.pt")
+    with served.client() as client:
+        metadata = client.metadata(name)
+        assert [(t.name, t.datatype, list(t.shape)) for t in metadata.inputs] == \
+            [("image", "FP32", [-1, 3, 8, 8])]
+        assert [(t.datatype, list(t.shape)) for t in metadata.outputs] == [("FP32", [-1, 10])]
+        outputs = client.infer(name, {"image": expected["image"].numpy()})
+    (logits,) = outputs.values()
+    diff = float(np.abs(logits - expected["logits"].numpy()).max())
+    print(f"{name}: max abs diff {diff:.3g}")
+    assert diff <= 1e-5
+
+
+def test_files_without_a_usable_config_are_refused_with_what_to_write(served):
+    with served.client() as client:
+        index = {m.name: m for m in client.models()}
+        assert index["stock_package"].state == "READY"
+        reasons = {name: index[name].reason for name in
+                   ("no_config_package", "no_config_script", "typo", "wrong_format",
+                    "missing_resource")}
+        assert all(index[name].state == "UNAVAILABLE" for name in reasons)
+        assert "has no chorus manifest: give its entry point and signature" in \
+            reasons["no_config_package"]
+        assert "is TorchScript, which carries no signature" in reasons["no_config_script"]
+        assert "config.json: max_batch_sise: unknown key" in reasons["typo"]
+        assert "config.json: format: " in reasons["wrong_format"]
+        assert "is a torchscript file" in reasons["wrong_format"]
+        assert "nothing.pkl" in reasons["missing_resource"]
+        with pytest.raises(ClientError) as refused:
+            client.infer("typo", {"image": np.zeros((1, 3, 8, 8), np.float32)})
+        assert refused.value.code == grpc.StatusCode.UNAVAILABLE
+        assert "max_batch_sise" in refused.value.message
