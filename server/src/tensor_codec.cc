@@ -257,17 +257,32 @@ Status EncodeOutputs(const std::vector<at::Tensor>& outputs, const Manifest& man
     }
     wanted.insert(requested.name());
   }
-  for (size_t i = 0; i < outputs.size() && i < manifest.outputs.size(); ++i) {
+  // What the model returned must be what its signature (and ModelMetadata)
+  // says: a client trusts the metadata (as Triton does, a mismatch fails).
+  if (outputs.size() != manifest.outputs.size()) {
+    return InternalError("the model returned " + std::to_string(outputs.size()) +
+                         " outputs; its signature declares " +
+                         std::to_string(manifest.outputs.size()));
+  }
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    const TensorSpec& spec = manifest.outputs[i];
+    std::optional<Dtype> dtype = DtypeOf(outputs[i].scalar_type());
+    if (!dtype) {
+      return InternalError("output \"" + spec.name + "\" has a dtype the protocol cannot carry");
+    }
+    if (spec.dtype != InfoOf(*dtype).name) {
+      return InternalError("output \"" + spec.name + "\": the model returned " +
+                           InfoOf(*dtype).name + ", its signature declares " + spec.dtype);
+    }
+  }
+  for (size_t i = 0; i < outputs.size(); ++i) {
     const std::string& name = manifest.outputs[i].name;
     if (!wanted.empty() && wanted.count(name) == 0) continue;
     at::Tensor tensor = outputs[i].contiguous();
-    std::optional<Dtype> dtype = DtypeOf(tensor.scalar_type());
-    if (!dtype) {
-      return InternalError("output \"" + name + "\" has a dtype the protocol cannot carry");
-    }
+    const Dtype dtype = *DtypeOf(tensor.scalar_type());
     auto* out = response->add_outputs();
     out->set_name(name);
-    out->set_datatype(InfoOf(*dtype).wire);
+    out->set_datatype(InfoOf(dtype).wire);
     for (int64_t size : tensor.sizes()) out->add_shape(size);
     response->add_raw_output_contents(static_cast<const char*>(tensor.data_ptr()),
                                       tensor.numel() * tensor.element_size());

@@ -33,7 +33,8 @@ StatusOr<std::vector<at::Tensor>> DecodeInputs(const inference::ModelInferReques
 
 // Fills `response` with `outputs` (manifest order) as raw contents, keeping
 // only those the request asked for (all when it asked for none).
-// INVALID_ARGUMENT for a requested output the model does not have.
+// INVALID_ARGUMENT for a requested output the model does not have; INTERNAL
+// when the outputs' count or dtypes differ from the manifest's.
 Status EncodeOutputs(const std::vector<at::Tensor>& outputs, const Manifest& manifest,
                      const inference::ModelInferRequest& request,
                      inference::ModelInferResponse* response);

@@ -627,6 +627,18 @@ TEST(TensorCodecTest, AnUnknownRequestedOutputIsInvalidArgument) {
   EXPECT_EQ(response.raw_output_contents_size(), 0);
 }
 
+TEST(TensorCodecTest, OutputsThatDisagreeWithTheSignatureAreInternalErrors) {
+  inference::ModelInferResponse response;
+  EXPECT_THAT(
+      EncodeOutputs({ExpectedA()}, TwoInputManifest(), inference::ModelInferRequest(), &response),
+      StatusIs(StatusCode::kInternal, "the model returned 1 outputs; its signature declares 2"));
+  EXPECT_THAT(EncodeOutputs({ExpectedA(), ExpectedB().to(at::kInt)}, TwoInputManifest(),
+                            inference::ModelInferRequest(), &response),
+              StatusIs(StatusCode::kInternal,
+                       "output \"n\": the model returned int32, its signature declares int64"));
+  EXPECT_EQ(response.outputs_size(), 0);
+}
+
 TEST(TensorCodecTest, NonContiguousOutputsAreSentRowMajor) {
   const at::Tensor transposed = at::arange(6, at::dtype(at::kFloat)).reshape({3, 2}).t();
   ASSERT_FALSE(transposed.is_contiguous());
