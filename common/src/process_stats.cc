@@ -44,6 +44,9 @@ Status LimitDataMiB(int64_t mib) {
                                 " MiB is not above what the process already uses (" +
                                 std::to_string(static_cast<int64_t>(in_use)) + " MiB)");
   }
+  if (mib > static_cast<int64_t>(RLIM_INFINITY >> 21)) {
+    return InvalidArgumentError("a memory limit of " + std::to_string(mib) + " MiB is too large");
+  }
   rlimit limit;
   if (::getrlimit(RLIMIT_DATA, &limit) != 0) return ErrnoError("getrlimit(RLIMIT_DATA)", errno);
   limit.rlim_cur = static_cast<rlim_t>(mib) << 20;

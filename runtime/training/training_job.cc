@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <thread>
 
 #include "chorus/common/crash_report.h"
@@ -323,19 +324,28 @@ StatusOr<int64_t> TrainingJob::LoadLocked(const std::string& path) {
     folder = path + "/" + name;
   }
   CHORUS_ASSIGN_OR_RETURN(std::string text, ReadFile(folder + "/manifest.json"));
-  nlohmann::json manifest = nlohmann::json::parse(text, nullptr, false);
-  if (manifest.is_discarded() || manifest.value("format", "") != "chorus-checkpoint") {
+  const nlohmann::json manifest = nlohmann::json::parse(text, nullptr, false);
+  // Typed lookups only: nlohmann's value() throws on a field of another type.
+  auto integer = [&](const char* key) -> std::optional<int64_t> {
+    if (!manifest.is_object() || !manifest.contains(key) || !manifest[key].is_number_integer()) {
+      return std::nullopt;
+    }
+    return manifest[key].get<int64_t>();
+  };
+  const bool is_checkpoint = manifest.is_object() && manifest.contains("format") &&
+                             manifest["format"] == "chorus-checkpoint";
+  if (!is_checkpoint || !integer("dp") || !integer("tp") || !integer("step")) {
     return DataLossError(folder + "/manifest.json is not a chorus checkpoint manifest");
   }
-  if (manifest.value("dp", 0) != options_.dp || manifest.value("tp", 0) != options_.tp) {
-    return FailedPreconditionError(
-        "checkpoint layout dp=" + std::to_string(manifest.value("dp", 0)) +
-        " tp=" + std::to_string(manifest.value("tp", 0)) + " differs from the job's dp=" +
-        std::to_string(options_.dp) + " tp=" + std::to_string(options_.tp));
+  if (*integer("dp") != options_.dp || *integer("tp") != options_.tp) {
+    return FailedPreconditionError("checkpoint layout dp=" + std::to_string(*integer("dp")) +
+                                   " tp=" + std::to_string(*integer("tp")) +
+                                   " differs from the job's dp=" + std::to_string(options_.dp) +
+                                   " tp=" + std::to_string(options_.tp));
   }
   CHORUS_RETURN_IF_ERROR(
       OnRanks("load", [&](int) { return std::vector<c10::IValue>{folder}; }).status());
-  const int64_t step = manifest.value("step", int64_t{0});
+  const int64_t step = *integer("step");
   {
     MutexLock history(&history_mu_);
     history_.erase(std::remove_if(history_.begin(), history_.end(),

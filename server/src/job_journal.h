@@ -34,6 +34,10 @@ class JobJournal {
   Status Put(const std::string& id, const training::JobSpec& spec) CHORUS_EXCLUDES(mu_);
   // Forgets job `id` (OK if it was not recorded). Thread-safe.
   Status Remove(const std::string& id) CHORUS_EXCLUDES(mu_);
+  // A fresh job id ("job-N"), never one given out before by a serving process
+  // of this journal: the counter is kept in the file (so a supervisor's
+  // quarantine of an id never falls on a new job). Thread-safe.
+  StatusOr<std::string> NewId() CHORUS_EXCLUDES(mu_);
 
  private:
   Status WriteLocked() CHORUS_REQUIRES(mu_);
@@ -41,6 +45,7 @@ class JobJournal {
   const std::string path_;
   Mutex mu_;
   std::map<std::string, training::JobSpec> jobs_ CHORUS_GUARDED_BY(mu_);
+  int64_t next_id_ CHORUS_GUARDED_BY(mu_) = 1;
 };
 
 }  // namespace chorus

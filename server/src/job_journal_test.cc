@@ -59,9 +59,26 @@ TEST_F(JobJournalTest, ANewServerFindsTheJobsRecordedAndNotRemoved) {
   EXPECT_EQ(left[0].id, "job-1");
 }
 
+TEST_F(JobJournalTest, IdsAreNeverGivenOutTwiceAcrossServingProcesses) {
+  {
+    JobJournal journal(path_);
+    ASSERT_OK(journal.Open().status());
+    ASSERT_OK_AND_ASSIGN(std::string first, journal.NewId());
+    ASSERT_OK_AND_ASSIGN(std::string second, journal.NewId());
+    EXPECT_EQ(first, "job-1");
+    EXPECT_EQ(second, "job-2");  // neither recorded as a job: the counter still moves
+  }
+  JobJournal next_process(path_);
+  ASSERT_OK(next_process.Open().status());
+  ASSERT_OK_AND_ASSIGN(std::string third, next_process.NewId());
+  EXPECT_EQ(third, "job-3");
+}
+
 TEST_F(JobJournalTest, AFileThatIsNotAJournalIsDataLossNamingIt) {
   const std::pair<const char*, const char*> cases[] = {
       {"not json", "no \"format\""},
+      {R"({"format": 1})", "no \"format\""},  // wrong types are errors, not exceptions
+      {R"({"format": "chorus-jobs", "format_version": "1"})", "format_version"},
       {R"({"format": "chorus-jobs", "format_version": 9, "jobs": {}})", "format_version"},
       {R"({"format": "chorus-jobs", "format_version": 1, "jobs": []})", "\"jobs\""},
       {R"({"format": "chorus-jobs", "format_version": 1, "jobs": {"job-1": {"nme": 1}}})", "job-1"},

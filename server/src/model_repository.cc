@@ -293,6 +293,8 @@ Status ModelRepository::Load(const std::string& name) {
   }
   struct stat st;
   if (::stat((root_ + "/" + name).c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
+    MutexLock lock(&mu_);
+    failures_.erase(name);  // gone from the repository: no longer listed
     return NotFoundError("no model \"" + name + "\" in the repository " + root_);
   }
   StatusOr<std::shared_ptr<LoadedModel>> model = LoadVersion(name);
@@ -319,7 +321,11 @@ Status ModelRepository::Unload(const std::string& name) {
   {
     MutexLock lock(&mu_);
     auto it = loaded_.find(name);
-    if (it == loaded_.end()) return NotFoundError("model " + name + " is not loaded");
+    if (it == loaded_.end()) {
+      // One that failed to load is taken out of service (its error forgotten).
+      if (failures_.erase(name) > 0) return OkStatus();
+      return NotFoundError("model " + name + " is not loaded");
+    }
     unloaded = std::move(it->second);
     loaded_.erase(it);
   }

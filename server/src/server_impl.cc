@@ -76,7 +76,10 @@ Status ServerImpl::Initialize(const ServerOptions& options) {
   journal_ = std::make_unique<JobJournal>(options.jobs_file);
   training_ = std::make_unique<TrainingService>(&context_, jobs_.get(), journal_.get(),
                                                 options.model_repository);
-  CHORUS_RETURN_IF_ERROR(training_->ResumeJournaledJobs(options.quarantined_jobs));
+  // A journal that cannot be read must not keep the models from serving.
+  if (Status resumed = training_->ResumeJournaledJobs(options.quarantined_jobs); !resumed.ok()) {
+    Log().error("training jobs not resumed: {}", resumed.ToString());
+  }
   CHORUS_RETURN_IF_ERROR(StartGrpc(options));
   CHORUS_RETURN_IF_ERROR(StartMetrics(options));
   context_.ready = true;

@@ -242,20 +242,9 @@ void JobRegistry::Release(const std::vector<int>& interpreters) {
   }
 }
 
-std::string JobRegistry::NewId() {
-  MutexLock lock(&mu_);
-  return "job-" + std::to_string(next_id_++);
-}
-
 void JobRegistry::Hold(const std::string& id, const std::string& name, Status why) {
   MutexLock lock(&mu_);
   held_ids_[id] = HeldJob{name, std::move(why)};
-  // Fresh ids start above every id held, so none is reused.
-  if (id.rfind("job-", 0) == 0) {
-    if (std::optional<int64_t> number = ParseNonNegativeInt64(id.substr(4))) {
-      next_id_ = std::max<int64_t>(next_id_, *number + 1);
-    }
-  }
 }
 
 void JobRegistry::Add(const std::string& id, std::shared_ptr<JobEntry> entry) {
@@ -396,10 +385,14 @@ grpc::ServerUnaryReactor* TrainingService::CreateJob(grpc::CallbackServerContext
   // Building the model takes a while: off the reactor, on the shared runner.
   // The job is published only once it exists.
   const bool posted = context_->background->Post([this, reactor, spec, response] {
-    const std::string id = jobs_->NewId();
-    StatusOr<std::shared_ptr<JobEntry>> entry = BuildJob(id, spec);
+    StatusOr<std::string> id = journal_->NewId();
+    if (!id.ok()) {
+      reactor->Finish(ToGrpcStatus(id.status().Annotate("cannot record a new job id")));
+      return;
+    }
+    StatusOr<std::shared_ptr<JobEntry>> entry = BuildJob(*id, spec);
     if (entry.ok()) {
-      response->set_job_id(id);
+      response->set_job_id(*id);
       for (int i : (*entry)->job->options().interpreters) response->add_interpreters(i);
       response->set_step((*entry)->job->CurrentStep());
     }
@@ -420,7 +413,9 @@ Status TrainingService::ResumeJournaledJobs(const std::map<std::string, std::str
       jobs_->Hold(id, entry.spec.name(),
                   FailedPreconditionError("training job " + id + " was not resumed: " + it->second +
                                           "; its checkpoints are in " + checkpoints));
-      CHORUS_RETURN_IF_ERROR(journal_->Remove(id));
+      if (Status removed = journal_->Remove(id); !removed.ok()) {
+        Log().warn("training job {}: {}", id, removed.ToString());
+      }
       continue;
     }
     jobs_->Hold(

@@ -40,13 +40,11 @@ class JobRegistry {
   // INVALID_ARGUMENT when there are not enough.
   StatusOr<std::vector<int>> Reserve(int ranks) CHORUS_EXCLUDES(mu_);
   void Release(const std::vector<int>& interpreters) CHORUS_EXCLUDES(mu_);
-  // A fresh job id; nothing is published under it until Add.
-  std::string NewId() CHORUS_EXCLUDES(mu_);
   // Reserves `id` (a job of an earlier serving process) for a job not built
   // yet: calls on it answer `why` (UNAVAILABLE while it is being resumed, an
-  // error when it cannot be) until Add replaces it. NewId never returns it.
+  // error when it cannot be) until Add replaces it.
   void Hold(const std::string& id, const std::string& name, Status why) CHORUS_EXCLUDES(mu_);
-  // Publishes a complete entry under an id from NewId or Hold.
+  // Publishes a complete entry under an id from JobJournal::NewId or Hold.
   void Add(const std::string& id, std::shared_ptr<JobEntry> entry) CHORUS_EXCLUDES(mu_);
   // The job; NOT_FOUND, or what Hold said for a held id.
   StatusOr<std::shared_ptr<JobEntry>> Find(const std::string& id) const CHORUS_EXCLUDES(mu_);
@@ -72,7 +70,6 @@ class JobRegistry {
   std::map<std::string, std::shared_ptr<JobEntry>> jobs_ CHORUS_GUARDED_BY(mu_);
   std::map<std::string, HeldJob> held_ids_ CHORUS_GUARDED_BY(mu_);
   std::set<int> held_ CHORUS_GUARDED_BY(mu_);
-  int64_t next_id_ CHORUS_GUARDED_BY(mu_) = 1;
 };
 
 class TrainingService final : public chorus::training::TrainingService::CallbackService {

@@ -66,10 +66,15 @@ def _load_model(args):
     """(model, importer or None, source, default name) from the create command's source."""
     import torch
     from chorus.package import converters
+    if args.resource and not args.from_package:
+        raise ToolError("--resource goes with --from-package", EXIT_USAGE)
     if args.module:
         factory = _load_callable(args.module)
-        return (factory(**json.loads(args.factory_kwargs)), None, args.module,
-                args.module.partition(":")[0])
+        try:
+            kwargs = json.loads(args.factory_kwargs)
+        except json.JSONDecodeError as e:
+            raise ToolError(f"--factory-kwargs is not JSON: {e}", EXIT_USAGE) from e
+        return (factory(**kwargs), None, args.module, args.module.partition(":")[0])
     path = args.pickle or args.from_package or args.from_torchscript or args.from_export
     if not os.path.exists(path):
         raise ToolError(f"{path} does not exist")

@@ -135,7 +135,7 @@ def _output_names(outputs, count: int) -> List[str]:
 
 
 def _input_names(model, count: int) -> List[str]:
-    if hasattr(model, "input_names"):  # a converted program knows its own
+    if callable(getattr(model, "input_names", None)):  # a converted program knows its own
         names = list(model.input_names())[:count]
         return names + [f"input{i}" for i in range(len(names), count)]
     forward = getattr(model, "forward", model)
