@@ -111,19 +111,18 @@ StatusOr<std::vector<TensorSpec>> ProbeOutputs(Model& model, const Manifest& sig
   return outputs;
 }
 
-std::string StockArchiveHelp(const std::string& path, const std::string& model_dir) {
-  return path + " has no chorus manifest: give its entry point and signature in " + model_dir +
-         "/config.json, e.g. {\"entry_point\": {\"package\": \"model\", \"resource\": "
-         "\"model.pkl\"}, \"max_batch_size\": 8, \"inputs\": [{\"name\": \"x\", "
-         "\"datatype\": \"FP32\", \"dims\": [3, 224, 224]}]} (docs/server.md, \"Model "
-         "configuration\")";
-}
-
-std::string TorchScriptHelp(const std::string& path, const std::string& model_dir) {
-  return path + " is TorchScript, which carries no signature: give it in " + model_dir +
-         "/config.json, e.g. {\"max_batch_size\": 8, \"inputs\": [{\"name\": \"x\", "
-         "\"datatype\": \"FP32\", \"dims\": [3, 224, 224]}]} (docs/server.md, \"Model "
-         "configuration\")";
+// FAILED_PRECONDITION for a file without a manifest whose config does not say
+// how to serve it, with the config to write.
+Status NeedsConfigError(const std::string& path, const std::string& model_dir, bool torchscript) {
+  const std::string entry_point =
+      torchscript ? "" : "\"entry_point\": {\"package\": \"model\", \"resource\": \"model.pkl\"}, ";
+  return FailedPreconditionError(
+      path +
+      (torchscript ? " is TorchScript, which carries no signature: give it in "
+                   : " has no chorus manifest: give its entry point and signature in ") +
+      model_dir + "/config.json, e.g. {" + entry_point +
+      "\"max_batch_size\": 8, \"inputs\": [{\"name\": \"x\", \"datatype\": \"FP32\", "
+      "\"dims\": [3, 224, 224]}]} (docs/server.md, \"Model configuration\")");
 }
 
 Status CheckFormat(ModelFormat expected, const Model& model, const std::string& path) {
@@ -233,7 +232,7 @@ StatusOr<std::shared_ptr<Model>> ModelRepository::LoadModel(const std::string& p
   }
   StatusOr<std::shared_ptr<Model>> model = Model::Load(manager_, path, options);
   if (!model.ok() && model.status().code() == StatusCode::kNotFound && !config.entry_point) {
-    return FailedPreconditionError(StockArchiveHelp(path, model_dir));  // no manifest
+    return NeedsConfigError(path, model_dir, /*torchscript=*/false);  // no manifest
   }
   if (!model.ok()) return model.status();
   CHORUS_RETURN_IF_ERROR(CheckFormat(config.format, **model, path));
@@ -246,9 +245,7 @@ StatusOr<std::shared_ptr<Model>> ModelRepository::LoadModel(const std::string& p
     return model;
   }
   if (!config.has_signature()) {
-    return FailedPreconditionError((*model)->kind() == ArchiveKind::kTorchScript
-                                       ? TorchScriptHelp(path, model_dir)
-                                       : StockArchiveHelp(path, model_dir));
+    return NeedsConfigError(path, model_dir, (*model)->kind() == ArchiveKind::kTorchScript);
   }
   if (!config.outputs.empty()) return model;
   // Outputs left out: learned from one run, then the model is served with them.

@@ -28,7 +28,7 @@ sys.path.insert(0, HERE)
 import servable_models  # noqa: E402
 from chorus.client import ClientError  # noqa: E402
 from chorus.client.training import TrainingClient  # noqa: E402
-from conftest import ServerProcess, package  # noqa: E402
+from conftest import ServerProcess, metric, package  # noqa: E402
 from training_specs import package_tiny_llama, spec  # noqa: E402
 
 CLIENTS = 8
@@ -206,18 +206,6 @@ def scraper(server, tally, stop):
         time.sleep(0.5)
 
 
-def serving_rss_mib(server):
-    return int(open(f"/proc/{server.serving_pid()}/status").read()
-               .split("VmRSS:")[1].split()[0]) / 1024
-
-
-def metric(text, name):
-    for line in text.splitlines():
-        if line.startswith(name + " "):
-            return float(line.split()[1])
-    return None
-
-
 class Workload:
     """Every client thread of the run, started together and stopped together."""
 
@@ -256,7 +244,7 @@ def send_poison(server, attempt):
 def quiet_rss_mib(server):
     """The serving process's RSS once the load has stopped and it has settled."""
     time.sleep(1.0)
-    return serving_rss_mib(server)
+    return server.serving_memory_mib("VmRSS")
 
 
 def run(workdir, seconds=90.0, interpreters=2, warmup_seconds=15.0):

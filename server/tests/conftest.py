@@ -57,6 +57,11 @@ class ServerProcess:
         (child,) = [int(p) for p in open(f"/proc/{pid}/task/{pid}/children").read().split()]
         return child
 
+    def serving_memory_mib(self, field):
+        """A memory figure of the serving process from /proc ("VmRSS", "VmHWM"), in MiB."""
+        status = open(f"/proc/{self.serving_pid()}/status").read()
+        return int(status.split(f"{field}:")[1].split()[0]) / 1024
+
     def kill_serving(self, sig):
         """Sends `sig` to the serving process and waits until it is gone (reaped by the
         supervisor, which then restarts it)."""
@@ -114,6 +119,12 @@ def server(repository):
 
 def copy_model(spares, repo, name):
     shutil.copytree(spares / name, repo / name)
+
+
+def metric(text, name):
+    """The value of an unlabelled Prometheus metric, or of the first series of `name`."""
+    match = re.search(rf"^{re.escape(name)}(?:{{[^}}]*}})? (\S+)$", text, re.MULTILINE)
+    return float(match.group(1)) if match else None
 
 
 def rpc_code(callable_):

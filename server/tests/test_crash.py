@@ -13,7 +13,7 @@ import torch
 
 import servable_models
 from chorus.client import ClientError
-from conftest import ServerProcess, package
+from conftest import ServerProcess, metric, package
 
 
 @pytest.fixture
@@ -58,12 +58,6 @@ def test_a_model_calling_os_exit_is_reported_before_the_process_ends(crash_repos
     assert "chorus: model code called os._exit(7)" in log, log
     assert "  running: model crashy version 1, request exit-7\n" in log, log
     assert re.search(r'File ".*", line \d+ in forward', log), log
-
-
-def metric(text, name):
-    """The value of an unlabelled Prometheus metric, or of the first series of `name`."""
-    match = re.search(rf"^{re.escape(name)}(?:{{[^}}]*}})? (\S+)$", text, re.MULTILINE)
-    return float(match.group(1)) if match else None
 
 
 def wait_until_serving(client, deadline_s=120):
@@ -225,8 +219,7 @@ def test_a_request_past_the_memory_limit_is_resource_exhausted_and_the_server_se
                 assert hog(256) == 16
                 (steady,) = client.infer("steady", {"x": x}, timeout=10).values()
                 assert np.array_equal(steady, 3 * x)
-            peak_mib = int(open(f"/proc/{server.serving_pid()}/status").read()
-                           .split("VmHWM:")[1].split()[0]) / 1024
+            peak_mib = server.serving_memory_mib("VmHWM")
             assert peak_mib < MEMORY_LIMIT_MIB, peak_mib
         assert metric(server.metrics(), "chorus_server_restarts_total") == 0
     finally:

@@ -49,10 +49,6 @@ def _split(text):
     return [t for t in (text or "").split(",") if t]
 
 
-def _first_line(error: BaseException) -> str:
-    from chorus.package.create import error_summary
-    return error_summary(error)
-
 
 class ToolError(Exception):
     """A failure the user can fix: printed as one line, with an exit code."""
@@ -94,7 +90,8 @@ def _load_model(args):
 
 
 def cmd_create(args) -> int:
-    from chorus.package.create import PackagingError, PackagingRules, create_package
+    from chorus.package.create import (PackagingError, PackagingRules, create_package,
+                                       error_summary)
     from chorus.package.converters import FormatError
     sys.path.insert(0, os.path.abspath(args.path))
     try:
@@ -107,7 +104,7 @@ def cmd_create(args) -> int:
         raise
     except Exception as e:
         raise ToolError(f"cannot read the example inputs {args.example_inputs}: "
-                        f"{_first_line(e)}") from e
+                        f"{error_summary(e)}") from e
     rules = PackagingRules(intern=args.intern or ["**"], extern=args.extern or [],
                            mock=args.mock or [])
     try:
@@ -281,7 +278,8 @@ def main(argv=None) -> int:
     except Exception as e:  # the model's own code failed: one line, the cause
         if args.debug:
             raise
-        print(f"chorus-package: {_first_line(e)} (--debug shows where)", file=sys.stderr)
+        from chorus.package.create import error_summary
+        print(f"chorus-package: {error_summary(e)} (--debug shows where)", file=sys.stderr)
         return EXIT_UNUSABLE
 
 
