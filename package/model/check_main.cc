@@ -70,14 +70,15 @@ nlohmann::json Check(const std::string& path, double atol, double rtol) {
 nlohmann::json Validate(const std::string& path) {
   nlohmann::json report = {{"ok", false}, {"error", ""}};
   ArchiveOptions options;
-  options.verify_sha256 = true;
+  options.verify_storage_crc = true;
   StatusOr<std::shared_ptr<Archive>> archive = Archive::Open(path, options);
-  if (!archive.ok()) {
-    report["error"] = archive.status().ToString();
+  Status verified =
+      archive.ok() && (*archive)->manifest() ? (*archive)->VerifySha256() : archive.status();
+  if (!verified.ok()) {
+    report["error"] = verified.ToString();
     return report;
   }
-  report["kind"] =
-      (*archive)->kind() == ArchiveKind::kTorchScript ? "torchscript" : "torch.package";
+  report["kind"] = ArchiveKindName((*archive)->kind());
   report["manifest"] = (*archive)->manifest().has_value();
   report["ok"] = true;
   return report;

@@ -9,6 +9,7 @@
 
 #include "chorus/common/thread_annotations.h"
 #include "chorus/package/format.h"
+#include "package/model/aot_inductor_model.h"
 
 namespace chorus {
 namespace {
@@ -86,6 +87,17 @@ const Manifest* ManifestOf(const Archive& archive, const std::optional<Manifest>
   return signature ? &*signature : nullptr;
 }
 
+// The signature a torch.export program's replica read from the program
+// (chorus/package/exported.py).
+StatusOr<Manifest> ProgramSignature(const Object& replica, const std::string& path) {
+  CHORUS_ASSIGN_OR_RETURN(Object attr, replica.Attr("chorus_signature"));
+  CHORUS_ASSIGN_OR_RETURN(c10::IValue text, attr.ToIValue());
+  if (!text.isString()) return InternalError("the signature of " + path + " is not a string");
+  StatusOr<Manifest> signature = ParseSignature(text.toStringRef());
+  if (!signature.ok()) return signature.status().Annotate("the program's signature in " + path);
+  return signature;
+}
+
 c10::IValue EntryPointToIValue(const EntryPoint& entry) {
   c10::Dict<std::string, std::string> dict;
   dict.insert("kind", entry.kind);
@@ -104,6 +116,7 @@ class PythonModel final : public Model {
   PythonModel(InterpreterManager* manager, std::shared_ptr<Archive> archive, EntryPoint entry,
               std::optional<Manifest> signature)
       : archive_(std::move(archive)), signature_(std::move(signature)) {
+    carries_signature_ = archive_->manifest().has_value();
     std::shared_ptr<Archive> shared = archive_;
     replicated_ = manager->Replicate([shared, entry](InterpreterSession& session) {
       StatusOr<Object> load = session.Global("chorus.package.importer", "load_model");
@@ -113,8 +126,15 @@ class PythonModel final : public Model {
   }
 
   const Manifest* manifest() const override { return ManifestOf(*archive_, signature_); }
-  ArchiveKind kind() const override { return ArchiveKind::kTorchPackage; }
+  bool carries_signature() const override { return carries_signature_; }
+  ArchiveKind kind() const override { return archive_->kind(); }
   const std::shared_ptr<Archive>& archive() const override { return archive_; }
+
+  // Serves with the signature the file carries (a program's), not the options'.
+  void UseOwnSignature(Manifest signature) {
+    signature_ = std::move(signature);
+    carries_signature_ = true;
+  }
 
   StatusOr<c10::IValue> Forward(const std::vector<c10::IValue>& inputs,
                                 const CallOptions& options) override {
@@ -128,6 +148,7 @@ class PythonModel final : public Model {
  private:
   std::shared_ptr<Archive> archive_;
   std::optional<Manifest> signature_;
+  bool carries_signature_ = false;
   ReplicatedObject replicated_;
 };
 
@@ -140,6 +161,7 @@ class TorchScriptModel final : public Model {
   }
 
   const Manifest* manifest() const override { return ManifestOf(*archive_, signature_); }
+  bool carries_signature() const override { return false; }
   ArchiveKind kind() const override { return ArchiveKind::kTorchScript; }
   const std::shared_ptr<Archive>& archive() const override { return archive_; }
 
@@ -188,8 +210,15 @@ StatusOr<std::shared_ptr<Model>> Model::Load(InterpreterManager* manager, const 
                                   e.what_without_backtrace());
     }
   }
+  if (archive->kind() == ArchiveKind::kAotInductor) {
+    size_t instances = options.concurrent_runs;
+    if (instances == 0) instances = manager != nullptr ? static_cast<size_t>(manager->size()) : 1;
+    return internal::LoadAotInductorModel(archive, options.signature, instances);
+  }
   EntryPoint entry;
-  if (archive->manifest()) {
+  if (archive->kind() == ArchiveKind::kTorchExport) {
+    entry.kind = package_format::kEntryPointExport;
+  } else if (archive->manifest()) {
     entry = archive->manifest()->entry_point;
   } else if (options.entry_point) {
     entry = *options.entry_point;
@@ -197,12 +226,19 @@ StatusOr<std::shared_ptr<Model>> Model::Load(InterpreterManager* manager, const 
     return NotFoundError(path + " has no chorus manifest (" + package_format::kManifestRecord +
                          "); package it with chorus-package or pass an entry point");
   }
-  if (manager == nullptr) return InvalidArgumentError("Python packages need an InterpreterManager");
+  if (manager == nullptr) {
+    return InvalidArgumentError(std::string(ArchiveKindName(archive->kind())) +
+                                "s run on interpreters: pass an InterpreterManager");
+  }
   auto model = std::make_shared<PythonModel>(manager, archive, entry, options.signature);
   // Made once now, so that a model that cannot load fails here, not later.
   InterpreterSession session = manager->AcquireOne();
   StatusOr<Object> first = model->In(session);
   if (!first.ok()) return first.status().Annotate("loading " + path);
+  if (archive->kind() == ArchiveKind::kTorchExport) {
+    CHORUS_ASSIGN_OR_RETURN(Manifest signature, ProgramSignature(*first, path));
+    model->UseOwnSignature(std::move(signature));
+  }
   return std::shared_ptr<Model>(model);
 }
 

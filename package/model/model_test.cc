@@ -10,6 +10,7 @@
 #include <set>
 #include <string>
 
+#include "chorus/common/file_util.h"
 #include "chorus/common/process_stats.h"
 #include "chorus/common/status_matchers.h"
 #include "tests/support/python_testing.h"
@@ -17,8 +18,11 @@
 namespace chorus {
 namespace {
 
+using ::testing::HasSubstr;
+
 const std::string kCorpus = std::string(CHORUS_SOURCE_DIR) + "/tests/data/package_corpus/";
 const std::string kWork = "test-work/model";
+const std::string kPt2Dir = kWork + "/pt2";
 
 int RunPython(const std::string& code) {
   return testing::RunPinnedPython(code, kWork + "/script.py");
@@ -275,6 +279,141 @@ create_package(")" + path +
   EXPECT_EQ(first_weight.size(), 1u);
   EXPECT_LE(growth, 1.05 * weights_mib) << "grew " << growth << " MiB for " << weights_mib;
   EXPECT_GE(growth, 0.9 * weights_mib) << "the weights were not all touched";
+}
+
+// A torch.export program and the same model compiled by AOTInductor, made by
+// stock torch (no chorus import), with what the exporting process computed.
+class Pt2Test : public ModelTest {
+ protected:
+  static void SetUpTestSuite() {
+    ModelTest::SetUpTestSuite();
+    // Compiling takes a while: the files of an earlier test of this suite (one
+    // process per test under ctest) are reused when the script is the same.
+    const std::string script = R"(
+import json, os, torch
+class Mlp(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.hidden, self.out = torch.nn.Linear(4, 8), torch.nn.Linear(8, 3)
+    def forward(self, x):
+        return self.out(self.hidden(x).relu())
+torch.manual_seed(0)
+model = Mlp().eval()
+x = torch.randn(5, 4, generator=torch.Generator().manual_seed(1))
+batch = torch.export.Dim("batch", min=1, max=32)
+program = torch.export.export(model, (x,), dynamic_shapes={"x": {0: batch}})
+torch.export.save(program, ")" +
+                               kPt2Dir + R"(/program.pt2")
+signature = {"inputs": [{"name": "x", "dtype": "float32", "shape": [-1, 4]}],
+             "outputs": [{"name": "scores", "dtype": "float32", "shape": [-1, 3]}],
+             "batching": {"batchable": True, "batch_dim": 0, "max_batch_size": 32}}
+os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", ")" +
+                               kPt2Dir + R"(/inductor")
+torch._inductor.aoti_compile_and_package(
+    program, package_path=")" + kPt2Dir +
+                               R"(/aoti.pt2",
+    inductor_configs={"aot_inductor.metadata": {"chorus.signature": json.dumps(signature)}})
+torch._inductor.aoti_compile_and_package(program, package_path=")" +
+                               kPt2Dir +
+                               R"(/aoti_unsigned.pt2")
+with torch.no_grad():
+    torch.save({"x": x, "y": model(x)}, ")" +
+                               kPt2Dir + R"(/pt2_expected.pt")
+import sys
+assert "chorus" not in sys.modules
+)";
+    const std::string made = kPt2Dir + "/made_by.py";
+    StatusOr<std::string> previous = ReadFile(made);
+    if (previous.ok() && *previous == script) return;
+    ASSERT_EQ(std::system(("mkdir -p " + kPt2Dir).c_str()), 0);
+    ASSERT_EQ(RunPython(script), 0);
+    ASSERT_OK(WriteFileAtomically(made, script));
+  }
+
+  // The exporting process's input and output.
+  static std::pair<at::Tensor, at::Tensor> Expected() {
+    InterpreterSession session = manager_->AcquireOne();
+    auto loaded = session.Eval("__import__('torch').load('" + kPt2Dir + "/pt2_expected.pt')");
+    EXPECT_TRUE(loaded.ok());
+    auto value = loaded->ToIValue();
+    EXPECT_TRUE(value.ok());
+    auto dict = value->toGenericDict();
+    return {dict.at("x").toTensor().clone(), dict.at("y").toTensor().clone()};
+  }
+};
+
+TEST_F(Pt2Test, ExportedProgramServesItsOwnSignatureOnSharedWeights) {
+  ASSERT_OK_AND_ASSIGN(auto model, Model::Load(manager_, kPt2Dir + "/program.pt2"));
+  EXPECT_EQ(model->kind(), ArchiveKind::kTorchExport);
+  ASSERT_NE(model->manifest(), nullptr);
+  EXPECT_TRUE(model->carries_signature());
+  const Manifest& signature = *model->manifest();
+  ASSERT_EQ(signature.inputs.size(), 1u);
+  EXPECT_EQ(signature.inputs[0].name, "x");
+  EXPECT_EQ(signature.inputs[0].dtype, "float32");
+  EXPECT_EQ(signature.inputs[0].shape, (std::vector<int64_t>{-1, 4}));
+  ASSERT_EQ(signature.outputs.size(), 1u);
+  EXPECT_EQ(signature.outputs[0].shape, (std::vector<int64_t>{-1, 3}));
+  EXPECT_TRUE(signature.batching.batchable);
+  EXPECT_EQ(signature.batching.max_batch_size, 32);  // the Dim's upper bound
+
+  auto [x, expected] = Expected();
+  ASSERT_OK_AND_ASSIGN(c10::IValue out, model->Forward({x}));
+  EXPECT_LE((out.toTensor() - expected).abs().max().item<float>(), 1e-6);
+  // Every interpreter's weights are views of the one mapping of the file.
+  const auto* begin = model->archive()->mapped_data();
+  const auto* end = begin + model->archive()->mapped_size();
+  for (int i = 0; i < manager_->size(); ++i) {
+    InterpreterSession session = manager_->Acquire(i);
+    ASSERT_OK_AND_ASSIGN(Object replica, model->In(session));
+    ASSERT_OK_AND_ASSIGN(Object pointers,
+                         session.Eval("lambda m: [p.data_ptr() for p in m.parameters()]"));
+    ASSERT_OK_AND_ASSIGN(Object listed, pointers.CallObjects({replica}));
+    ASSERT_OK_AND_ASSIGN(c10::IValue list, listed.ToIValue());
+    ASSERT_EQ(list.toListRef().size(), 4u);
+    for (const c10::IValue& pointer : list.toListRef()) {
+      const auto* address = reinterpret_cast<const uint8_t*>(pointer.toInt());
+      EXPECT_TRUE(address >= begin && address < end) << "interpreter " << i;
+    }
+  }
+}
+
+TEST_F(Pt2Test, AotInductorPackageRunsWithoutAnInterpreterAndChecksItsInputs) {
+  ASSERT_OK_AND_ASSIGN(auto model, Model::Load(nullptr, kPt2Dir + "/aoti.pt2"));
+  EXPECT_EQ(model->kind(), ArchiveKind::kAotInductor);
+  ASSERT_NE(model->manifest(), nullptr);
+  EXPECT_TRUE(model->carries_signature());
+  EXPECT_EQ(model->manifest()->outputs[0].name, "scores");
+  auto [x, expected] = Expected();
+  ASSERT_OK_AND_ASSIGN(c10::IValue out, model->Forward({x}));
+  EXPECT_LE((out.toTensor() - expected).abs().max().item<float>(), 1e-5);
+  // A column slice is not contiguous: the model still sees the right values.
+  at::Tensor wide = at::cat({x, x}, 1);
+  ASSERT_OK_AND_ASSIGN(c10::IValue sliced, model->Forward({wide.narrow(1, 4, 4)}));
+  EXPECT_LE((sliced.toTensor() - expected).abs().max().item<float>(), 1e-5);
+
+  EXPECT_THAT(model->Forward({x.to(at::kDouble)}),
+              StatusIs(StatusCode::kInvalidArgument, HasSubstr("input x: dtype Double")));
+  EXPECT_THAT(model->Forward({at::zeros({2, 5})}),
+              StatusIs(StatusCode::kInvalidArgument, HasSubstr("input x: shape [2, 5]")));
+  EXPECT_THAT(model->Forward({x, x}),
+              StatusIs(StatusCode::kInvalidArgument, HasSubstr("takes 1 inputs, got 2")));
+  InterpreterSession session = manager_->AcquireOne();
+  EXPECT_THAT(model->In(session), StatusIs(StatusCode::kUnimplemented));
+}
+
+TEST_F(Pt2Test, AotInductorPackageWithoutASignatureNeedsOne) {
+  EXPECT_THAT(Model::Load(nullptr, kPt2Dir + "/aoti_unsigned.pt2"),
+              StatusIs(StatusCode::kFailedPrecondition, HasSubstr("without a signature")));
+  ModelOptions options;
+  ASSERT_OK_AND_ASSIGN(options.signature, ParseSignature(R"({
+    "inputs": [{"name": "x", "dtype": "float32", "shape": [-1, 4]}],
+    "outputs": [{"name": "y", "dtype": "float32", "shape": [-1, 3]}]})"));
+  ASSERT_OK_AND_ASSIGN(auto model, Model::Load(nullptr, kPt2Dir + "/aoti_unsigned.pt2", options));
+  EXPECT_FALSE(model->carries_signature());
+  auto [x, expected] = Expected();
+  ASSERT_OK_AND_ASSIGN(c10::IValue out, model->Forward({x}));
+  EXPECT_LE((out.toTensor() - expected).abs().max().item<float>(), 1e-5);
 }
 
 }  // namespace

@@ -47,10 +47,16 @@ bool SafeName(const std::string& name) {
   return true;
 }
 
+bool StartsWith(const std::string& name, const char* prefix) { return name.rfind(prefix, 0) == 0; }
+
+// Weights: torch.package storages, an exported program's weights and an
+// AOTInductor package's compiled model (which holds its weights).
 bool IsStorage(const std::string& name) {
-  const std::string dir = fmt::kStorageDirectory, suffix = fmt::kStorageSuffix;
-  return name.rfind(dir, 0) == 0 && name.size() > suffix.size() &&
-         name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0;
+  const std::string suffix = fmt::kStorageSuffix;
+  return (StartsWith(name, fmt::kStorageDirectory) && name.size() > suffix.size() &&
+          name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0) ||
+         StartsWith(name, fmt::kExportWeightsDirectory) ||
+         StartsWith(name, fmt::kAotInductorDirectory);
 }
 
 std::string Sha256Hex(const uint8_t* data, size_t size) {
@@ -82,6 +88,7 @@ class ArchiveImpl final : public Archive {
   Status CheckRecords(const std::vector<zip::Entry>& entries);
   Status CheckRecord(const zip::Entry& entry, uint64_t index);
   Status DetectKind();
+  bool HasRecordUnder(const char* directory) const;
   Status VerifyCrcs(bool storages);
 
   zip_t* zip_ = nullptr;
@@ -215,10 +222,21 @@ Status ArchiveImpl::DetectKind() {
     kind_ = ArchiveKind::kTorchPackage;
   } else if (Find(fmt::kTorchScriptDataRecord) && Find(fmt::kTorchScriptConstantsRecord)) {
     kind_ = ArchiveKind::kTorchScript;
+  } else if (Find(fmt::kPt2ArchiveFormatRecord) && HasRecordUnder(fmt::kAotInductorDirectory)) {
+    kind_ = ArchiveKind::kAotInductor;
+  } else if (Find(fmt::kPt2ArchiveFormatRecord) && HasRecordUnder(fmt::kExportModelsDirectory)) {
+    kind_ = ArchiveKind::kTorchExport;
   } else {
-    return Refused(path_, "neither a torch.package nor a TorchScript archive");
+    return Refused(path_, "not a torch.package, TorchScript, torch.export or AOTInductor archive");
   }
   return OkStatus();
+}
+
+bool ArchiveImpl::HasRecordUnder(const char* directory) const {
+  for (const ArchiveRecord& record : records_) {
+    if (StartsWith(record.name, directory)) return true;
+  }
+  return false;
 }
 
 Status ArchiveImpl::VerifyCrcs(bool storages) {
@@ -279,6 +297,20 @@ StatusOr<RecordData> ArchiveImpl::ReadRecord(const ArchiveRecord& record) const 
 }
 
 }  // namespace
+
+const char* ArchiveKindName(ArchiveKind kind) {
+  switch (kind) {
+    case ArchiveKind::kTorchPackage:
+      return "torch.package archive";
+    case ArchiveKind::kTorchScript:
+      return "TorchScript file";
+    case ArchiveKind::kTorchExport:
+      return "torch.export program";
+    case ArchiveKind::kAotInductor:
+      return "AOTInductor package";
+  }
+  return "archive";
+}
 
 StatusOr<std::shared_ptr<Archive>> Archive::Open(const std::string& path,
                                                  const ArchiveOptions& options) {

@@ -100,6 +100,24 @@ Status ParseFiles(const Json& manifest, std::map<std::string, FileDigest>* files
   return OkStatus();
 }
 
+// inputs, outputs and batching: a manifest's signature part.
+Status ParseSignatureFields(const Json& json, bool batching_required, Manifest* manifest) {
+  CHORUS_ASSIGN_OR_RETURN(manifest->inputs, Specs(json, "inputs"));
+  CHORUS_ASSIGN_OR_RETURN(manifest->outputs, Specs(json, "outputs"));
+  auto batching = json.find("batching");
+  if (batching == json.end() && !batching_required) return OkStatus();
+  if (batching == json.end() || !batching->is_object() || !batching->contains("batchable") ||
+      !(*batching)["batchable"].is_boolean()) {
+    return Invalid("batching.batchable must be a bool");
+  }
+  manifest->batching.batchable = (*batching)["batchable"].get<bool>();
+  CHORUS_ASSIGN_OR_RETURN(manifest->batching.batch_dim,
+                          NonNegative(*batching, "batch_dim", "batching"));
+  CHORUS_ASSIGN_OR_RETURN(manifest->batching.max_batch_size,
+                          NonNegative(*batching, "max_batch_size", "batching"));
+  return OkStatus();
+}
+
 }  // namespace
 
 StatusOr<Manifest> ParseManifest(std::string_view text) {
@@ -124,23 +142,28 @@ StatusOr<Manifest> ParseManifest(std::string_view text) {
   CHORUS_ASSIGN_OR_RETURN(manifest.model_name, String(*model, "name", "model"));
   CHORUS_ASSIGN_OR_RETURN(manifest.model_version, String(*model, "version", "model"));
   CHORUS_RETURN_IF_ERROR(ParseEntryPoint(json, &manifest.entry_point));
-  CHORUS_ASSIGN_OR_RETURN(manifest.inputs, Specs(json, "inputs"));
-  CHORUS_ASSIGN_OR_RETURN(manifest.outputs, Specs(json, "outputs"));
-  auto batching = json.find("batching");
-  if (batching == json.end() || !batching->is_object() || !batching->contains("batchable") ||
-      !(*batching)["batchable"].is_boolean()) {
-    return Invalid("batching.batchable must be a bool");
-  }
-  manifest.batching.batchable = (*batching)["batchable"].get<bool>();
-  CHORUS_ASSIGN_OR_RETURN(manifest.batching.batch_dim,
-                          NonNegative(*batching, "batch_dim", "batching"));
-  CHORUS_ASSIGN_OR_RETURN(manifest.batching.max_batch_size,
-                          NonNegative(*batching, "max_batch_size", "batching"));
+  CHORUS_RETURN_IF_ERROR(ParseSignatureFields(json, /*batching_required=*/true, &manifest));
   CHORUS_ASSIGN_OR_RETURN(manifest.device, String(json, "device", "manifest"));
   if (manifest.device != "cpu" && manifest.device != "cuda") {
     return Invalid("device must be \"cpu\" or \"cuda\"");
   }
   CHORUS_RETURN_IF_ERROR(ParseFiles(json, &manifest.files));
+  return manifest;
+}
+
+StatusOr<Manifest> ParseSignature(std::string_view text) {
+  Json json = Json::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/false);
+  if (json.is_discarded()) return Invalid("not valid JSON");
+  if (!json.is_object()) return Invalid("must be a JSON object");
+  for (const auto& [key, value] : json.items()) {
+    if (key != "inputs" && key != "outputs" && key != "batching") {
+      return Invalid("unknown key " + key + " (inputs, outputs, batching)");
+    }
+  }
+  Manifest manifest;
+  manifest.json = std::string(text);
+  manifest.device = "cpu";
+  CHORUS_RETURN_IF_ERROR(ParseSignatureFields(json, /*batching_required=*/false, &manifest));
   return manifest;
 }
 

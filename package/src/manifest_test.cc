@@ -82,5 +82,29 @@ TEST(ManifestTest, EachSchemaViolationIsNamed) {
   EXPECT_NE(ParseManifest("[1, 2").status().message().find("not valid JSON"), std::string::npos);
 }
 
+TEST(ManifestTest, ASignatureAloneParsesWithTheManifestsRules) {
+  auto signature = ParseSignature(R"({
+    "inputs": [{"name": "x", "dtype": "float32", "shape": [-1, 4]}],
+    "outputs": [{"name": "y", "dtype": "int64", "shape": [-1]}]})");
+  ASSERT_TRUE(signature.ok()) << signature.status().ToString();
+  EXPECT_EQ(signature->inputs[0].shape, (std::vector<int64_t>{-1, 4}));
+  EXPECT_FALSE(signature->batching.batchable);  // batching is optional here
+  EXPECT_EQ(signature->device, "cpu");
+
+  auto batched = ParseSignature(R"({"inputs": [{"name": "x", "dtype": "float32", "shape": [-1]}],
+    "outputs": [{"name": "y", "dtype": "float32", "shape": [-1]}],
+    "batching": {"batchable": true, "batch_dim": 0, "max_batch_size": 8}})");
+  ASSERT_TRUE(batched.ok()) << batched.status().ToString();
+  EXPECT_EQ(batched->batching.max_batch_size, 8);
+
+  auto unknown = ParseSignature(R"({"inputs": [{"name": "x", "dtype": "float32", "shape": []}],
+    "outputs": [{"name": "y", "dtype": "float32", "shape": []}], "device": "cpu"})");
+  EXPECT_EQ(unknown.status().message(),
+            "manifest invalid: unknown key device (inputs, outputs, batching)");
+  auto bad_dtype = ParseSignature(R"({"inputs": [{"name": "x", "dtype": "float", "shape": []}],
+    "outputs": [{"name": "y", "dtype": "float32", "shape": []}]})");
+  EXPECT_EQ(bad_dtype.status().message(), "manifest invalid: inputs[0]: unknown dtype float");
+}
+
 }  // namespace
 }  // namespace chorus

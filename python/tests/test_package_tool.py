@@ -147,6 +147,18 @@ def test_inspect_lists_manifest_and_aligned_records(workdir):
     report = json.loads(run("inspect", str(path), "--json", cwd=workdir).stdout)
     storages = [r for r in report["records"] if r["name"].endswith(".storage")]
     assert storages and all(r["stored"] and r["data_offset"] % 64 == 0 for r in storages)
+    assert report["kind"] == "torch.package archive"
+
+
+def test_inspect_says_what_a_stock_file_is(workdir):
+    model = torch.nn.Linear(4, 2)
+    torch.jit.script(model).save(workdir / "script.pt")
+    torch.export.save(torch.export.export(model, (torch.zeros(1, 4),)), workdir / "program.pt2")
+    for name, kind in (("script.pt", "TorchScript file"), ("program.pt2", "torch.export program")):
+        result = run("inspect", name, cwd=workdir)
+        assert result.returncode == 0, result.stderr
+        assert f"kind     {kind}" in result.stdout
+        assert "no chorus manifest" in result.stdout
 
 
 def test_progress_is_shown_for_large_weights(workdir):

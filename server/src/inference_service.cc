@@ -9,6 +9,21 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+// ModelMetadata's platform: Triton's name for TorchScript, chorus' for the rest.
+const char* Platform(ArchiveKind kind) {
+  switch (kind) {
+    case ArchiveKind::kTorchScript:
+      return "pytorch_libtorch";
+    case ArchiveKind::kTorchPackage:
+      return "pytorch_torch_package";
+    case ArchiveKind::kTorchExport:
+      return "pytorch_torch_export";
+    case ArchiveKind::kAotInductor:
+      return "pytorch_aot_inductor";
+  }
+  return "pytorch";
+}
+
 constexpr char kServerName[] = "chorus";
 constexpr char kServerVersion[] = "0.1.0";
 
@@ -95,9 +110,7 @@ grpc::ServerUnaryReactor* InferenceService::ModelMetadata(
   const Manifest& manifest = (*model)->manifest();
   response->set_name((*model)->name());
   response->add_versions((*model)->version());
-  response->set_platform((*model)->model().kind() == ArchiveKind::kTorchScript
-                             ? "pytorch_libtorch"
-                             : "pytorch_torch_package");
+  response->set_platform(Platform((*model)->model().kind()));
   auto fill = [](const TensorSpec& spec, inference::ModelMetadataResponse::TensorMetadata* out) {
     out->set_name(spec.name);
     out->set_datatype(WireDatatype(spec.dtype));

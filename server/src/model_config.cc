@@ -107,12 +107,22 @@ StatusOr<EntryPoint> EntryPointAt(const Json& value) {
   return entry;
 }
 
+constexpr std::pair<ModelFormat, const char*> kFormatNames[] = {
+    {ModelFormat::kChorus, "chorus"},
+    {ModelFormat::kTorchPackage, "torch_package"},
+    {ModelFormat::kTorchScript, "torchscript"},
+    {ModelFormat::kTorchExport, "torch_export"},
+    {ModelFormat::kAotInductor, "aot_inductor"},
+};
+
 StatusOr<ModelFormat> FormatAt(const Json& value) {
   CHORUS_ASSIGN_OR_RETURN(std::string name, StringAt(value, "format"));
-  if (name == "chorus") return ModelFormat::kChorus;
-  if (name == "torch_package") return ModelFormat::kTorchPackage;
-  if (name == "torchscript") return ModelFormat::kTorchScript;
-  return KeyError("format", "unknown format \"" + name + "\" (chorus, torch_package, torchscript)");
+  std::string known;
+  for (const auto& [format, format_name] : kFormatNames) {
+    if (name == format_name) return format;
+    known += (known.empty() ? "" : ", ") + std::string(format_name);
+  }
+  return KeyError("format", "unknown format \"" + name + "\" (" + known + ")");
 }
 
 Status ParseScheduling(const Json& config, ModelConfig* out) {
@@ -151,6 +161,13 @@ Status ParseScheduling(const Json& config, ModelConfig* out) {
 }
 
 }  // namespace
+
+const char* ModelFormatName(ModelFormat format) {
+  for (const auto& [known, name] : kFormatNames) {
+    if (known == format) return name;
+  }
+  return "detect";
+}
 
 StatusOr<ModelConfig> ParseModelConfig(std::string_view json) {
   const Json config = Json::parse(json, nullptr, /*allow_exceptions=*/false);

@@ -19,15 +19,20 @@ namespace chorus {
 
 // What a version folder holds.
 enum class ModelFormat {
-  kDetect,        // decided by the file: a chorus package, a torch.package or TorchScript
+  kDetect,        // decided by the file (any of the below)
   kChorus,        // a chorus package (torch.package with a chorus manifest)
   kTorchPackage,  // a stock torch.package archive (PackageExporter)
   kTorchScript,   // torch.jit.save
+  kTorchExport,   // torch.export.save (.pt2)
+  kAotInductor,   // torch._inductor.aoti_compile_and_package (.pt2)
 };
+
+// config.json's name of `format` ("chorus", "torch_package", ...).
+const char* ModelFormatName(ModelFormat format);
 
 struct ModelConfig {
   ModelFormat format = ModelFormat::kDetect;
-  // The file in the version folder ("" = the one *.pt file there).
+  // The file in the version folder ("" = the first *.pt or *.pt2 file there by name).
   std::string default_model_filename;
   // A stock torch.package archive's model: a pickle ("package", "resource")
   // or a factory ("module", "factory").

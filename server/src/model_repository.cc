@@ -53,7 +53,7 @@ SchedulerOptions SchedulingFor(const ModelConfig& config, const Manifest& manife
 }
 
 // The model file of a version folder: the config's default_model_filename,
-// else the one *.pt file there.
+// else the first *.pt or *.pt2 file there by name.
 StatusOr<std::string> ModelFile(const std::string& version_dir, const ModelConfig& config) {
   if (!config.default_model_filename.empty()) {
     const std::string path = version_dir + "/" + config.default_model_filename;
@@ -64,11 +64,10 @@ StatusOr<std::string> ModelFile(const std::string& version_dir, const ModelConfi
     return path;
   }
   for (const std::string& file : Entries(version_dir, /*directories=*/false)) {
-    if (file.size() > 3 && file.compare(file.size() - 3, 3, ".pt") == 0) {
-      return version_dir + "/" + file;
-    }
+    const std::string extension = file.substr(std::min(file.size(), file.rfind('.')));
+    if (extension == ".pt" || extension == ".pt2") return version_dir + "/" + file;
   }
-  return NotFoundError(version_dir + " has no .pt file (or set default_model_filename)");
+  return NotFoundError(version_dir + " has no .pt or .pt2 file (or set default_model_filename)");
 }
 
 // Zeros for every input of `manifest`, any-size dimensions made 1.
@@ -111,31 +110,41 @@ StatusOr<std::vector<TensorSpec>> ProbeOutputs(Model& model, const Manifest& sig
   return outputs;
 }
 
-// FAILED_PRECONDITION for a file without a manifest whose config does not say
-// how to serve it, with the config to write.
-Status NeedsConfigError(const std::string& path, const std::string& model_dir, bool torchscript) {
+// FAILED_PRECONDITION for a file without a signature whose config does not
+// say how to serve it, with the config to write.
+Status NeedsConfigError(const std::string& path, const std::string& model_dir, ArchiveKind kind) {
+  const bool package = kind == ArchiveKind::kTorchPackage;
+  const std::string what = ArchiveKindName(kind);
   const std::string entry_point =
-      torchscript ? "" : "\"entry_point\": {\"package\": \"model\", \"resource\": \"model.pkl\"}, ";
+      package ? "\"entry_point\": {\"package\": \"model\", \"resource\": \"model.pkl\"}, " : "";
   return FailedPreconditionError(
-      path +
-      (torchscript ? " is TorchScript, which carries no signature: give it in "
-                   : " has no chorus manifest: give its entry point and signature in ") +
+      path + (what.front() == 'A' ? " is an " : " is a ") + what +
+      (package ? " without a chorus manifest: give its entry point and signature in "
+               : " that carries no signature: give it in ") +
       model_dir + "/config.json, e.g. {" + entry_point +
       "\"max_batch_size\": 8, \"inputs\": [{\"name\": \"x\", \"datatype\": \"FP32\", "
       "\"dims\": [3, 224, 224]}]} (docs/server.md, \"Model configuration\")");
 }
 
+ModelFormat FormatOf(const Model& model) {
+  switch (model.kind()) {
+    case ArchiveKind::kTorchPackage:
+      return model.archive()->manifest() ? ModelFormat::kChorus : ModelFormat::kTorchPackage;
+    case ArchiveKind::kTorchScript:
+      return ModelFormat::kTorchScript;
+    case ArchiveKind::kTorchExport:
+      return ModelFormat::kTorchExport;
+    case ArchiveKind::kAotInductor:
+      return ModelFormat::kAotInductor;
+  }
+  return ModelFormat::kDetect;
+}
+
 Status CheckFormat(ModelFormat expected, const Model& model, const std::string& path) {
-  const bool has_manifest = model.archive()->manifest().has_value();
-  const bool torchscript = model.kind() == ArchiveKind::kTorchScript;
-  const char* actual = torchscript ? "torchscript" : (has_manifest ? "chorus" : "torch_package");
-  const bool matches = expected == ModelFormat::kDetect ||
-                       (expected == ModelFormat::kTorchScript && torchscript) ||
-                       (expected == ModelFormat::kChorus && !torchscript && has_manifest) ||
-                       (expected == ModelFormat::kTorchPackage && !torchscript && !has_manifest);
-  if (matches) return OkStatus();
-  return InvalidArgumentError("config.json: format: " + path + " is a " + actual +
-                              " file, not what format says");
+  const ModelFormat actual = FormatOf(model);
+  if (expected == ModelFormat::kDetect || expected == actual) return OkStatus();
+  return InvalidArgumentError("config.json: format: " + path + " is of format " +
+                              ModelFormatName(actual) + ", not what format says");
 }
 
 }  // namespace
@@ -232,21 +241,24 @@ StatusOr<std::shared_ptr<Model>> ModelRepository::LoadModel(const std::string& p
   }
   StatusOr<std::shared_ptr<Model>> model = Model::Load(manager_, path, options);
   if (!model.ok() && model.status().code() == StatusCode::kNotFound && !config.entry_point) {
-    return NeedsConfigError(path, model_dir, /*torchscript=*/false);  // no manifest
+    return NeedsConfigError(path, model_dir, ArchiveKind::kTorchPackage);  // no manifest
+  }
+  if (!model.ok() && model.status().code() == StatusCode::kFailedPrecondition &&
+      !config.has_signature()) {
+    return NeedsConfigError(path, model_dir, ArchiveKind::kAotInductor);  // no signature
   }
   if (!model.ok()) return model.status();
   CHORUS_RETURN_IF_ERROR(CheckFormat(config.format, **model, path));
-  if ((*model)->archive()->manifest()) {
+  if ((*model)->carries_signature()) {
     if (config.has_signature() || config.entry_point) {
       return InvalidArgumentError(
           "config.json: " + std::string(config.entry_point ? "entry_point" : "inputs") + ": " +
-          path + " is a chorus package, whose manifest gives its entry point and signature");
+          path + " (format " + ModelFormatName(FormatOf(**model)) +
+          ") carries its own entry point and signature");
     }
     return model;
   }
-  if (!config.has_signature()) {
-    return NeedsConfigError(path, model_dir, (*model)->kind() == ArchiveKind::kTorchScript);
-  }
+  if (!config.has_signature()) return NeedsConfigError(path, model_dir, (*model)->kind());
   if (!config.outputs.empty()) return model;
   // Outputs left out: learned from one run, then the model is served with them.
   CHORUS_ASSIGN_OR_RETURN(options.signature->outputs, ProbeOutputs(**model, *options.signature));

@@ -204,7 +204,7 @@ TEST_F(ModelRepositoryTest, TheHighestNumberedVersionIsServed) {
   AddVersion("versioned", "1", ScaleArchive(1));
   AddVersion("versioned", "2", ScaleArchive(2));
   AddVersion("versioned", "10", ScaleArchive(10));
-  // In a version folder the first .pt archive by name counts; other files do not.
+  // In a version folder the first .pt or .pt2 archive by name counts; other files do not.
   AddVersion("versioned", "10", ScaleArchive(99), "z.pt");
   ASSERT_OK(WriteFileAtomically(root_ + "/versioned/10/README", "notes"));
   // Folders that are not versions: a name, and a number past int64.
@@ -261,9 +261,10 @@ TEST_F(ModelRepositoryTest, AFailedReloadKeepsTheServedVersion) {
 
   // Only the highest version is tried: an empty folder above fails the reload.
   ASSERT_OK(MakeDirectories(root_ + "/versioned/4"));
-  EXPECT_THAT(repository.Load("versioned"),
-              StatusIs(StatusCode::kNotFound,
-                       root_ + "/versioned/4 has no .pt file (or set default_model_filename)"));
+  EXPECT_THAT(
+      repository.Load("versioned"),
+      StatusIs(StatusCode::kNotFound,
+               root_ + "/versioned/4 has no .pt or .pt2 file (or set default_model_filename)"));
   ASSERT_OK_AND_ASSIGN(served, repository.Find("versioned", ""));
   EXPECT_EQ(served->version(), "2");
   EXPECT_THAT(repository.Index(), ElementsAre(IsEntry("versioned", "2", "READY", "")));
@@ -298,12 +299,12 @@ TEST_F(ModelRepositoryTest, LoadAllServesTheGoodModelsAndListsWhyTheOthersAreNot
           IsEntry("good", "1", "READY", ""),
           IsEntry("stock", "", "UNAVAILABLE",
                   AllOf(StartsWith("FAILED_PRECONDITION: " + root_ + "/stock/1/model.pt"),
-                        HasSubstr("has no chorus manifest: give its entry point and signature "
-                                  "in " +
+                        HasSubstr("is a torch.package archive without a chorus manifest: give "
+                                  "its entry point and signature in " +
                                   root_ + "/stock/config.json"))),
           IsEntry("torchscript", "", "UNAVAILABLE",
                   AllOf(StartsWith("FAILED_PRECONDITION: " + root_ +
-                                   "/torchscript/1/model.pt is TorchScript, which carries no "
+                                   "/torchscript/1/model.pt is a TorchScript file that carries no "
                                    "signature: give it in " +
                                    root_ + "/torchscript/config.json")))));
 

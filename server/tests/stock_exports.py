@@ -1,12 +1,14 @@
 """Makes models with stock torch tools only (no chorus import): run as a script in its own
 process. Writes, under OUT: a stock torch.package archive whose model class exists only
-inside it (stock_package.pt), the same model as TorchScript (torchscript.pt) and as a
-torch.export program with a dynamic batch (export.pt2), its example inputs (inputs.pt, a
-list) and the exporting process's inputs and outputs (expected.pt).
+inside it (stock_package.pt), the same model as TorchScript (torchscript.pt), as a
+torch.export program with a dynamic batch (export.pt2), compiled by AOTInductor with its
+signature in the package's metadata (aoti.pt2) and without (aoti_unsigned.pt2), its example
+inputs (inputs.pt, a list) and the exporting process's inputs and outputs (expected.pt).
 
     python stock_exports.py OUT
 """
 
+import json
 import os
 import sys
 
@@ -50,6 +52,14 @@ def main(out):
     batch = torch.export.Dim("batch", min=1, max=64)
     program = torch.export.export(model, (image,), dynamic_shapes={"image": {0: batch}})
     torch.export.save(program, os.path.join(out, "export.pt2"))
+    signature = {"inputs": [{"name": "image", "dtype": "float32", "shape": [-1, 3, 8, 8]}],
+                 "outputs": [{"name": "logits", "dtype": "float32", "shape": [-1, 10]}],
+                 "batching": {"batchable": True, "batch_dim": 0, "max_batch_size": 4}}
+    torch._inductor.aoti_compile_and_package(
+        program, package_path=os.path.join(out, "aoti.pt2"),
+        inductor_configs={"aot_inductor.metadata": {"chorus.signature": json.dumps(signature)}})
+    torch._inductor.aoti_compile_and_package(program,
+                                             package_path=os.path.join(out, "aoti_unsigned.pt2"))
     torch.save([image[:2]], os.path.join(out, "inputs.pt"))
     with torch.no_grad():
         expected = model(image)

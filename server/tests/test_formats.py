@@ -15,6 +15,9 @@ from chorus.client import ClientError
 from conftest import ServerProcess
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+PLATFORMS = {"stock_package": "pytorch_torch_package", "torchscript": "pytorch_libtorch",
+             "torch_export": "pytorch_torch_export", "aot_inductor": "pytorch_aot_inductor",
+             "aot_inductor_config": "pytorch_aot_inductor"}
 SIGNATURE = {"max_batch_size": 4,
              "inputs": [{"name": "image", "datatype": "FP32", "dims": [3, 8, 8]}]}
 
@@ -22,14 +25,18 @@ SIGNATURE = {"max_batch_size": 4,
 @pytest.fixture(scope="module")
 def exports(tmp_path_factory):
     out = tmp_path_factory.mktemp("stock")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    # AOTInductor's compiler cache, kept where CI keeps its other caches.
+    env.setdefault("TORCHINDUCTOR_CACHE_DIR", os.path.join(
+        os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")), "chorus", "inductor"))
     subprocess.run([sys.executable, os.path.join(HERE, "stock_exports.py"), str(out)], check=True,
-                   env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"})
+                   env=env)
     return out
 
 
 def add(repo, name, source, config):
     (repo / name / "1").mkdir(parents=True)
-    os.link(source, repo / name / "1" / "model.pt")
+    os.link(source, repo / name / "1" / ("model" + source.suffix))
     if config is not None:
         (repo / name / "config.json").write_text(json.dumps(config))
 
@@ -43,7 +50,15 @@ def served(exports, tmp_path_factory):
     add(repo, "stock_package", package, {**entry, **SIGNATURE, "format": "torch_package"})
     add(repo, "torchscript", script, {
         **SIGNATURE, "outputs": [{"name": "logits", "datatype": "FP32", "dims": [10]}]})
+    # Signatures read from the file:
+    add(repo, "torch_export", exports / "export.pt2", None)
+    add(repo, "aot_inductor", exports / "aoti.pt2", None)
+    add(repo, "aot_inductor_config", exports / "aoti_unsigned.pt2", {
+        **SIGNATURE, "format": "aot_inductor",
+        "outputs": [{"name": "logits", "datatype": "FP32", "dims": [10]}]})
     # Each of these is refused with its reason; the others serve.
+    add(repo, "no_config_aot_inductor", exports / "aoti_unsigned.pt2", None)
+    add(repo, "export_given_a_signature", exports / "export.pt2", SIGNATURE)
     add(repo, "no_config_package", package, None)
     add(repo, "no_config_script", script, None)
     add(repo, "typo", script, {**SIGNATURE, "max_batch_sise": 4})
@@ -56,16 +71,20 @@ def served(exports, tmp_path_factory):
     assert server.stop() == 0
 
 
-@pytest.mark.parametrize("name", ["stock_package", "torchscript"])
+@pytest.mark.parametrize("name", ["stock_package", "torchscript", "torch_export", "aot_inductor",
+                                  "aot_inductor_config"])
 def test_a_stock_file_serves_what_the_exporting_process_computed(served, exports, name):
     expected = torch.load(exports / "expected.pt")
     with served.client() as client:
         metadata = client.metadata(name)
+        assert metadata.platform == PLATFORMS[name]
         assert [(t.name, t.datatype, list(t.shape)) for t in metadata.inputs] == \
             [("image", "FP32", [-1, 3, 8, 8])]
         assert [(t.datatype, list(t.shape)) for t in metadata.outputs] == [("FP32", [-1, 10])]
-        outputs = client.infer(name, {"image": expected["image"].numpy()})
-    (logits,) = outputs.values()
+        # Three requests of one image each: the dynamic batcher may gather them.
+        images = np.split(expected["image"].numpy(), 3)
+        outputs = [client.infer(name, {"image": image}) for image in images]
+    logits = np.concatenate([next(iter(output.values())) for output in outputs])
     diff = float(np.abs(logits - expected["logits"].numpy()).max())
     print(f"{name}: max abs diff {diff:.3g}")
     assert diff <= 1e-5
@@ -77,15 +96,19 @@ def test_files_without_a_usable_config_are_refused_with_what_to_write(served):
         assert index["stock_package"].state == "READY"
         reasons = {name: index[name].reason for name in
                    ("no_config_package", "no_config_script", "typo", "wrong_format",
-                    "missing_resource")}
+                    "missing_resource", "no_config_aot_inductor", "export_given_a_signature")}
         assert all(index[name].state == "UNAVAILABLE" for name in reasons)
-        assert "has no chorus manifest: give its entry point and signature" in \
+        assert "without a chorus manifest: give its entry point and signature" in \
             reasons["no_config_package"]
-        assert "is TorchScript, which carries no signature" in reasons["no_config_script"]
+        assert "is a TorchScript file that carries no signature" in reasons["no_config_script"]
         assert "config.json: max_batch_sise: unknown key" in reasons["typo"]
         assert "config.json: format: " in reasons["wrong_format"]
-        assert "is a torchscript file" in reasons["wrong_format"]
+        assert "is of format torchscript, not what format says" in reasons["wrong_format"]
         assert "nothing.pkl" in reasons["missing_resource"]
+        assert "is an AOTInductor package that carries no signature" in \
+            reasons["no_config_aot_inductor"]
+        assert "(format torch_export) carries its own entry point and signature" in \
+            reasons["export_given_a_signature"]
         with pytest.raises(ClientError) as refused:
             client.infer("typo", {"image": np.zeros((1, 3, 8, 8), np.float32)})
         assert refused.value.code == grpc.StatusCode.UNAVAILABLE

@@ -131,9 +131,10 @@ def _data_offset(archive_file, info: zipfile.ZipInfo) -> int:
     return info.header_offset + 30 + name_length + extra_length
 
 
-def _validate(path: str) -> None:
+def _validate(path: str) -> dict:
     """The C++ archive reader's checks (structure, CRCs, manifest, every record's
-    sha256), as the server runs them; ToolError naming what is wrong."""
+    sha256), as the server runs them: its report ({"ok", "kind", "manifest"}), or
+    ToolError naming what is wrong."""
     if not os.path.exists(path):
         raise ToolError(f"{path} does not exist")
     try:
@@ -145,11 +146,12 @@ def _validate(path: str) -> None:
     report = json.loads(lines[-1]) if lines else {"ok": False, "error": result.stderr.strip()}
     if not report["ok"]:
         raise ToolError(f"{path} is not a valid archive: {report['error']}")
+    return report
 
 
 def cmd_inspect(args) -> int:
     from chorus.package.manifest import ManifestError, read_manifest
-    _validate(args.archive)
+    report = _validate(args.archive)
     try:
         manifest = read_manifest(args.archive)
     except ManifestError as e:
@@ -162,10 +164,11 @@ def cmd_inspect(args) -> int:
         rows = [(i.filename, i.file_size, i.compress_type == zipfile.ZIP_STORED,
                  _data_offset(raw, i)) for i in archive.infolist()]
     if args.json:
-        print(json.dumps({"manifest": manifest, "records": [
+        print(json.dumps({"kind": report["kind"], "manifest": manifest, "records": [
             {"name": n, "size": s, "stored": st, "data_offset": o} for n, s, st, o in rows]},
             indent=2))
         return EXIT_OK
+    print(f"kind     {report['kind']}")
     if manifest is None:
         print(f"no chorus manifest: {note}")
     else:

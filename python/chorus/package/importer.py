@@ -114,7 +114,11 @@ def _forget_lines(keys):
 
 
 def load_model(archive, entry_point):
-    """The model object an archive's entry point names (a dict from the manifest)."""
+    """The model object an archive's entry point names (a dict from the manifest, or
+    {"kind": "export"} for a torch.export program)."""
+    if entry_point["kind"] == fmt.ENTRY_POINT_EXPORT:
+        from chorus.package import exported
+        return exported.load_program(archive)
     importer = ChorusImporter(archive)
     if entry_point["kind"] == fmt.ENTRY_POINT_PICKLE:
         with torch_package_warnings_silenced():

@@ -43,7 +43,12 @@ struct ArchiveOptions {
 enum class ArchiveKind {
   kTorchPackage,  // torch.package (PackageExporter / chorus-package)
   kTorchScript,   // torch.jit.save
+  kTorchExport,   // torch.export.save (an ExportedProgram, .pt2)
+  kAotInductor,   // torch._inductor.aoti_compile_and_package (.pt2)
 };
+
+// "torch.package archive", "TorchScript file", ... for messages.
+const char* ArchiveKindName(ArchiveKind kind);
 
 // One record (zip entry).
 struct ArchiveRecord {

@@ -24,12 +24,29 @@ inline constexpr char kStorageSuffix[] = ".storage";
 // TorchScript archives (torch.jit.save) have these instead.
 inline constexpr char kTorchScriptDataRecord[] = "data.pkl";
 inline constexpr char kTorchScriptConstantsRecord[] = "constants.pkl";
+// PT2 archives (torch.export.save, and AOTInductor packages made by
+// torch._inductor.aoti_compile_and_package) say so in this record.
+inline constexpr char kPt2ArchiveFormatRecord[] = "archive_format";
+inline constexpr char kPt2ArchiveFormat[] = "pt2";
+// An exported program's graph is under models/; an AOTInductor package's
+// compiled model is under data/aotinductor/<model name>/.
+inline constexpr char kExportModelsDirectory[] = "models/";
+inline constexpr char kAotInductorDirectory[] = "data/aotinductor/";
+// An exported program's weights: raw tensor bytes, described by this record.
+inline constexpr char kExportWeightsDirectory[] = "data/weights/";
+inline constexpr char kExportWeightsConfigRecord[] = "data/weights/model_weights_config.json";
+// The AOTInductor package metadata key (aot_inductor.metadata at compile time)
+// that carries the model's signature, as {"inputs", "outputs", "batching"}
+// in the manifest's form.
+inline constexpr char kAotInductorSignatureKey[] = "chorus.signature";
 
 // Manifest schema.
 inline constexpr char kFormatName[] = "chorus-package";
 inline constexpr int kFormatVersion = 1;
 inline constexpr char kEntryPointPickle[] = "pickle";
 inline constexpr char kEntryPointFactory[] = "factory";
+// Not in manifests: how the host asks an interpreter for a torch.export program.
+inline constexpr char kEntryPointExport[] = "export";
 // Where chorus-package puts the pickled model object (package, resource). A
 // package name of its own: "model" would collide with a user module model.py.
 inline constexpr char kModelPicklePackage[] = "chorus_model";

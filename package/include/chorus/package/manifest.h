@@ -55,6 +55,12 @@ struct Manifest {
 // "manifest invalid:" and name the offending field.
 StatusOr<Manifest> ParseManifest(std::string_view json);
 
+// Parses a signature alone, {"inputs": [...], "outputs": [...], "batching":
+// {...}} with the manifest's fields (batching optional: not batchable), as
+// formats without a manifest carry it. Errors as ParseManifest's; the other
+// fields of the result are empty (device "cpu").
+StatusOr<Manifest> ParseSignature(std::string_view json);
+
 }  // namespace chorus
 
 #endif  // CHORUS_PACKAGE_MANIFEST_H_

@@ -3,11 +3,12 @@
 //   auto model = chorus::Model::Load(manager.get(), "mlp.pt").value();
 //   c10::IValue y = model->Forward({at::randn({8, 4})}).value();
 //
-// torch.package archives (chorus-package or stock PackageExporter) run their
-// Python code on the manager's interpreters: one replica per interpreter,
-// made lazily, all sharing the archive's weights (mapped once per process).
-// TorchScript archives (torch.jit.save) run on libtorch with no interpreter.
-// Both answer through this one interface.
+// torch.package archives (chorus-package or stock PackageExporter) and
+// torch.export programs (.pt2) run on the manager's interpreters: one replica
+// per interpreter, made lazily, all sharing the archive's weights (mapped once
+// per process). TorchScript archives (torch.jit.save) and AOTInductor
+// packages (.pt2, compiled C++) run on libtorch with no interpreter. All
+// answer through this one interface.
 #ifndef CHORUS_PACKAGE_MODEL_H_
 #define CHORUS_PACKAGE_MODEL_H_
 
@@ -37,23 +38,32 @@ struct ModelOptions {
   std::optional<Manifest> signature;
   // Verify every record's sha256 against the manifest before loading.
   bool verify_sha256 = false;
+  // AOTInductor packages: model instances that run at once (0: one per
+  // interpreter of the manager, 1 without one).
+  size_t concurrent_runs = 0;
 };
 
 class Model {
  public:
   // Opens `path` (once per process: loads of the same unchanged file share
-  // one Archive) and prepares the model. torch.package archives need
-  // `manager` (which must outlive the Model); TorchScript archives accept
-  // nullptr. Errors: the archive's (archive.h); NOT_FOUND "no chorus
-  // manifest" when neither a manifest nor options.entry_point says where the
-  // model is; a Python error while unpickling, with its details.
+  // one Archive) and prepares the model. torch.package archives and
+  // torch.export programs need `manager` (which must outlive the Model);
+  // TorchScript and AOTInductor accept nullptr. Errors: the archive's
+  // (archive.h); NOT_FOUND "no chorus manifest" when neither a manifest nor
+  // options.entry_point says where the model is; FAILED_PRECONDITION for an
+  // AOTInductor package with no signature (in its metadata or the options);
+  // a Python error while unpickling, with its details.
   static StatusOr<std::shared_ptr<Model>> Load(InterpreterManager* manager, const std::string& path,
                                                const ModelOptions& options = {});
 
   virtual ~Model() = default;
 
-  // The archive's manifest, else options.signature, else nullptr.
+  // The signature the file carries (a chorus manifest, a torch.export
+  // program's, an AOTInductor package's metadata), else options.signature,
+  // else nullptr.
   virtual const Manifest* manifest() const = 0;
+  // True when manifest() comes from the file itself.
+  virtual bool carries_signature() const = 0;
   virtual ArchiveKind kind() const = 0;
   virtual const std::shared_ptr<Archive>& archive() const = 0;
 
@@ -64,8 +74,8 @@ class Model {
   virtual StatusOr<c10::IValue> Forward(const std::vector<c10::IValue>& inputs,
                                         const CallOptions& options = {}) = 0;
 
-  // For torch.package models: the replica in `session`'s interpreter (made
-  // there if needed). UNIMPLEMENTED for TorchScript models.
+  // For models run on interpreters: the replica in `session`'s interpreter
+  // (made there if needed). UNIMPLEMENTED for TorchScript and AOTInductor.
   virtual StatusOr<Object> In(InterpreterSession& session) = 0;
 };
 
