@@ -32,6 +32,9 @@ class BenchModel:
     # "script", or None when neither gives the same program.
     torchscript: Optional[str]
     description: str
+    # Whether torch.export takes it (then the suite also runs it as a program and
+    # compiled by AOTInductor).
+    exports: bool = False
 
 
 def _resnet18():
@@ -68,10 +71,11 @@ def _control_flow():
 
 MODELS = {
     m.name: m for m in [
-        BenchModel("resnet18", _resnet18, "trace", "torchvision ResNet-18, 1x3x64x64"),
+        BenchModel("resnet18", _resnet18, "trace", "torchvision ResNet-18, 1x3x64x64",
+                   exports=True),
         BenchModel("mobilenet_v3", _mobilenet_v3, "trace",
-                   "torchvision MobileNetV3-Small, 1x3x96x96"),
-        BenchModel("mlp", _mlp, "trace", "the example MLP (16-64-64-4), batch 8"),
+                   "torchvision MobileNetV3-Small, 1x3x96x96", exports=True),
+        BenchModel("mlp", _mlp, "trace", "the example MLP (16-64-64-4), batch 8", exports=True),
         BenchModel("llama3_debug", _llama3_debug, "trace",
                    "Llama 3 debug (dim 256, 6 layers), forward on 1x32 tokens"),
         # Data-dependent loop lengths and per-sample routing: a trace would

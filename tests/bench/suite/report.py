@@ -2,10 +2,11 @@
 
 import os
 
-MODE_ORDER = ["eager", "threads", "processes", "torchscript", "chorus"]
+MODE_ORDER = ["eager", "threads", "processes", "torchscript", "chorus", "export", "aoti"]
 MODE_STYLE = {"eager": ("tab:gray", "s"), "threads": ("tab:orange", "v"),
               "processes": ("tab:green", "^"), "torchscript": ("tab:purple", "D"),
-              "chorus": ("tab:red", "o")}
+              "chorus": ("tab:red", "o"), "export": ("tab:brown", "P"),
+              "aoti": ("tab:blue", "X")}
 RATIO_GOALS = {"python_vs_torchscript": ("resnet18", 0.95)}
 
 
@@ -19,7 +20,8 @@ def _fmt(value, digits=2):
 
 def ratio_table(result):
     ratio_names = ["chorus_vs_threads", "chorus_vs_processes_memory", "python_vs_torchscript",
-                   "chorus_vs_processes", "chorus_vs_processes_footprint"]
+                   "chorus_vs_processes", "chorus_vs_processes_footprint", "python_vs_aoti",
+                   "python_vs_export"]
     n = result["suite"]["ratio_workers"]
     lines = [f"Ratios at N = {n} (higher is better for chorus):", "",
              "| model | " + " | ".join(ratio_names) + " |",

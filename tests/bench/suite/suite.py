@@ -10,6 +10,10 @@ run, each cell in a fresh process:
   processes    N Python worker processes, each holding the model
   torchscript  the traced model on libtorch, N threads (models that trace)
   chorus       the Python model in chorus, N interpreters, N threads
+  export       its torch.export program in chorus, N interpreters, N threads
+               (models that export)
+  aoti         the program compiled by AOTInductor, run by chorus from C++ with
+               no interpreter, N threads (models that export)
 Each cell reports throughput (items/s), p50/p99 latency, RSS of all its workers
 and launch-to-first-result time: the medians over --rounds runs, interleaved
 with the other modes at that N. Per model, at N = --ratio-workers, each ratio
@@ -17,6 +21,8 @@ is the median of its values in the rounds (cells of one round ran side by side):
   chorus_vs_threads            throughput, chorus over threads
   chorus_vs_processes_memory   RSS of the N processes over chorus' RSS
   python_vs_torchscript        throughput, chorus (Python) over TorchScript
+  python_vs_aoti               throughput, chorus (Python) over AOTInductor
+  python_vs_export             throughput, chorus (Python) over its torch.export program
   chorus_vs_processes          throughput, chorus over processes
   chorus_vs_processes_footprint  as the memory ratio, with pages the processes
                                share (libtorch's code) counted once
@@ -39,10 +45,12 @@ sys.path.insert(0, HERE)
 import models as registry  # noqa: E402
 import report  # noqa: E402
 
-MODES = ["eager", "threads", "processes", "torchscript", "chorus"]
+MODES = ["eager", "threads", "processes", "torchscript", "chorus", "export", "aoti"]
+PT2_MODES = ("export", "aoti")
 SHORT_MODELS = ["mlp", "control_flow"]
 RATIOS = ["chorus_vs_threads", "chorus_vs_processes_memory", "python_vs_torchscript",
-          "chorus_vs_processes", "chorus_vs_processes_footprint"]
+          "chorus_vs_processes", "chorus_vs_processes_footprint", "python_vs_aoti",
+          "python_vs_export"]
 
 
 class _InputsHolder(torch.nn.Module):
@@ -55,7 +63,8 @@ class _InputsHolder(torch.nn.Module):
 
 
 def prepare(model_name, work):
-    """Writes the model's chorus archive (and TorchScript, where it traces) into `work`."""
+    """Writes the model's chorus archive (and TorchScript, where it traces; a torch.export
+    program and its AOTInductor package, where it exports) into `work`."""
     from chorus.package import create_package
     spec = registry.MODELS[model_name]
     model, inputs = spec.build()
@@ -75,7 +84,34 @@ def prepare(model_name, work):
             traced = (torch.jit.trace(model, inputs, check_trace=False)
                       if spec.torchscript == "trace" else torch.jit.script(model))
         torch.jit.save(traced, script)
+    if spec.exports:
+        write_pt2(model, inputs, os.path.join(work, model_name))
     return archive, script
+
+
+def write_pt2(model, inputs, stem):
+    """STEM.export.pt2 (torch.export, the measured shapes) and STEM.aoti.pt2 (compiled by
+    AOTInductor, its signature in the package's metadata)."""
+    # Compiled code is cached across runs; the vector ISA probe is skipped: where
+    # Debian's libtorch sits in Python's library folder, the probe links against it and
+    # fails, and inductor would emit scalar code (docs/package-format.md).
+    os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", os.path.join(
+        os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")), "chorus", "inductor"))
+    os.environ.setdefault("TORCHINDUCTOR_VEC_ISA_OK", "1")
+    with torch.no_grad():
+        program = torch.export.export(model, inputs)
+        outputs = model(*inputs)
+    torch.export.save(program, stem + ".export.pt2")
+    outputs = list(outputs) if isinstance(outputs, (tuple, list)) else [outputs]
+
+    def specs(tensors, prefix):
+        return [{"name": f"{prefix}{i}", "dtype": str(t.dtype).removeprefix("torch."),
+                 "shape": list(t.shape)} for i, t in enumerate(tensors)]
+
+    signature = {"inputs": specs(inputs, "input"), "outputs": specs(outputs, "output")}
+    torch._inductor.aoti_compile_and_package(
+        program, package_path=stem + ".aoti.pt2",
+        inductor_configs={"aot_inductor.metadata": {"chorus.signature": json.dumps(signature)}})
 
 
 def run_cell(command, env):
@@ -93,7 +129,9 @@ def cell_command(mode, workers, archive, script, args):
     if mode in ("eager", "threads", "processes"):
         return [sys.executable, os.path.join(HERE, "python_runner.py"), "--archive", archive,
                 "--mode", mode, "--workers", str(workers)] + timing
-    model = archive if mode == "chorus" else script
+    stem = archive[:-len(".pt")]
+    model = {"chorus": archive, "torchscript": script, "export": stem + ".export.pt2",
+             "aoti": stem + ".aoti.pt2"}[mode]
     return [os.path.join(args.bin, "bench_suite_runner"), "--model", model,
             "--inputs", archive[:-len(".pt")] + ".inputs.pt", "--workers", str(workers)] + timing
 
@@ -114,6 +152,8 @@ def ratios(cells, n):
                                      get("processes", "items_per_s")),
         "chorus_vs_processes_footprint": ratio(get("processes", "footprint_mib"),
                                                get("chorus", "footprint_mib")),
+        "python_vs_aoti": ratio(get("chorus", "items_per_s"), get("aoti", "items_per_s")),
+        "python_vs_export": ratio(get("chorus", "items_per_s"), get("export", "items_per_s")),
     }
 
 
@@ -136,8 +176,10 @@ def run_model(name, args, env, work):
     archive, script = prepare(name, work)
     cells = {}
     for n in args.workers:
+        exports = registry.MODELS[name].exports
         modes = [m for m in args.modes
-                 if not (m == "eager" and n != 1) and not (m == "torchscript" and script is None)]
+                 if not (m == "eager" and n != 1) and not (m == "torchscript" and script is None)
+                 and not (m in PT2_MODES and not exports)]
         samples = {mode: [] for mode in modes}
         for _ in range(args.rounds):
             for mode in modes:
@@ -151,7 +193,8 @@ def run_model(name, args, env, work):
                   f"p50 {result['p50_ms']:7.2f} ms  RSS {result['rss_mib']:7.1f} MiB  "
                   f"first result {result['first_result_s']:5.2f} s", flush=True)
     entry = {"description": registry.MODELS[name].description,
-             "torchscript": registry.MODELS[name].torchscript, "cells": cells}
+             "torchscript": registry.MODELS[name].torchscript,
+             "exports": registry.MODELS[name].exports, "cells": cells}
     # Each ratio is the median of its per-round values: the two cells of one
     # round ran seconds apart, so the machine's drift cancels within a round.
     for key in RATIOS:

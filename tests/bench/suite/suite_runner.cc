@@ -56,18 +56,20 @@ struct Options {
   double warmup_s = 1, measure_s = 3, launched_at = 0;
 };
 
-// The manager is created only for a torch.package archive (TorchScript needs
-// none); it must outlive the model.
+// The manager is created only for the kinds that run Python (a torch.package
+// archive, a torch.export program); it must outlive the model.
 StatusOr<std::shared_ptr<Model>> LoadModel(const Options& options,
                                            std::unique_ptr<InterpreterManager>* manager) {
   CHORUS_ASSIGN_OR_RETURN(std::shared_ptr<Archive> probe, Archive::Open(options.model));
-  if (probe->kind() != ArchiveKind::kTorchScript) {
+  if (probe->kind() == ArchiveKind::kTorchPackage || probe->kind() == ArchiveKind::kTorchExport) {
     InterpreterManagerOptions manager_options;
     manager_options.num_interpreters = options.workers;
     manager_options.intra_op_threads = 1;
     CHORUS_ASSIGN_OR_RETURN(*manager, InterpreterManager::Create(manager_options));
   }
-  return Model::Load(manager->get(), options.model);
+  ModelOptions model_options;
+  model_options.concurrent_runs = static_cast<size_t>(options.workers);  // AOTInductor
+  return Model::Load(manager->get(), options.model, model_options);
 }
 
 Clock::duration Seconds(double seconds) {
