@@ -108,6 +108,9 @@ Status AlreadyExistsError(std::string m) {
   return Status(StatusCode::kAlreadyExists, std::move(m));
 }
 Status DataLossError(std::string m) { return Status(StatusCode::kDataLoss, std::move(m)); }
+Status PermissionDeniedError(std::string m) {
+  return Status(StatusCode::kPermissionDenied, std::move(m));
+}
 
 Status ErrnoError(const std::string& what, int errno_value) {
   StatusCode code = StatusCode::kInternal;

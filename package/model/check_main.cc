@@ -3,7 +3,7 @@
 // inputs and compares with the outputs recorded when it was packaged. Prints
 // one JSON line: {"ok": ..., "outputs": n, "max_abs_diff": x, "error": "..."}.
 // Run by `chorus-package check`; exit status 0 when ok, 1 otherwise.
-// --validate-only: the reader's checks alone ({"ok", "error", "kind",
+// --validate-only [--trusted-keys DIR]: the reader's checks alone ({"ok", "error", "kind",
 // "manifest"}), run by `chorus-package inspect`.
 #include <ATen/core/ivalue.h>
 
@@ -67,13 +67,21 @@ nlohmann::json Check(const std::string& path, double atol, double rtol) {
 
 // The reader's checks alone (structure, CRCs, the manifest, every record's
 // sha256), with no interpreter: what `chorus-package inspect` validates.
-nlohmann::json Validate(const std::string& path) {
+nlohmann::json Validate(const std::string& path, const std::string& trusted_keys_dir) {
   nlohmann::json report = {{"ok", false}, {"error", ""}};
   ArchiveOptions options;
   options.verify_storage_crc = true;
   StatusOr<std::shared_ptr<Archive>> archive = Archive::Open(path, options);
-  Status verified =
-      archive.ok() && (*archive)->manifest() ? (*archive)->VerifySha256() : archive.status();
+  Status verified = archive.status();
+  if (verified.ok() && !trusted_keys_dir.empty()) {
+    // As the server: the trust check covers every record's digest.
+    StatusOr<std::shared_ptr<const TrustedKeys>> keys =
+        TrustedKeys::FromDirectory(trusted_keys_dir);
+    verified = keys.ok() ? (*keys)->Verify(**archive) : keys.status();
+    report["trusted"] = verified.ok();
+  } else if (verified.ok() && (*archive)->manifest()) {
+    verified = (*archive)->VerifySha256();
+  }
   if (!verified.ok()) {
     report["error"] = verified.ToString();
     return report;
@@ -99,8 +107,13 @@ int main(int argc, char** argv) {
   bool validate_only = false;
   app.add_flag("--validate-only", validate_only,
                "only the archive reader's checks (no interpreter, no model run)");
+  std::string trusted_keys;
+  app.add_option("--trusted-keys", trusted_keys,
+                 "with --validate-only: also require a signature by a key (*.pem) in this "
+                 "directory, as chorus-server --trusted-keys does");
   CLI11_PARSE(app, argc, argv);
-  nlohmann::json report = validate_only ? chorus::Validate(path) : chorus::Check(path, atol, rtol);
+  nlohmann::json report =
+      validate_only ? chorus::Validate(path, trusted_keys) : chorus::Check(path, atol, rtol);
   std::cout << report.dump() << std::endl;
   return report["ok"].get<bool>() ? 0 : 1;
 }

@@ -201,6 +201,7 @@ StatusOr<std::shared_ptr<Model>> Model::Load(InterpreterManager* manager, const 
   ArchiveOptions archive_options;
   archive_options.verify_sha256 = options.verify_sha256;
   CHORUS_ASSIGN_OR_RETURN(std::shared_ptr<Archive> archive, OpenShared(path, archive_options));
+  if (options.trusted_keys) CHORUS_RETURN_IF_ERROR(options.trusted_keys->Verify(*archive));
   if (archive->kind() == ArchiveKind::kTorchScript) {
     try {
       return std::shared_ptr<Model>(

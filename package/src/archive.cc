@@ -1,7 +1,6 @@
 #include "chorus/package/archive.h"
 
 #include <fcntl.h>
-#include <openssl/evp.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -16,6 +15,7 @@
 #include "chorus/common/file_util.h"
 #include "chorus/common/thread_annotations.h"
 #include "chorus/package/format.h"
+#include "package/src/digest.h"
 #include "package/src/zip_directory.h"
 
 namespace chorus {
@@ -57,19 +57,6 @@ bool IsStorage(const std::string& name) {
           name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0) ||
          StartsWith(name, fmt::kExportWeightsDirectory) ||
          StartsWith(name, fmt::kAotInductorDirectory);
-}
-
-std::string Sha256Hex(const uint8_t* data, size_t size) {
-  unsigned char digest[EVP_MAX_MD_SIZE];
-  unsigned int length = 0;
-  EVP_Digest(data, size, digest, &length, EVP_sha256(), nullptr);
-  std::string hex;
-  char byte[3];
-  for (unsigned int i = 0; i < length; ++i) {
-    std::snprintf(byte, sizeof(byte), "%02x", digest[i]);
-    hex += byte;
-  }
-  return hex;
 }
 
 class ArchiveImpl final : public Archive {
@@ -332,10 +319,11 @@ StatusOr<RecordData> Archive::Read(std::string_view name) const {
 
 Status Archive::VerifySha256() const {
   if (!manifest_) return FailedPreconditionError(path_ + " has no manifest to verify against");
-  for (const auto& [name, digest] : manifest_->files) {
+  for (const auto& [name, expected] : manifest_->files) {
     StatusOr<RecordData> data = Read(name);
     if (!data.ok()) return DataLossError("sha256 mismatch: record " + name + " is missing");
-    if (data->size != digest.size || Sha256Hex(data->data, data->size) != digest.sha256) {
+    if (data->size != expected.size ||
+        digest::Sha256Hex(data->data, data->size) != expected.sha256) {
       return DataLossError("sha256 mismatch for record " + name + " in " + path_);
     }
   }

@@ -102,6 +102,9 @@ int main(int argc, char** argv) {
   app.add_option("--memory-limit-mib", options.memory_limit_mib,
                  "limit on the serving process's private memory (mapped weights aside): a "
                  "request that would allocate past it fails with RESOURCE_EXHAUSTED (0: none)");
+  app.add_option("--trusted-keys", options.trusted_keys_dir,
+                 "serve and train only archives signed (chorus-package sign) by one of the "
+                 "Ed25519 public keys (*.pem) in this directory");
   app.add_option("--strict-readiness", options.strict_readiness,
                  "ready only while every repository model serves (true, Triton's default) or "
                  "whenever serving (false)");

@@ -236,6 +236,7 @@ StatusOr<std::shared_ptr<Model>> ModelRepository::LoadModel(const std::string& p
                                                             const std::string& version) {
   ModelOptions options;
   options.entry_point = config.entry_point;
+  options.trusted_keys = options_.trusted_keys;
   if (config.has_signature()) {
     CHORUS_ASSIGN_OR_RETURN(options.signature, SignatureManifest(config, name, version));
   }

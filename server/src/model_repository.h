@@ -72,6 +72,8 @@ struct RepositoryOptions {
   // Models LoadAll leaves out (model -> why: the supervisor's quarantine); an
   // explicit Load of one re-admits it.
   std::map<std::string, std::string> quarantined;
+  // When set, only archives signed by one of these keys are served.
+  std::shared_ptr<const TrustedKeys> trusted_keys;
 };
 
 // One line of the repository index.

@@ -1,3 +1,4 @@
+#include <fmt/ranges.h>
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/health_check_service_interface.h>
 #include <httplib.h>
@@ -57,6 +58,14 @@ Status ServerImpl::Initialize(const ServerOptions& options) {
   interpreters.cache_dir = options.cache_dir;
   CHORUS_ASSIGN_OR_RETURN(manager_, InterpreterManager::Create(interpreters));
   RepositoryOptions repository;
+  if (!options.trusted_keys_dir.empty()) {
+    CHORUS_ASSIGN_OR_RETURN(repository.trusted_keys,
+                            TrustedKeys::FromDirectory(options.trusted_keys_dir));
+    std::vector<std::string> ids = repository.trusted_keys->key_ids();
+    Log().info("serving only archives signed by {} trusted key(s) in {}: {}", ids.size(),
+               options.trusted_keys_dir, fmt::join(ids, ", "));
+  }
+  context_.trusted_keys = repository.trusted_keys;
   repository.max_queue = options.max_queue;
   repository.workers = manager_->size();
   repository.drain_timeout = options.drain_timeout;

@@ -16,6 +16,7 @@
 #include "chorus/common/status.h"
 #include "chorus/common/thread_annotations.h"
 #include "chorus/interpreter/interpreter_manager.h"
+#include "chorus/package/signature.h"
 
 namespace chorus {
 
@@ -50,6 +51,8 @@ struct ServiceContext {
   InterpreterManager* manager;
   BackgroundRunner* background;
   std::string auth_token;
+  // When set, training jobs run only archives signed by one of these keys.
+  std::shared_ptr<const TrustedKeys> trusted_keys;
   std::chrono::milliseconds request_timeout{0};
   std::atomic<bool> ready{false};  // serving (false before start and while draining)
   // Triton's strict readiness: the server is ready only while every model of

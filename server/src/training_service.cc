@@ -349,6 +349,11 @@ StatusOr<std::shared_ptr<JobEntry>> TrainingService::BuildJob(const std::string&
   if (!archive.ok()) {
     return release_on_error(InvalidArgumentError("spec.archive: " + archive.status().message()));
   }
+  if (context_->trusted_keys) {
+    if (Status trusted = context_->trusted_keys->Verify(**archive); !trusted.ok()) {
+      return release_on_error(trusted);
+    }
+  }
   TrainingJobOptions options;
   options.id = id;
   options.archive = *archive;

@@ -9,6 +9,8 @@
 --from-package takes the archive's one pickle, or --resource PACKAGE/RESOURCE.
   chorus-package inspect OUT.pt      (validates it as the server's reader does, then lists it)
   chorus-package check OUT.pt
+  chorus-package keygen NAME         (NAME.key.pem, private; NAME.pub.pem, for --trusted-keys)
+  chorus-package sign OUT.pt --key NAME.key.pem
 
 Exit codes: 0 success, 1 check found a difference or a load failure,
 2 bad command line, 3 the model or archive is unusable. Every failure is one line
@@ -131,7 +133,7 @@ def _data_offset(archive_file, info: zipfile.ZipInfo) -> int:
     return info.header_offset + 30 + name_length + extra_length
 
 
-def _validate(path: str) -> dict:
+def _validate(path: str, trusted_keys: str = "") -> dict:
     """The C++ archive reader's checks (structure, CRCs, manifest, every record's
     sha256), as the server runs them: its report ({"ok", "kind", "manifest"}), or
     ToolError naming what is wrong."""
@@ -141,7 +143,10 @@ def _validate(path: str) -> dict:
         binary = _check_binary()
     except FileNotFoundError as e:
         raise ToolError(str(e)) from e
-    result = subprocess.run([binary, path, "--validate-only"], capture_output=True, text=True)
+    command = [binary, path, "--validate-only"]
+    if trusted_keys:
+        command += ["--trusted-keys", trusted_keys]
+    result = subprocess.run(command, capture_output=True, text=True)
     lines = [line for line in result.stdout.splitlines() if line.startswith("{")]
     report = json.loads(lines[-1]) if lines else {"ok": False, "error": result.stderr.strip()}
     if not report["ok"]:
@@ -151,7 +156,7 @@ def _validate(path: str) -> dict:
 
 def cmd_inspect(args) -> int:
     from chorus.package.manifest import ManifestError, read_manifest
-    report = _validate(args.archive)
+    report = _validate(args.archive, args.trusted_keys)
     try:
         manifest = read_manifest(args.archive)
     except ManifestError as e:
@@ -169,6 +174,8 @@ def cmd_inspect(args) -> int:
             indent=2))
         return EXIT_OK
     print(f"kind     {report['kind']}")
+    if args.trusted_keys:
+        print(f"signed   by a key trusted in {args.trusted_keys}")
     if manifest is None:
         print(f"no chorus manifest: {note}")
     else:
@@ -222,6 +229,32 @@ def cmd_check(args) -> int:
     return EXIT_CHECK_FAILED
 
 
+def cmd_keygen(args) -> int:
+    from chorus.package import signing
+    try:
+        private, public, ident = signing.keygen(args.name)
+    except signing.SigningError as e:
+        raise ToolError(str(e)) from e
+    print(f"key {ident}: private {private} (keep it secret), public {public} (copy it into "
+          "the servers' --trusted-keys directory)")
+    return EXIT_OK
+
+
+def cmd_sign(args) -> int:
+    from chorus.package import signing
+    report = _validate(args.archive)
+    if not report.get("manifest"):
+        raise ToolError(f"{args.archive} is a {report['kind']} without a chorus manifest: only "
+                        "chorus packages are signed (convert it first: chorus-package create "
+                        "--from-...)")
+    try:
+        ident = signing.sign(args.archive, args.key, args.output)
+    except signing.SigningError as e:
+        raise ToolError(str(e)) from e
+    print(f"signed {args.output or args.archive} with key {ident}")
+    return EXIT_OK
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="chorus-package", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -259,6 +292,8 @@ def main(argv=None) -> int:
     inspect = commands.add_parser("inspect", help="print manifest, records and sizes")
     inspect.add_argument("archive")
     inspect.add_argument("--json", action="store_true", help="machine-readable output")
+    inspect.add_argument("--trusted-keys", default="", metavar="DIR",
+                         help="also require a signature by a key in DIR, as the server does")
     inspect.set_defaults(run=cmd_inspect)
 
     check = commands.add_parser("check", help="load in a fresh chorus interpreter and "
@@ -268,7 +303,18 @@ def main(argv=None) -> int:
     check.add_argument("--rtol", type=float, default=1e-4)
     check.set_defaults(run=cmd_check)
 
-    for command in (create, inspect, check):
+    keygen = commands.add_parser("keygen", help="make an Ed25519 key pair for signing")
+    keygen.add_argument("name", help="writes NAME.key.pem (private) and NAME.pub.pem")
+    keygen.set_defaults(run=cmd_keygen)
+
+    sign = commands.add_parser("sign", help="sign a chorus package (its manifest's digest)")
+    sign.add_argument("archive")
+    sign.add_argument("--key", required=True, help="the private key (PEM, Ed25519)")
+    sign.add_argument("--output", default="", help="write the signed archive here "
+                                                   "(default: replace ARCHIVE)")
+    sign.set_defaults(run=cmd_sign)
+
+    for command in (create, inspect, check, keygen, sign):
         command.add_argument("--debug", action="store_true", help="show tracebacks")
     args = parser.parse_args(argv)
     try:

@@ -101,6 +101,7 @@ Status ResourceExhaustedError(std::string message);
 Status UnimplementedError(std::string message);
 Status AlreadyExistsError(std::string message);
 Status DataLossError(std::string message);
+Status PermissionDeniedError(std::string message);
 // An error built from errno after a failed system call: "<what>: <strerror>".
 Status ErrnoError(const std::string& what, int errno_value);
 

@@ -52,6 +52,18 @@ inline constexpr char kEntryPointExport[] = "export";
 inline constexpr char kModelPicklePackage[] = "chorus_model";
 inline constexpr char kModelPickleResource[] = "model.pkl";
 
+// Signatures (chorus-package sign): one record per signing key, named
+// <key id>.json, holding an Ed25519 signature of the manifest's SHA-256
+// (docs/package-format.md, "Signed archives").
+inline constexpr char kSignatureDirectory[] = ".data/chorus/signatures/";
+inline constexpr char kSignatureFormatName[] = "chorus-signature";
+inline constexpr int kSignatureFormatVersion = 1;
+inline constexpr char kSignatureAlgorithm[] = "ed25519";
+// What is signed: this prefix, then the manifest record's SHA-256 in hex.
+inline constexpr char kSignedMessagePrefix[] = "chorus-package-signature-v1:";
+// Hex digits of a public key's SHA-256 that name it (its key id).
+inline constexpr int kKeyIdHexDigits = 16;
+
 // Safety limits applied when opening an archive.
 inline constexpr uint64_t kMaxEntries = 1000000;
 inline constexpr uint64_t kMaxTotalUncompressedBytes = 1099511627776;  // 1 TiB

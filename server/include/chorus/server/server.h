@@ -39,6 +39,9 @@ struct ServerOptions {
   // allocate past it fails with RESOURCE_EXHAUSTED instead of the kernel's
   // OOM killer ending the process. Mapped weights do not count.
   int64_t memory_limit_mib = 0;
+  // Non-empty: serve and train only archives signed (chorus-package sign) by
+  // one of the Ed25519 public keys (*.pem) in this directory.
+  std::string trusted_keys_dir;
   // ServerReady and /v2/health/ready: true only while every repository model
   // that should serve does (Triton's strict readiness); false: while serving.
   bool strict_readiness = true;

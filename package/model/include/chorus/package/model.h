@@ -21,6 +21,7 @@
 #include "chorus/interpreter/interpreter_manager.h"
 #include "chorus/package/archive.h"
 #include "chorus/package/manifest.h"
+#include "chorus/package/signature.h"
 
 namespace c10 {
 struct IValue;
@@ -41,6 +42,9 @@ struct ModelOptions {
   // AOTInductor packages: model instances that run at once (0: one per
   // interpreter of the manager, 1 without one).
   size_t concurrent_runs = 0;
+  // When set, only archives signed by one of these keys load (checked before
+  // any of the archive's code runs); others fail with PERMISSION_DENIED.
+  std::shared_ptr<const TrustedKeys> trusted_keys;
 };
 
 class Model {
