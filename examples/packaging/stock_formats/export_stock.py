@@ -4,10 +4,12 @@ tools only (this script never imports chorus):
     python export_stock.py OUT_DIR
 
 writes OUT_DIR/mlp_package.pt (torch.package: PackageExporter), mlp_torchscript.pt
-(torch.jit.script + save), mlp_export.pt2 (torch.export with a dynamic batch) and
-example_inputs.pt (a list of tensors, for chorus-package --example-inputs).
+(torch.jit.script + save), mlp_export.pt2 (torch.export with a dynamic batch),
+mlp_aoti.pt2 (that program compiled by AOTInductor, its signature in the package's
+metadata) and example_inputs.pt (a list of tensors, for chorus-package --example-inputs).
 """
 
+import json
 import os
 import sys
 
@@ -32,6 +34,14 @@ def main(out: str) -> None:
     batch = torch.export.Dim("batch", min=1, max=1024)
     program = torch.export.export(mlp, (example,), dynamic_shapes=({0: batch},))
     torch.export.save(program, os.path.join(out, "mlp_export.pt2"))
+    # AOTInductor packages carry no dtypes or shapes of their own: chorus reads them from
+    # this metadata key (or from the model's config.json).
+    signature = {"inputs": [{"name": "x", "dtype": "float32", "shape": [-1, 16]}],
+                 "outputs": [{"name": "scores", "dtype": "float32", "shape": [-1, 4]}],
+                 "batching": {"batchable": True, "batch_dim": 0, "max_batch_size": 32}}
+    torch._inductor.aoti_compile_and_package(
+        program, package_path=os.path.join(out, "mlp_aoti.pt2"),
+        inductor_configs={"aot_inductor.metadata": {"chorus.signature": json.dumps(signature)}})
     torch.save([example], os.path.join(out, "example_inputs.pt"))
     assert "chorus" not in sys.modules
 
