@@ -57,7 +57,8 @@ configure: deps
 	  echo "make: $(BUILD)/ was configured for another Python; configuring afresh"; \
 	  rm -f $(BUILD)/CMakeCache.txt; \
 	fi
-	@$(CMAKE) -S . -B $(BUILD) -G Ninja -DCHORUS_PYTHON=$(PYTHON) >/dev/null
+	@$(CMAKE) -S . -B $(BUILD) -G Ninja -DCHORUS_PYTHON=$(PYTHON) \
+	  -DCHORUS_PERF_ANALYZER=$$(tools/install-perf-analyzer.sh $(PYTHON)) >/dev/null
 
 build: configure
 	@$(CMAKE) --build $(BUILD) -j $(JOBS)

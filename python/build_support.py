@@ -5,6 +5,7 @@ setup.py (pip), so both make the same files.
 
     python build_support.py constants HEADER OUTPUT
     python build_support.py protos PROTO_ROOT OUTPUT_DIR PROTO...
+    python build_support.py private-pool MODULE_PB2.py...
 """
 
 import os
@@ -53,11 +54,34 @@ def generate_protos(proto_root: str, output_dir: str, protos) -> None:
     subprocess.run([protoc, "-I", proto_root, f"--python_out={output_dir}",
                     f"--pyi_out={output_dir}", f"--grpc_python_out={output_dir}",
                     f"--plugin=protoc-gen-grpc_python={plugin}", *protos], check=True)
+    for proto in protos:
+        use_private_pool(os.path.join(output_dir, proto[:-len(".proto")] + "_pb2.py"))
+
+
+_DEFAULT_POOL = "DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile("
+_PRIVATE_POOL = ("from chorus._proto_pool import POOL as _chorus_pool\n"
+                 "DESCRIPTOR = _chorus_pool.AddSerializedFile(")
+
+
+def use_private_pool(pb2_path: str) -> None:
+    """Registers a generated module's messages in chorus' own descriptor pool
+    (chorus/_proto_pool.py says why)."""
+    with open(pb2_path, encoding="utf-8") as f:
+        text = f.read()
+    if _PRIVATE_POOL in text:
+        return
+    if _DEFAULT_POOL not in text:
+        raise RuntimeError(f"{pb2_path}: protoc's output changed; adapt use_private_pool")
+    write_if_changed(pb2_path, text.replace(_DEFAULT_POOL, _PRIVATE_POOL))
 
 
 def main(argv) -> int:
     if len(argv) == 3 and argv[0] == "constants":
         write_if_changed(argv[2], constants_module(argv[1]))
+        return 0
+    if len(argv) >= 2 and argv[0] == "private-pool":
+        for path in argv[1:]:
+            use_private_pool(path)
         return 0
     if len(argv) >= 4 and argv[0] == "protos":
         generate_protos(argv[1], argv[2], argv[3:])

@@ -14,6 +14,8 @@ packages=(
   # C++ libraries
   libgtest-dev libgmock-dev libbenchmark-dev libcli11-dev nlohmann-json3-dev
   libfmt-dev libspdlog-dev libcpp-httplib-dev
+  # peers the tests drive: perf_analyzer (tools/install-perf-analyzer.sh) links libb64
+  libb64-0d
 )
 
 missing=()

@@ -3,26 +3,12 @@
 #include "chorus/common/logging.h"
 #include "server/src/grpc_status.h"
 #include "server/src/tensor_codec.h"
+#include "server/src/triton_model_config.h"
 
 namespace chorus {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-// ModelMetadata's platform: Triton's name for TorchScript, chorus' for the rest.
-const char* Platform(ArchiveKind kind) {
-  switch (kind) {
-    case ArchiveKind::kTorchScript:
-      return "pytorch_libtorch";
-    case ArchiveKind::kTorchPackage:
-      return "pytorch_torch_package";
-    case ArchiveKind::kTorchExport:
-      return "pytorch_torch_export";
-    case ArchiveKind::kAotInductor:
-      return "pytorch_aot_inductor";
-  }
-  return "pytorch";
-}
 
 constexpr char kServerName[] = "chorus";
 constexpr char kServerVersion[] = "0.1.0";
@@ -110,7 +96,7 @@ grpc::ServerUnaryReactor* InferenceService::ModelMetadata(
   const Manifest& manifest = (*model)->manifest();
   response->set_name((*model)->name());
   response->add_versions((*model)->version());
-  response->set_platform(Platform((*model)->model().kind()));
+  response->set_platform(PlatformName((*model)->model().kind()));
   auto fill = [](const TensorSpec& spec, inference::ModelMetadataResponse::TensorMetadata* out) {
     out->set_name(spec.name);
     out->set_datatype(WireDatatype(spec.dtype));
@@ -183,12 +169,26 @@ grpc::ServerUnaryReactor* InferenceService::ModelStatistics(
     FillDuration(stats.fail, infer->mutable_fail());
     FillDuration(stats.queue, infer->mutable_queue());
     FillDuration(stats.compute_infer, infer->mutable_compute_infer());
+    // Decoding and encoding tensors are not timed apart from the model's run:
+    // Triton's tools require the three compute counts to agree.
+    infer->mutable_compute_input()->set_count(stats.compute_infer.count);
+    infer->mutable_compute_output()->set_count(stats.compute_infer.count);
     for (const auto& [size, duration] : stats.batches) {
       auto* batch = out->add_batch_stats();
       batch->set_batch_size(size);
       FillDuration(duration, batch->mutable_compute_infer());
     }
   }
+  return Finish(ctx, OkStatus());
+}
+
+grpc::ServerUnaryReactor* InferenceService::ModelConfig(
+    grpc::CallbackServerContext* ctx, const inference::ModelConfigRequest* request,
+    inference::ModelConfigResponse* response) {
+  CHORUS_RETURN_IF_ERROR_REACTOR(ctx, context_->Authorize(*ctx));
+  auto model = context_->repository->Find(request->name(), request->version());
+  if (!model.ok()) return Finish(ctx, model.status());
+  FillTritonModelConfig(**model, response->mutable_config());
   return Finish(ctx, OkStatus());
 }
 

@@ -151,7 +151,10 @@ Status CheckFormat(ModelFormat expected, const Model& model, const std::string& 
 
 LoadedModel::LoadedModel(std::string name, std::string version, std::shared_ptr<Model> model,
                          const SchedulerOptions& options)
-    : name_(std::move(name)), version_(std::move(version)), model_(std::move(model)) {
+    : name_(std::move(name)),
+      version_(std::move(version)),
+      model_(std::move(model)),
+      scheduling_(options) {
   scheduler_ = std::make_unique<ModelScheduler>(
       model_, options, [this](const ExecutionStats& stats) { RecordExecution(stats); });
 }

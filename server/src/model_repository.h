@@ -47,6 +47,8 @@ class LoadedModel {
   const std::string& version() const { return version_; }
   const Model& model() const { return *model_; }
   const Manifest& manifest() const { return *model_->manifest(); }
+  // How it is scheduled (batching, workers, queue), as loaded.
+  const SchedulerOptions& scheduling() const { return scheduling_; }
   ModelScheduler& scheduler() { return *scheduler_; }
 
   // Records one answered request (from the server's completion path).
@@ -60,6 +62,7 @@ class LoadedModel {
   const std::string name_;
   const std::string version_;
   const std::shared_ptr<Model> model_;
+  const SchedulerOptions scheduling_;
   mutable Mutex mu_;
   ModelStatsSnapshot stats_ CHORUS_GUARDED_BY(mu_);
   std::unique_ptr<ModelScheduler> scheduler_;  // last: its workers record into stats_
