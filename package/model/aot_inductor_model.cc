@@ -12,6 +12,7 @@
 
 #include "chorus/package/format.h"
 #include "chorus/package/torch_dtype.h"
+#include "package/model/compiled_call.h"
 
 namespace chorus::internal {
 namespace {
@@ -68,22 +69,13 @@ class AotInductorModel final : public Model {
 
   StatusOr<c10::IValue> Forward(const std::vector<c10::IValue>& inputs,
                                 const CallOptions& options) override {
-    // Compiled code cannot be interrupted; a passed deadline is refused.
-    if (std::chrono::steady_clock::now() >= options.deadline) {
-      return DeadlineExceededError("deadline passed before the call started");
-    }
     CHORUS_ASSIGN_OR_RETURN(std::vector<at::Tensor> tensors, CheckedInputs(inputs));
-    try {
-      c10::InferenceMode guard;
+    return CallCompiled(options, [&] {
       std::vector<at::Tensor> outputs = loader_->boxed_run(std::move(tensors));
       if (outputs.size() == 1) return c10::IValue(outputs.front());
       return c10::IValue(
           c10::ivalue::Tuple::create(std::vector<c10::IValue>(outputs.begin(), outputs.end())));
-    } catch (const c10::Error& e) {
-      return InternalError(e.what_without_backtrace());
-    } catch (const std::exception& e) {
-      return InternalError(e.what());
-    }
+    });
   }
 
   StatusOr<Object> In(InterpreterSession&) override {

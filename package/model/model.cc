@@ -10,6 +10,7 @@
 #include "chorus/common/thread_annotations.h"
 #include "chorus/package/format.h"
 #include "package/model/aot_inductor_model.h"
+#include "package/model/compiled_call.h"
 
 namespace chorus {
 namespace {
@@ -167,18 +168,7 @@ class TorchScriptModel final : public Model {
 
   StatusOr<c10::IValue> Forward(const std::vector<c10::IValue>& inputs,
                                 const CallOptions& options) override {
-    // Graph execution cannot be interrupted; a passed deadline is refused.
-    if (std::chrono::steady_clock::now() >= options.deadline) {
-      return DeadlineExceededError("deadline passed before the call started");
-    }
-    try {
-      c10::InferenceMode guard;
-      return module_.forward(inputs);
-    } catch (const c10::Error& e) {
-      return InternalError(e.what_without_backtrace());
-    } catch (const std::exception& e) {
-      return InternalError(e.what());
-    }
+    return internal::CallCompiled(options, [&] { return module_.forward(inputs); });
   }
   StatusOr<Object> In(InterpreterSession&) override {
     return UnimplementedError("TorchScript models run without an interpreter");
