@@ -2,6 +2,8 @@
 //
 //   overhead_us_p50         p50 latency of a trivial (identity) model at
 //                           concurrency 1 over loopback: the server's own cost
+//   overhead_us_p50_perf_analyzer  the same, measured by Triton's perf_analyzer
+//                           (its gRPC client and its p50), beside ours
 //   sweep                   throughput and p50/p90/p99 latency for the trivial
 //                           and a Python-heavy model, concurrency 1..16
 //   throughput_ratio_n_vs_1 Python-heavy model, 2 interpreters vs 1, same load
@@ -23,6 +25,7 @@
 #include <fstream>
 #include <iostream>
 #include <mutex>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -163,6 +166,39 @@ double GrpcFloorUs(int port, int calls) {
   return Median(latencies);
 }
 
+// perf_analyzer's p50 latency (us) for `model` at concurrency 1, from its CSV
+// report; -1 when it is not installed or fails (the reason is printed).
+double PerfAnalyzerP50Us(int port, const std::string& model, const std::string& scratch) {
+  const std::string binary = CHORUS_PERF_ANALYZER;
+  if (binary.empty() || access(binary.c_str(), X_OK) != 0) {
+    std::printf("perf_analyzer not installed (make configure installs it)\n");
+    return -1;
+  }
+  const std::string csv = scratch + "/perf_analyzer.csv";
+  const std::string command =
+      binary + " -m " + model + " -i grpc -u 127.0.0.1:" + std::to_string(port) +
+      " -p 2000 --concurrency-range 1 -f " + csv + " > " + scratch + "/perf_analyzer.log 2>&1";
+  if (std::system(command.c_str()) != 0) {
+    std::printf("perf_analyzer failed: see %s/perf_analyzer.log\n", scratch.c_str());
+    return -1;
+  }
+  std::ifstream file(csv);
+  std::string header, row;
+  std::getline(file, header);
+  std::getline(file, row);
+  auto split = [](const std::string& line) {
+    std::vector<std::string> cells;
+    std::stringstream stream(line);
+    for (std::string cell; std::getline(stream, cell, ',');) cells.push_back(cell);
+    return cells;
+  };
+  const std::vector<std::string> names = split(header), values = split(row);
+  for (size_t i = 0; i < names.size() && i < values.size(); ++i) {
+    if (names[i] == "p50 latency") return std::stod(values[i]);
+  }
+  return -1;
+}
+
 // `clients` threads send `model` requests back to back for `seconds`.
 LoadResult Load(int port, const std::string& model, int clients, double seconds) {
   const int channels = std::min(clients, 8);
@@ -290,6 +326,10 @@ int main(int argc, char** argv) {
     LoadResult overhead = Load(two.port(), "trivial", 1, seconds);
     result["overhead_us_p50"] = overhead.p50_us;
     result["grpc_floor_us_p50"] = GrpcFloorUs(two.port(), 3000);
+    const double perf_analyzer_p50 = PerfAnalyzerP50Us(two.port(), "trivial", data);
+    result["overhead_us_p50_perf_analyzer"] =
+        perf_analyzer_p50 < 0 ? nlohmann::json() : nlohmann::json(perf_analyzer_p50);
+    std::printf("trivial model, concurrency 1, perf_analyzer: p50 %.0f us\n", perf_analyzer_p50);
     std::printf("\ntrivial model, concurrency 1: p50 %.0f us, p99 %.0f us (gRPC alone: %.0f us)\n",
                 overhead.p50_us, overhead.p99_us, result["grpc_floor_us_p50"].get<double>());
     std::printf("%-8s %6s %12s %9s %9s %9s\n", "model", "conc", "requests/s", "p50 us", "p90 us",
