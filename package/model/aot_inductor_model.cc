@@ -35,10 +35,9 @@ StatusOr<std::string> ModelName(const Archive& archive) {
                               " AOTInductor models and none is called \"model\"");
 }
 
-// The input's problem against `spec`, or "".
-std::string Mismatch(const at::Tensor& input, const TensorSpec& spec) {
-  const DtypeInfo* dtype = DtypeByName(spec.dtype);
-  if (dtype == nullptr || input.scalar_type() != ScalarTypeOf(dtype->dtype)) {
+// The input's problem against `spec` (whose dtype is `scalar_type`), or "".
+std::string Mismatch(const at::Tensor& input, const TensorSpec& spec, c10::ScalarType scalar_type) {
+  if (input.scalar_type() != scalar_type) {
     return "dtype " + std::string(c10::toString(input.scalar_type())) + ", expected " + spec.dtype;
   }
   bool fits = input.dim() == static_cast<int64_t>(spec.shape.size());
@@ -60,7 +59,13 @@ class AotInductorModel final : public Model {
       : archive_(std::move(archive)),
         signature_(std::move(signature)),
         carries_signature_(carries_signature),
-        loader_(std::move(loader)) {}
+        loader_(std::move(loader)) {
+    // Looked up once: the checks run on every call. Every dtype name is known
+    // (ParseSignature, or checked by LoadAotInductorModel).
+    for (const TensorSpec& spec : signature_.inputs) {
+      input_types_.push_back(ScalarTypeOf(DtypeByName(spec.dtype)->dtype));
+    }
+  }
 
   const Manifest* manifest() const override { return &signature_; }
   bool carries_signature() const override { return carries_signature_; }
@@ -96,7 +101,7 @@ class AotInductorModel final : public Model {
       if (!inputs[i].isTensor())
         return InvalidArgumentError("input " + spec.name + ": not a tensor");
       const at::Tensor& tensor = inputs[i].toTensor();
-      std::string mismatch = Mismatch(tensor, spec);
+      std::string mismatch = Mismatch(tensor, spec, input_types_[i]);
       if (!mismatch.empty()) return InvalidArgumentError("input " + spec.name + ": " + mismatch);
       if (!tensor.device().is_cpu()) {
         return InvalidArgumentError("input " + spec.name + ": on " + tensor.device().str() +
@@ -109,6 +114,7 @@ class AotInductorModel final : public Model {
 
   std::shared_ptr<Archive> archive_;
   Manifest signature_;
+  std::vector<c10::ScalarType> input_types_;  // signature_.inputs' dtypes
   bool carries_signature_;
   std::unique_ptr<torch::inductor::AOTIModelPackageLoader> loader_;
 };
@@ -153,6 +159,12 @@ StatusOr<std::shared_ptr<Model>> LoadAotInductorModel(std::shared_ptr<Archive> a
         "inductor_configs={\"aot_inductor.metadata\": {\"" +
         fmt::kAotInductorSignatureKey +
         "\": <json>}} or give the signature (docs/package-format.md)");
+  }
+  for (const TensorSpec& spec : signature->inputs) {
+    if (DtypeByName(spec.dtype) == nullptr) {
+      return InvalidArgumentError("input " + spec.name + " of the signature for " + path +
+                                  ": unknown dtype " + spec.dtype);
+    }
   }
   return std::shared_ptr<Model>(std::make_shared<AotInductorModel>(
       std::move(archive), *signature, /*carries_signature=*/false, std::move(loader)));
