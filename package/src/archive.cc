@@ -288,13 +288,13 @@ StatusOr<RecordData> ArchiveImpl::ReadRecord(const ArchiveRecord& record) const 
 const char* ArchiveKindName(ArchiveKind kind) {
   switch (kind) {
     case ArchiveKind::kTorchPackage:
-      return "torch.package archive";
+      return fmt::kKindTorchPackage;
     case ArchiveKind::kTorchScript:
-      return "TorchScript file";
+      return fmt::kKindTorchScript;
     case ArchiveKind::kTorchExport:
-      return "torch.export program";
+      return fmt::kKindTorchExport;
     case ArchiveKind::kAotInductor:
-      return "AOTInductor package";
+      return fmt::kKindAotInductor;
   }
   return "archive";
 }

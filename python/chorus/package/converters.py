@@ -12,6 +12,7 @@ import zipfile
 
 import torch
 
+from chorus.package import _format as fmt
 from chorus.package.importer import torch_package_warnings_silenced
 
 
@@ -20,21 +21,21 @@ class FormatError(ValueError):
 
 
 def describe_zip(path: str) -> str:
-    """What a file is, by its contents: "torch.package archive", "TorchScript file",
-    "torch.export program", "AOTInductor package", "torch.save file", "zip file" or
-    "not a zip file"."""
+    """What a file is, by its contents: one of format.h's kind names ("torch.package
+    archive", "TorchScript file", "torch.export program", "AOTInductor package"),
+    "torch.save file", "zip file" or "not a zip file"."""
     if not zipfile.is_zipfile(path):
         return "not a zip file"
     with zipfile.ZipFile(path) as archive:
         names = [n.split("/", 1)[1] for n in archive.namelist() if "/" in n]
     if ".data/extern_modules" in names:
-        return "torch.package archive"
+        return fmt.KIND_TORCH_PACKAGE
     if any(n.startswith("data/aotinductor/") for n in names):
-        return "AOTInductor package"
+        return fmt.KIND_AOT_INDUCTOR
     if "archive_format" in names and any(n.startswith("models/") for n in names):
-        return "torch.export program"
+        return fmt.KIND_TORCH_EXPORT
     if "constants.pkl" in names or any(n.startswith("code/") for n in names):
-        return "TorchScript file"
+        return fmt.KIND_TORCH_SCRIPT
     if "data.pkl" in names:
         return "torch.save file"
     return "zip file"
@@ -45,8 +46,9 @@ def expect_kind(path: str, expected: str, option: str) -> None:
     actual = describe_zip(path)
     if actual == expected:
         return
-    fitting = {"torch.package archive": "--from-package", "TorchScript file": "--from-torchscript",
-               "torch.export program": "--from-export", "torch.save file": "--pickle"}
+    fitting = {fmt.KIND_TORCH_PACKAGE: "--from-package",
+               fmt.KIND_TORCH_SCRIPT: "--from-torchscript",
+               fmt.KIND_TORCH_EXPORT: "--from-export", "torch.save file": "--pickle"}
     what = actual if actual == "not a zip file" else f"a {actual}"
     hint = f"; use {fitting[actual]}" if actual in fitting else ""
     raise FormatError(f"{path} is {what}, not a {expected} ({option}){hint}")
@@ -104,13 +106,13 @@ class ExportedProgram(_Program):
 
 
 def load_torchscript(path: str) -> TorchScriptProgram:
-    expect_kind(path, "TorchScript file", "--from-torchscript")
+    expect_kind(path, fmt.KIND_TORCH_SCRIPT, "--from-torchscript")
     with open(path, "rb") as f:
         return TorchScriptProgram(f.read())
 
 
 def load_export(path: str) -> ExportedProgram:
-    expect_kind(path, "torch.export program", "--from-export")
+    expect_kind(path, fmt.KIND_TORCH_EXPORT, "--from-export")
     with open(path, "rb") as f:
         return ExportedProgram(f.read())
 
@@ -119,7 +121,7 @@ def load_stock_package(path: str, resource: str = ""):
     """(the model, its importer) from a stock torch.package archive: the pickle named
     "PACKAGE/RESOURCE" (dots or slashes in PACKAGE), or the archive's one pickle."""
     from torch.package import PackageImporter
-    expect_kind(path, "torch.package archive", "--from-package")
+    expect_kind(path, fmt.KIND_TORCH_PACKAGE, "--from-package")
     with zipfile.ZipFile(path) as archive:
         records = [n.split("/", 1)[1] for n in archive.namelist() if "/" in n]
     pickles = [r for r in records if r.endswith(".pkl") and not r.startswith(".data/")]

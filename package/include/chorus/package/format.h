@@ -40,6 +40,13 @@ inline constexpr char kExportWeightsConfigRecord[] = "data/weights/model_weights
 // in the manifest's form.
 inline constexpr char kAotInductorSignatureKey[] = "chorus.signature";
 
+// What each kind of archive is called in messages (ArchiveKindName, and
+// the packaging tool's).
+inline constexpr char kKindTorchPackage[] = "torch.package archive";
+inline constexpr char kKindTorchScript[] = "TorchScript file";
+inline constexpr char kKindTorchExport[] = "torch.export program";
+inline constexpr char kKindAotInductor[] = "AOTInductor package";
+
 // Manifest schema.
 inline constexpr char kFormatName[] = "chorus-package";
 inline constexpr int kFormatVersion = 1;
