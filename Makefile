@@ -36,6 +36,9 @@ ASAN_BUILD ?= build-asan
 JOBS ?= $(shell nproc)
 CMAKE ?= cmake
 CTEST_ARGS ?=
+# AOTInductor's compiler cache (tests and the suite compile models), kept warm
+# across runs as ccache's and pip's are.
+export TORCHINDUCTOR_CACHE_DIR ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/chorus/inductor
 
 .PHONY: all deps debian-packages print-python configure build test test-core test-asan check-thread-safety test-other-torch demo bench bench-check clean format check-format check-python
 

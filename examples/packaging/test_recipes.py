@@ -32,8 +32,6 @@ def stock_files(tmp_path_factory):
     out = tmp_path_factory.mktemp("stock")
     script = os.path.join(HERE, "stock_formats", "export_stock.py")
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}  # stock torch alone
-    env.setdefault("TORCHINDUCTOR_CACHE_DIR", os.path.join(
-        os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")), "chorus", "inductor"))
     subprocess.run([sys.executable, script, str(out)], check=True, env=env, capture_output=True)
     return out
 

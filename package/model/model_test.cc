@@ -307,9 +307,6 @@ torch.export.save(program, ")" +
 signature = {"inputs": [{"name": "x", "dtype": "float32", "shape": [-1, 4]}],
              "outputs": [{"name": "scores", "dtype": "float32", "shape": [-1, 3]}],
              "batching": {"batchable": True, "batch_dim": 0, "max_batch_size": 32}}
-# The compiler's cache, shared with later runs (as CI keeps ccache's).
-os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", os.path.join(
-    os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")), "chorus", "inductor"))
 torch._inductor.aoti_compile_and_package(
     program, package_path=")" + kPt2Dir +
                                R"(/aoti.pt2",

@@ -92,11 +92,9 @@ def prepare(model_name, work):
 def write_pt2(model, inputs, stem):
     """STEM.export.pt2 (torch.export, the measured shapes) and STEM.aoti.pt2 (compiled by
     AOTInductor, its signature in the package's metadata)."""
-    # Compiled code is cached across runs; the vector ISA probe is skipped: where
-    # Debian's libtorch sits in Python's library folder, the probe links against it and
-    # fails, and inductor would emit scalar code (docs/package-format.md).
-    os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", os.path.join(
-        os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")), "chorus", "inductor"))
+    # The vector ISA probe is skipped: where Debian's libtorch sits in Python's library
+    # folder, the probe links against it and fails, and inductor would emit scalar code
+    # (docs/package-format.md). The compiler's cache is the Makefile's.
     os.environ.setdefault("TORCHINDUCTOR_VEC_ISA_OK", "1")
     with torch.no_grad():
         program = torch.export.export(model, inputs)
