@@ -1,5 +1,6 @@
 #include "interpreter/libcache/library_cache.h"
 
+#include <dirent.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -7,6 +8,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <ctime>
 
 #include "chorus/common/file_util.h"
 #include "interpreter/libcache/elf_editor.h"
@@ -15,7 +17,14 @@ namespace chorus {
 namespace {
 
 // Bumped whenever the edits change meaning, so old copies are not reused.
-constexpr char kFormatVersion[] = "chorus-copy-v1";
+constexpr char kFormatVersion[] = "chorus-copy-v2";
+
+// Beside each copy: its format and source identity, one per line.
+constexpr char kIdentityFile[] = "source";
+
+// A directory without an identity file is either of an older format or being
+// made right now (the file is written first); only the first is removed.
+constexpr int64_t kUnfinishedGraceSeconds = 600;
 
 // 64-bit FNV-1a: stable across builds and platforms (std::hash is not).
 class Fingerprint {
@@ -42,6 +51,45 @@ std::string Basename(const std::string& path) {
 }
 
 bool Exists(const std::string& path) { return ::access(path.c_str(), F_OK) == 0; }
+
+// What makes a source file the same file: path, size, mtime and inode.
+std::string SourceIdentity(const std::string& source, const struct stat& st) {
+  return std::string(kFormatVersion) + "\n" + source + "\n" + std::to_string(st.st_size) + "\n" +
+         std::to_string(static_cast<uint64_t>(st.st_mtim.tv_sec) * 1000000000ULL +
+                        st.st_mtim.tv_nsec) +
+         "\n" + std::to_string(st.st_ino) + "\n";
+}
+
+// Whether the copy in `dir` can still be used: its recorded source is
+// unchanged. Directories being made right now count as live.
+bool IsLiveCopy(const std::string& dir, int64_t now) {
+  StatusOr<std::string> recorded = ReadFile(dir + "/" + kIdentityFile);
+  if (!recorded.ok()) {
+    struct stat st;
+    return ::stat(dir.c_str(), &st) == 0 && now - st.st_mtim.tv_sec < kUnfinishedGraceSeconds;
+  }
+  size_t start = recorded->find('\n');
+  size_t end = start == std::string::npos ? start : recorded->find('\n', start + 1);
+  if (end == std::string::npos) return false;
+  std::string source = recorded->substr(start + 1, end - start - 1);
+  struct stat st;
+  return ::stat(source.c_str(), &st) == 0 && SourceIdentity(source, st) == *recorded;
+}
+
+// Bytes of the regular files directly in `dir`.
+uint64_t DirectoryBytes(const std::string& dir) {
+  uint64_t bytes = 0;
+  DIR* d = ::opendir(dir.c_str());
+  if (d == nullptr) return 0;
+  while (dirent* entry = ::readdir(d)) {
+    struct stat st;
+    if (::stat((dir + "/" + entry->d_name).c_str(), &st) == 0 && S_ISREG(st.st_mode)) {
+      bytes += st.st_size;
+    }
+  }
+  ::closedir(d);
+  return bytes;
+}
 
 StatusOr<std::vector<std::string>> ReadNeeded(const std::string& path) {
   CHORUS_ASSIGN_OR_RETURN(auto editor, elf::ElfEditor::Open(path));
@@ -83,10 +131,9 @@ StatusOr<PreparedCopy> LibraryCache::Prepare(const std::string& source, int slot
                                              const CopyRecipe& recipe) {
   struct stat st;
   if (::stat(source.c_str(), &st) != 0) return ErrnoError("stat " + source, errno);
+  const std::string identity = SourceIdentity(source, st);
   Fingerprint key;
-  key.Add(kFormatVersion).Add(source).Add(static_cast<uint64_t>(st.st_size));
-  key.Add(static_cast<uint64_t>(st.st_mtim.tv_sec) * 1000000000ULL + st.st_mtim.tv_nsec);
-  key.Add(static_cast<uint64_t>(st.st_ino)).Add(static_cast<uint64_t>(slot));
+  key.Add(identity).Add(static_cast<uint64_t>(slot));
   key.Add(recipe.soname).Add(recipe.rebind_unique_symbols ? 1 : 0);
   for (const auto& [from, to] : recipe.needed) key.Add(from).Add(to);
   for (const auto& [from, to] : recipe.constants) key.Add("constant").Add(from).Add(to);
@@ -96,6 +143,7 @@ StatusOr<PreparedCopy> LibraryCache::Prepare(const std::string& source, int slot
   std::string path = dir + "/" + Basename(source);
   if (!Exists(path)) {
     CHORUS_RETURN_IF_ERROR(MakeDirectories(dir));
+    CHORUS_RETURN_IF_ERROR(WriteFileAtomically(dir + "/" + kIdentityFile, identity));
     std::string tmp = TemporarySiblingPath(path);
     Status made = CopyFile(source, tmp);
     if (made.ok()) made = ApplyRecipe(tmp, recipe);
@@ -107,6 +155,30 @@ StatusOr<PreparedCopy> LibraryCache::Prepare(const std::string& source, int slot
   }
   CHORUS_ASSIGN_OR_RETURN(std::vector<std::string> needed, ReadNeeded(path));
   return PreparedCopy{path, std::move(needed)};
+}
+
+StatusOr<uint64_t> LibraryCache::PruneStale() {
+  const std::string libs = root_ + "/libs";
+  DIR* d = ::opendir(libs.c_str());
+  if (d == nullptr) {
+    if (errno == ENOENT) return uint64_t{0};
+    return ErrnoError("listing " + libs, errno);
+  }
+  std::vector<std::string> stale;
+  const int64_t now = ::time(nullptr);
+  while (dirent* entry = ::readdir(d)) {
+    std::string name = entry->d_name;
+    if (name == "." || name == "..") continue;
+    if (!IsLiveCopy(libs + "/" + name, now)) stale.push_back(libs + "/" + name);
+  }
+  ::closedir(d);
+  uint64_t freed = 0;
+  for (const std::string& dir : stale) {
+    uint64_t bytes = DirectoryBytes(dir);
+    CHORUS_RETURN_IF_ERROR(RemoveTree(dir).Annotate("pruning the library cache"));
+    freed += bytes;
+  }
+  return freed;
 }
 
 StatusOr<std::string> LibraryCache::PrepareScope(const std::vector<std::string>& paths) {

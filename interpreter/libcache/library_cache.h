@@ -7,10 +7,14 @@
 // file's identity (path, size, mtime, inode), the slot and the edit recipe, so
 // a changed source gets a fresh copy. Copies are built under a temporary name
 // and renamed into place, so concurrent preparers (threads or processes) are
-// safe and a reader never sees a half-written file.
+// safe and a reader never sees a half-written file. Each copy's directory
+// records its source's identity, so copies that can never be used again (the
+// source changed or is gone: an upgraded or deleted venv) can be pruned; some
+// extensions are large (triton's is 500 MB), so they must not pile up.
 #ifndef CHORUS_INTERPRETER_LIBRARY_CACHE_H_
 #define CHORUS_INTERPRETER_LIBRARY_CACHE_H_
 
+#include <cstdint>
 #include <map>
 #include <string>
 #include <vector>
@@ -50,6 +54,12 @@ class LibraryCache {
   // Returns a scope object (elf_editor.h) needing `paths` in order, making it
   // if it does not exist.
   StatusOr<std::string> PrepareScope(const std::vector<std::string>& paths);
+
+  // Removes every copy whose source changed or is gone, and copies of an
+  // older format; returns the bytes freed. Safe while other processes
+  // prepare or use the cache: a live copy is never stale, and a process that
+  // still maps a pruned copy keeps it until it exits.
+  StatusOr<uint64_t> PruneStale();
 
   const std::string& root() const { return root_; }
 

@@ -17,6 +17,8 @@
 namespace chorus {
 namespace {
 
+bool FileExists(const std::string& path) { return access(path.c_str(), F_OK) == 0; }
+
 class LibraryCacheTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -111,6 +113,47 @@ TEST_F(LibraryCacheTest, ChangedSourceGetsAFreshCopy) {
   auto second = cache.Prepare(source_, 0, Recipe(0));
   ASSERT_TRUE(second.ok());
   EXPECT_NE(first->path, second->path);
+}
+
+// Copies that can never be used again go; live ones stay, bytes are counted.
+TEST_F(LibraryCacheTest, PruneRemovesOnlyCopiesOfChangedOrMissingSources) {
+  LibraryCache cache(dir_ + "/cache");
+  EXPECT_EQ(*cache.PruneStale(), 0u);  // no libs/ yet
+  ASSERT_OK_AND_ASSIGN(PreparedCopy old_copy, cache.Prepare(source_, 0, Recipe(0)));
+  ASSERT_OK_AND_ASSIGN(PreparedCopy other_slot, cache.Prepare(source_, 1, Recipe(1)));
+  struct stat copied;
+  ASSERT_EQ(stat(old_copy.path.c_str(), &copied), 0);
+  EXPECT_EQ(*cache.PruneStale(), 0u);
+  EXPECT_TRUE(FileExists(old_copy.path));
+
+  // An upgrade replaces the source: both old copies are stale.
+  ASSERT_EQ(
+      std::system(
+          ("cp " + source_ + " " + source_ + ".new && mv " + source_ + ".new " + source_).c_str()),
+      0);
+  ASSERT_OK_AND_ASSIGN(PreparedCopy new_copy, cache.Prepare(source_, 0, Recipe(0)));
+  ASSERT_OK_AND_ASSIGN(uint64_t freed, cache.PruneStale());
+  EXPECT_GE(freed, 2 * static_cast<uint64_t>(copied.st_size));
+  EXPECT_FALSE(FileExists(old_copy.path));
+  EXPECT_FALSE(FileExists(other_slot.path));
+  EXPECT_TRUE(FileExists(new_copy.path));
+
+  // A copy of an older format (no identity file) goes once it is not new.
+  const std::string legacy = dir_ + "/cache/libs/0123456789abcdef";
+  ASSERT_EQ(std::system(("mkdir -p " + legacy + " && cp " + source_ + " " + legacy +
+                         " && touch -d '-1 hour' " + legacy)
+                            .c_str()),
+            0);
+  const std::string fresh = dir_ + "/cache/libs/fedcba9876543210";  // being made now
+  ASSERT_EQ(std::system(("mkdir -p " + fresh).c_str()), 0);
+  EXPECT_GE(*cache.PruneStale(), static_cast<uint64_t>(copied.st_size));
+  EXPECT_FALSE(FileExists(legacy));
+  EXPECT_TRUE(FileExists(fresh));
+
+  // The source is deleted (a removed venv): its copy goes too.
+  ASSERT_EQ(unlink(source_.c_str()), 0);
+  EXPECT_GT(*cache.PruneStale(), 0u);
+  EXPECT_FALSE(FileExists(new_copy.path));
 }
 
 TEST_F(LibraryCacheTest, DifferentRecipesDoNotShareACopy) {

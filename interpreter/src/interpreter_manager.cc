@@ -2,9 +2,12 @@
 
 #include <ATen/Parallel.h>
 #include <ATen/core/ivalue.h>
+#include <ATen/detail/CUDAHooksInterface.h>
+#include <ATen/detail/HIPHooksInterface.h>
 
 #include <algorithm>
 #include <atomic>
+#include <cstdlib>
 #include <thread>
 
 #include "chorus/common/crash_report.h"
@@ -154,6 +157,31 @@ void ReportInterpreterOfThisThread(int fd) {
   if (pyside::PySide* side = registry::Get(registry::CurrentSlot())) side->DumpTraceback(fd);
 }
 
+// triton compiles GPU kernels only: CHORUS_LOAD_TRITON=0/1 decides, else
+// whether libtorch sees a CUDA (or ROCm) device.
+bool TritonCanRun() {
+  static const bool can_run = [] {
+    const char* choice = std::getenv("CHORUS_LOAD_TRITON");
+    if (choice != nullptr && (choice == std::string("0") || choice == std::string("1"))) {
+      return choice == std::string("1");
+    }
+    return at::detail::getCUDAHooks().getNumGPUs() > 0 ||
+           at::detail::getHIPHooks().getNumGPUs() > 0;
+  }();
+  return can_run;
+}
+
+// Copies of an upgraded or deleted Python environment are never used again
+// and can be large; a failure to prune costs disk, never a start.
+void PruneLibraryCache(const std::string& root) {
+  StatusOr<uint64_t> freed = LibraryCache(root).PruneStale();
+  if (!freed.ok()) {
+    Log().warn("library cache {}: {}", root, freed.status().ToString());
+  } else if (*freed > 0) {
+    Log().info("library cache {}: pruned {} MiB of stale copies", root, *freed >> 20);
+  }
+}
+
 }  // namespace
 
 StatusOr<std::unique_ptr<InterpreterManager>> InterpreterManager::Create(
@@ -171,6 +199,7 @@ StatusOr<std::unique_ptr<InterpreterManager>> InterpreterManager::Create(
   }
   CHORUS_ASSIGN_OR_RETURN(PythonInstallation installation, PythonInstallation::Default());
   std::string cache = options.cache_dir.empty() ? LibraryCache::DefaultRoot() : options.cache_dir;
+  PruneLibraryCache(cache);
   CHORUS_ASSIGN_OR_RETURN(auto loader, InterpreterLoader::Create(std::move(installation), cache));
   auto manager = std::make_unique<InterpreterManagerImpl>(std::move(loader), size);
   CHORUS_RETURN_IF_ERROR(manager->StartAll(options));
@@ -188,6 +217,7 @@ Status InterpreterManagerImpl::StartOne(internal::Slot* slot,
   start.index = slot->index;
   start.program_name = loader_->installation().program;
   start.chorus_python_dir = loader_->installation().chorus_python_dir;
+  start.load_triton = TritonCanRun();
   start.host = loader_.get();
   {
     MutexLock lock(&initialize_mu_);

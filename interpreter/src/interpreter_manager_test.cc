@@ -2,6 +2,7 @@
 
 #include <ATen/ATen.h>
 #include <ATen/core/ivalue.h>
+#include <ATen/detail/CUDAHooksInterface.h>
 #include <dirent.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -28,7 +29,25 @@ using std::chrono::milliseconds;
 using std::chrono::steady_clock;
 
 constexpr int kInterpreters = 4;
-constexpr char kCacheDir[] = "test-cache/interpreter";
+constexpr char kCacheDir[] = "test-cache/shared";
+
+std::vector<std::string> ListFilesRecursively(const std::string& dir) {
+  std::vector<std::string> files;
+  DIR* d = opendir(dir.c_str());
+  if (d == nullptr) return files;
+  while (dirent* entry = readdir(d)) {
+    std::string name = entry->d_name;
+    if (name == "." || name == "..") continue;
+    std::string path = dir + "/" + name;
+    if (entry->d_type == DT_DIR) {
+      for (auto& f : ListFilesRecursively(path)) files.push_back(f);
+    } else {
+      files.push_back(path);
+    }
+  }
+  closedir(d);
+  return files;
+}
 
 // A manager of `interpreters` with its library cache in `cache_dir`.
 StatusOr<std::unique_ptr<InterpreterManager>> CreateManager(int interpreters,
@@ -570,6 +589,34 @@ stdlib_ok = (json.loads('[1, 2]') == [1, 2] and str(decimal.Decimal('1.10') + 1)
   }
 }
 
+// triton compiles GPU kernels only, and its extension is 500 MB: without a GPU
+// no interpreter loads it (torch then behaves as from its CPU wheels), and
+// the cache holds no copy of it.
+TEST_F(InterpreterTest, TritonIsLoadedOnlyWhereAGpuCanRunIt) {
+  const bool gpu = at::detail::getCUDAHooks().getNumGPUs() > 0;
+  for (int i = 0; i < kInterpreters; ++i) {
+    InterpreterSession session = manager().Acquire(i);
+    ASSERT_OK(session.Exec(R"(
+import importlib.machinery, importlib.util, sys
+import torch._dynamo  # imports triton when it can
+from torch.utils._triton import has_triton_package
+triton_installed = importlib.machinery.PathFinder.find_spec('triton') is not None
+triton_seen = [int(has_triton_package()), int(importlib.util.find_spec('triton') is not None),
+               int(sys.modules.get('triton') is not None)]
+)"));
+    ASSERT_OK_AND_ASSIGN(Object installed, session.Eval("triton_installed"));
+    if (!installed.ToIValue()->toBool()) GTEST_SKIP() << "triton is not installed";
+    ASSERT_OK_AND_ASSIGN(Object seen, session.Eval("triton_seen"));
+    EXPECT_EQ(seen.ToIValue()->toIntVector(), std::vector<int64_t>(3, gpu ? 1 : 0))
+        << "interpreter " << i;
+  }
+  if (!gpu) {
+    for (const std::string& file : ListFilesRecursively(std::string(kCacheDir) + "/libs")) {
+      EXPECT_EQ(file.find("libtriton"), std::string::npos) << file;
+    }
+  }
+}
+
 // Run in a child process by ImportingTorchIsSilent below.
 TEST(InterpreterChild, CreateFourInterpretersAndRunTorch) {
   if (std::getenv("CHORUS_INTERPRETER_CHILD") == nullptr) GTEST_SKIP() << "child mode only";
@@ -682,24 +729,6 @@ def work(t):
               static_cast<long long>(calls.load() - warm_calls), warm_mib, end_mib);
   EXPECT_LT(end_mib - warm_mib, 20.0) << warm_mib << " MiB -> " << end_mib << " MiB after "
                                       << calls.load() - warm_calls << " calls";
-}
-
-std::vector<std::string> ListFilesRecursively(const std::string& dir) {
-  std::vector<std::string> files;
-  DIR* d = opendir(dir.c_str());
-  if (d == nullptr) return files;
-  while (dirent* entry = readdir(d)) {
-    std::string name = entry->d_name;
-    if (name == "." || name == "..") continue;
-    std::string path = dir + "/" + name;
-    if (entry->d_type == DT_DIR) {
-      for (auto& f : ListFilesRecursively(path)) files.push_back(f);
-    } else {
-      files.push_back(path);
-    }
-  }
-  closedir(d);
-  return files;
 }
 
 // Managers come and go in one process: each gets fresh interpreters, torch's

@@ -102,6 +102,7 @@ struct StartOptions {
   std::string program_name;  // the pinned Python; Python derives sys.prefix from it
   std::string chorus_python_dir;  // holds the `chorus` Python package
   std::vector<std::string> preload_modules;
+  bool load_triton = false;      // whether `import triton` may load it (GPU hosts)
   HostServices* host = nullptr;  // outlives the PySide
 };
 

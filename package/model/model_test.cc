@@ -34,7 +34,7 @@ class ModelTest : public ::testing::Test {
     ASSERT_EQ(std::system(("mkdir -p " + kWork).c_str()), 0);
     InterpreterManagerOptions options;
     options.num_interpreters = 4;
-    options.cache_dir = "test-cache/model";
+    options.cache_dir = "test-cache/shared";
     auto created = InterpreterManager::Create(options);
     ASSERT_OK(created);
     manager_ = created->release();

@@ -66,9 +66,18 @@ def _report_os_exit():
     os._exit = _exit
 
 
-def install():
-    """Installs the private-copy loader, then the torch shims, then site."""
+def install(load_triton):
+    """Installs the private-copy loader, then the torch shims, then site.
+
+    Without `load_triton` (the host found no GPU), triton is made not found,
+    as in torch's CPU wheels: torch imports it whenever it is installed
+    (torch._dynamo does, so prims, torch.export and FSDP do), it compiles GPU
+    kernels only, and its extension is 500 MB, which every interpreter would
+    copy and map.
+    """
     _ExtensionFileLoader.create_module = _create_private_module  # type: ignore[method-assign]
+    if not load_triton:
+        sys.modules["triton"] = None  # type: ignore[assignment]  # how Python blocks a module
 
     from chorus import _torch_compat
     _torch_compat.install_import_hook()

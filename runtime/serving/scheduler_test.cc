@@ -337,7 +337,7 @@ create_package(")" + archive +
     // Interpreters read the environment once, when they are created.
     ASSERT_EQ(::setenv(kGateVariable, dir.c_str(), 1), 0);
     // One interpreter: the tests' model calls all run there, one at a time.
-    ASSERT_OK_AND_ASSIGN(manager_, testing::OneInterpreter("test-cache/serving"));
+    ASSERT_OK_AND_ASSIGN(manager_, testing::OneInterpreter("test-cache/shared"));
     ASSERT_OK_AND_ASSIGN(std::shared_ptr<Model> loaded, Model::Load(manager_, archive));
     model_ = new std::shared_ptr<Model>(std::move(loaded));
     gate_ = new Gate(dir);

@@ -31,7 +31,7 @@ class ParallelTest : public ::testing::Test {
   static void SetUpTestSuite() {
     InterpreterManagerOptions options;
     options.num_interpreters = kRanks;
-    options.cache_dir = "test-cache/parallel";
+    options.cache_dir = "test-cache/shared";
     options.intra_op_threads = 1;
     auto created = InterpreterManager::Create(options);
     ASSERT_TRUE(created.ok()) << created.status().ToString();

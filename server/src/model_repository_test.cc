@@ -160,7 +160,7 @@ torch.jit.save(torch.jit.script(Scale(5)), ")" +
                         ArchiveDir() + R"(/torchscript.pt")
 )"),
               0);
-    ASSERT_OK_AND_ASSIGN(manager_, testing::OneInterpreter("test-cache/repository"));
+    ASSERT_OK_AND_ASSIGN(manager_, testing::OneInterpreter("test-cache/shared"));
   }
 
   static void TearDownTestSuite() {
