@@ -22,7 +22,7 @@ echo '{"max_queue_delay_us": 5000}' > "$work/models/mlp/config.json"
 
 step "2. start chorus-server on loopback (2 interpreters)"
 "$build/bin/chorus-server" --model-repository "$work/models" --host 127.0.0.1 --port 0 \
-  --metrics-port 0 --interpreters 2 > "$work/server.out" 2> "$work/server.log" &
+  --metrics-port 0 --http-port 0 --interpreters 2 > "$work/server.out" 2> "$work/server.log" &
 server=$!
 trap 'kill -9 $server 2>/dev/null || true' EXIT
 for _ in $(seq 1 100); do
@@ -32,6 +32,7 @@ for _ in $(seq 1 100); do
 done
 port=$(sed -n 's/.*listening on port \([0-9]*\) (metrics \([0-9-]*\)).*/\1/p' "$work/server.out")
 metrics=$(sed -n 's/.*listening on port \([0-9]*\) (metrics \([0-9-]*\)).*/\2/p' "$work/server.out")
+http=$(sed -n 's/.*, http \([0-9-]*\)$/\1/p' "$work/server.out")
 cat "$work/server.out"
 client=("$build/bin/chorus-client" --server "127.0.0.1:$port")
 
@@ -39,6 +40,12 @@ step "3. chorus-client list / metadata / infer"
 "${client[@]}" list
 "${client[@]}" metadata mlp | head -12
 "${client[@]}" infer mlp --input 'x=[[0.5, -1.0, 2.0, 0.0, 1.5, -0.5, 0.25, 1.0, -2.0, 0.0, 0.5, 1.0, -1.0, 2.0, 0.0, 0.75]]'
+
+step "3b. the same over KServe v2 HTTP/REST (curl)"
+curl -sS "http://127.0.0.1:$http/v2/models/mlp/infer" -H 'Content-Type: application/json' -d \
+  '{"inputs": [{"name": "x", "datatype": "FP32", "shape": [1, 16],
+    "data": [0.5, -1.0, 2.0, 0.0, 1.5, -0.5, 0.25, 1.0, -2.0, 0.0, 0.5, 1.0, -1.0, 2.0, 0.0, 0.75]}]}'
+echo
 
 step "4. 32 concurrent single-sample requests (dynamic batching)"
 "$python" - "127.0.0.1:$port" <<'PY'

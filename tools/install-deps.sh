@@ -14,8 +14,8 @@ packages=(
   # C++ libraries
   libgtest-dev libgmock-dev libbenchmark-dev libcli11-dev nlohmann-json3-dev
   libfmt-dev libspdlog-dev libcpp-httplib-dev
-  # peers the tests drive: perf_analyzer (tools/install-perf-analyzer.sh) links libb64
-  libb64-0d
+  # peers the tests drive: perf_analyzer (tools/install-perf-analyzer.sh) links libb64; curl (REST)
+  libb64-0d curl
 )
 
 missing=()

@@ -34,7 +34,7 @@ def start_server(repository, interpreters):
     binary = os.path.join(os.environ.get("CHORUS_BIN_DIR", os.path.join(ROOT, "build", "bin")),
                           "chorus-server")
     process = subprocess.Popen([binary, "--model-repository", repository, "--host", "127.0.0.1",
-                                "--port", "0", "--metrics-port", "-1",
+                                "--port", "0", "--metrics-port", "-1", "--http-port", "-1",
                                 "--interpreters", str(interpreters)],
                                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     port = re.search(r"port (\d+)", process.stdout.readline()).group(1)

@@ -58,8 +58,8 @@ def test_stock_files_serve_unconverted(stock_files, tmp_path):
                     str(stock_files), str(repository)], check=True)
     server = subprocess.Popen(
         [os.path.join(os.environ["CHORUS_BIN_DIR"], "chorus-server"), "--model-repository",
-         str(repository), "--port", "0", "--metrics-port", "-1", "--interpreters", "2",
-         "--host", "127.0.0.1", "--no-supervisor"],
+         str(repository), "--port", "0", "--metrics-port", "-1", "--http-port", "-1",
+         "--interpreters", "2", "--host", "127.0.0.1", "--no-supervisor"],
         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     try:
         port = server.stdout.readline().split("port ")[1].split()[0]

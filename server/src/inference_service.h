@@ -1,22 +1,20 @@
-// The GRPCInferenceService handlers. Each is short: authorize, convert the
-// request, hand it to the core (repository, scheduler), convert back. None
-// blocks its reactor thread: inference completes from a scheduler worker;
-// repository loads and unloads run on a background thread.
+// The GRPCInferenceService handlers. Each is short: authorize, hand the
+// request to the core (inference_core.h), finish with its answer. None blocks
+// its reactor thread: inference completes from a scheduler worker; repository
+// loads and unloads run on a background thread.
 #ifndef CHORUS_SERVER_INFERENCE_SERVICE_H_
 #define CHORUS_SERVER_INFERENCE_SERVICE_H_
 
-#include <functional>
-#include <string>
-
 #include "chorus/inference/grpc_service.grpc.pb.h"
-#include "server/src/model_repository.h"
+#include "server/src/inference_core.h"
 #include "server/src/service_context.h"
 
 namespace chorus {
 
 class InferenceService final : public inference::GRPCInferenceService::CallbackService {
  public:
-  explicit InferenceService(ServiceContext* context) : context_(context) {}
+  // Both outlive the service.
+  InferenceService(ServiceContext* context, InferenceCore* core) : context_(context), core_(core) {}
 
   grpc::ServerUnaryReactor* ServerLive(grpc::CallbackServerContext* ctx,
                                        const inference::ServerLiveRequest* request,
@@ -53,13 +51,8 @@ class InferenceService final : public inference::GRPCInferenceService::CallbackS
       inference::RepositoryModelUnloadResponse* response) override;
 
  private:
-  // Runs `change` (a repository load or unload of `name`) on the background
-  // thread, which finishes the call: loading a model can take seconds.
-  grpc::ServerUnaryReactor* ChangeRepository(
-      grpc::CallbackServerContext* ctx, std::string name,
-      std::function<Status(ModelRepository&, const std::string&)> change);
-
   ServiceContext* const context_;
+  InferenceCore* const core_;
 };
 
 }  // namespace chorus

@@ -44,8 +44,8 @@ int Serve(chorus::ServerOptions options, const chorus::ServingRun& run) {
     std::fprintf(stderr, "chorus-server: %s\n", server.status().ToString().c_str());
     return 1;
   }
-  std::printf("chorus-server listening on port %d (metrics %d)\n", (*server)->port(),
-              (*server)->metrics_port());
+  std::printf("chorus-server listening on port %d (metrics %d), http %d\n", (*server)->port(),
+              (*server)->metrics_port(), (*server)->http_port());
   std::fflush(stdout);
   int signal = 0;
   sigwait(&signals, &signal);
@@ -88,6 +88,8 @@ int main(int argc, char** argv) {
   app.add_option("--interpreters", options.interpreters, "Python interpreters (0: one per core)");
   app.add_option("--host", options.host, "address to listen on");
   app.add_option("--port", options.port, "gRPC port (0: any free port)");
+  app.add_option("--http-port", options.http_port,
+                 "KServe v2 HTTP/REST port (0: any free port, -1: none)");
   app.add_option("--metrics-port", options.metrics_port,
                  "HTTP port for Prometheus /metrics (0: any free port, -1: off)");
   app.add_option("--max-message-bytes", options.max_message_bytes, "largest request or response");
@@ -121,6 +123,7 @@ int main(int argc, char** argv) {
   if (no_supervisor) return Serve(options, chorus::ServingRun{});
   if (options.port == 0) options.port = FreePort(options.host);
   if (options.metrics_port == 0) options.metrics_port = FreePort(options.host);
+  if (options.http_port == 0) options.http_port = FreePort(options.host);
   // The journal lives as long as the supervisor: its serving processes share it.
   chorus::ScopedTempDir private_dir;
   if (options.jobs_file.empty()) {

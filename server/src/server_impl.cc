@@ -10,6 +10,8 @@
 #include "chorus/common/logging.h"
 #include "chorus/common/process_stats.h"
 #include "chorus/server/server.h"
+#include "server/src/http_service.h"
+#include "server/src/inference_core.h"
 #include "server/src/inference_service.h"
 #include "server/src/metrics.h"
 #include "server/src/training_service.h"
@@ -24,25 +26,32 @@ class ServerImpl final : public Server {
   Status Initialize(const ServerOptions& options);
   int port() const override { return port_; }
   int metrics_port() const override { return metrics_port_; }
+  int http_port() const override { return http_port_; }
   void Shutdown() override;
 
  private:
   Status StartGrpc(const ServerOptions& options);
   Status StartMetrics(const ServerOptions& options);
+  Status StartHttp(const ServerOptions& options);
 
   ServerOptions options_;
   std::unique_ptr<InterpreterManager> manager_;
   std::unique_ptr<ModelRepository> repository_;
   std::unique_ptr<BackgroundRunner> background_;
   ServiceContext context_;
+  std::unique_ptr<InferenceCore> core_;
   std::unique_ptr<InferenceService> service_;
+  std::unique_ptr<HttpService> rest_;
   std::unique_ptr<JobRegistry> jobs_;
   std::unique_ptr<JobJournal> journal_;
   std::unique_ptr<TrainingService> training_;
   std::unique_ptr<grpc::Server> grpc_;
   std::unique_ptr<httplib::Server> metrics_;
   std::thread metrics_thread_;
+  std::unique_ptr<httplib::Server> http_;
+  std::thread http_thread_;
   int port_ = 0;
+  int http_port_ = -1;
   int metrics_port_ = -1;
   std::once_flag shutdown_once_;
 };
@@ -80,7 +89,9 @@ Status ServerImpl::Initialize(const ServerOptions& options) {
   context_.auth_token = options.auth_token;
   context_.request_timeout = options.request_timeout;
   context_.strict_readiness = options.strict_readiness;
-  service_ = std::make_unique<InferenceService>(&context_);
+  core_ = std::make_unique<InferenceCore>(&context_);
+  service_ = std::make_unique<InferenceService>(&context_, core_.get());
+  rest_ = std::make_unique<HttpService>(&context_, core_.get());
   jobs_ = std::make_unique<JobRegistry>(manager_.get());
   journal_ = std::make_unique<JobJournal>(options.jobs_file);
   training_ = std::make_unique<TrainingService>(&context_, jobs_.get(), journal_.get(),
@@ -90,10 +101,13 @@ Status ServerImpl::Initialize(const ServerOptions& options) {
     Log().error("training jobs not resumed: {}", resumed.ToString());
   }
   CHORUS_RETURN_IF_ERROR(StartGrpc(options));
+  CHORUS_RETURN_IF_ERROR(StartHttp(options));
   CHORUS_RETURN_IF_ERROR(StartMetrics(options));
   context_.ready = true;
-  Log().info("serving {} model(s) on port {} with {} interpreters; metrics on {}",
-             repository_->Loaded().size(), port_, manager_->size(), metrics_port_);
+  Log().info(
+      "serving {} model(s) with {} interpreters: gRPC on port {}, HTTP/REST on {}, "
+      "metrics on {}",
+      repository_->Loaded().size(), manager_->size(), port_, http_port_, metrics_port_);
   if (StatusOr<double> in_use = DataMiB(); options.memory_limit_mib > 0 && in_use.ok()) {
     Log().info("memory: {:.0f} MiB of private memory in use of the {} MiB limit", *in_use,
                options.memory_limit_mib);
@@ -125,6 +139,25 @@ Status ServerImpl::StartGrpc(const ServerOptions& options) {
   return OkStatus();
 }
 
+// Binds `server` to `port` (0: any free one) on `host`; the port bound, or -1.
+int BindHttp(httplib::Server& server, const std::string& host, int port) {
+  if (port == 0) return server.bind_to_any_port(host);
+  return server.bind_to_port(host, port) ? port : -1;
+}
+
+Status ServerImpl::StartHttp(const ServerOptions& options) {
+  if (options.http_port < 0) return OkStatus();
+  http_ = std::make_unique<httplib::Server>();
+  rest_->Register(http_.get(), options.max_message_bytes);
+  http_port_ = BindHttp(*http_, options.host, options.http_port);
+  if (http_port_ < 0) {
+    return UnavailableError("cannot listen for HTTP/REST on port " +
+                            std::to_string(options.http_port));
+  }
+  http_thread_ = std::thread([this] { http_->listen_after_bind(); });
+  return OkStatus();
+}
+
 Status ServerImpl::StartMetrics(const ServerOptions& options) {
   if (options.metrics_port < 0) return OkStatus();
   metrics_ = std::make_unique<httplib::Server>();
@@ -143,11 +176,7 @@ Status ServerImpl::StartMetrics(const ServerOptions& options) {
                              restarts + RenderProcessMetrics(options_.memory_limit_mib),
                          "text/plain; version=0.0.4");
   });
-  metrics_port_ =
-      options.metrics_port == 0
-          ? metrics_->bind_to_any_port(options.host)
-          : (metrics_->bind_to_port(options.host, options.metrics_port) ? options.metrics_port
-                                                                        : -1);
+  metrics_port_ = BindHttp(*metrics_, options.host, options.metrics_port);
   if (metrics_port_ < 0) {
     return UnavailableError("cannot listen for metrics on port " +
                             std::to_string(options.metrics_port));
@@ -168,8 +197,13 @@ void ServerImpl::Shutdown() {
       grpc_->Wait();
     }
     // Answered calls may still be finishing their callbacks on the models'
-    // workers: let them, within what is left of the drain time.
+    // workers: let them, within what is left of the drain time. REST calls
+    // in flight are answered by the drain; then the HTTP server stops.
     if (repository_) repository_->DrainAll(drain_deadline);
+    if (http_) {
+      http_->stop();
+      if (http_thread_.joinable()) http_thread_.join();
+    }
     if (metrics_) {
       metrics_->stop();
       if (metrics_thread_.joinable()) metrics_thread_.join();

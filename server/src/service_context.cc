@@ -46,13 +46,17 @@ void BackgroundRunner::Stop() {
 
 Status ServiceContext::Authorize(const grpc::CallbackServerContext& call) const {
   if (auth_token.empty()) return OkStatus();
-  const std::string expected = "Bearer " + auth_token;
   auto range = call.client_metadata().equal_range("authorization");
   for (auto it = range.first; it != range.second; ++it) {
-    if (std::string(it->second.data(), it->second.size()) == expected) return OkStatus();
+    if (Authorize(std::string_view(it->second.data(), it->second.size())).ok()) return OkStatus();
   }
+  return Authorize(std::string_view());
+}
+
+Status ServiceContext::Authorize(std::string_view authorization) const {
+  if (auth_token.empty() || authorization == "Bearer " + auth_token) return OkStatus();
   return Status(StatusCode::kUnauthenticated,
-                "missing or wrong bearer token (metadata \"authorization: Bearer <token>\")");
+                "missing or wrong bearer token (header \"authorization: Bearer <token>\")");
 }
 
 std::chrono::steady_clock::time_point ClientDeadline(const grpc::CallbackServerContext& call) {

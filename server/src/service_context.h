@@ -11,6 +11,7 @@
 #include <deque>
 #include <functional>
 #include <string>
+#include <string_view>
 #include <thread>
 
 #include "chorus/common/status.h"
@@ -65,6 +66,8 @@ struct ServiceContext {
   // OK when no token is configured or the call carries "authorization: Bearer
   // <auth_token>"; UNAUTHENTICATED otherwise. Any thread.
   Status Authorize(const grpc::CallbackServerContext& call) const;
+  // The same for an HTTP request's "authorization" header value.
+  Status Authorize(std::string_view authorization) const;
 };
 
 // The client's deadline for `call` on the steady clock; time_point::max()

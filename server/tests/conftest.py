@@ -31,16 +31,17 @@ class ServerProcess:
     def __init__(self, repository, *args, interpreters=2):
         self.log = open(os.path.join(str(repository), "..", f"server-{time.time_ns()}.log"), "w+")
         command = [os.path.join(BIN_DIR, "chorus-server"), "--model-repository", str(repository),
-                   "--port", "0", "--metrics-port", "0", "--interpreters", str(interpreters),
+                   "--port", "0", "--metrics-port", "0", "--http-port", "0",
+                   "--interpreters", str(interpreters),
                    "--host", "127.0.0.1", *args]
         self.process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=self.log, text=True)
         line = self.process.stdout.readline()
-        match = re.search(r"port (\d+) \(metrics (-?\d+)\)", line)
+        match = re.search(r"port (\d+) \(metrics (-?\d+)\), http (-?\d+)", line)
         if not match:
             self.process.kill()
             self.log.seek(0)
             raise RuntimeError(f"chorus-server did not start: {line!r}\n{self.log.read()}")
-        self.port, self.metrics_port = int(match.group(1)), int(match.group(2))
+        self.port, self.metrics_port, self.http_port = (int(g) for g in match.groups())
         self.address = f"127.0.0.1:{self.port}"
 
     def client(self, **kwargs):

@@ -55,9 +55,10 @@ class ServerProcess {
       std::string n = std::to_string(interpreters);
       std::freopen((repository + "/../server.log").c_str(), "a", stderr);
       execl(server.c_str(), server.c_str(), "--model-repository", repository.c_str(), "--host",
-            "127.0.0.1", "--port", "0", "--metrics-port", "-1", "--interpreters", n.c_str(),
-            "--max-queue", "100000", supervised ? "--strict-readiness" : "--no-supervisor",
-            supervised ? "true" : nullptr, nullptr);
+            "127.0.0.1", "--port", "0", "--metrics-port", "-1", "--http-port", "-1",
+            "--interpreters", n.c_str(), "--max-queue", "100000",
+            supervised ? "--strict-readiness" : "--no-supervisor", supervised ? "true" : nullptr,
+            nullptr);
       _exit(127);
     }
     close(out[1]);

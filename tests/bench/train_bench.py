@@ -40,7 +40,8 @@ def main():
     os.makedirs(os.path.join(scratch, "models"))
     server = subprocess.Popen([os.path.join(args.bin, "chorus-server"), "--model-repository",
                                os.path.join(scratch, "models"), "--host", "127.0.0.1",
-                               "--port", "0", "--metrics-port", "-1", "--interpreters", "2"],
+                               "--port", "0", "--metrics-port", "-1", "--http-port", "-1",
+                               "--interpreters", "2"],
                               stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     address = "127.0.0.1:" + re.search(r"port (\d+)", server.stdout.readline()).group(1)
     probe = (np.arange(64, dtype=np.int64) * 7 % 256).reshape(1, 64)

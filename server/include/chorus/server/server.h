@@ -25,6 +25,7 @@ struct ServerOptions {
   int interpreters = 0;          // 0: one per hardware thread
   std::string host = "0.0.0.0";
   int port = 8001;                               // gRPC; 0 picks a free port
+  int http_port = 8000;                          // KServe v2 HTTP/REST; 0 picks, -1 disables
   int metrics_port = 8002;                       // HTTP /metrics; 0 picks a free port, -1 disables
   int64_t max_message_bytes = 64 << 20;          // larger requests: RESOURCE_EXHAUSTED
   size_t max_queue = 1024;                       // per model; beyond it: UNAVAILABLE
@@ -76,6 +77,8 @@ class Server {
   // The gRPC and metrics ports actually bound (useful with port 0).
   virtual int port() const = 0;
   virtual int metrics_port() const = 0;
+  // The HTTP/REST port bound; -1 when disabled.
+  virtual int http_port() const = 0;
 
   // Stops accepting new calls (ServerReady and health turn false), waits up to
   // drain_timeout for in-flight requests to finish, then stops. Idempotent;

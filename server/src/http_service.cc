@@ -1,0 +1,179 @@
+#include "server/src/http_service.h"
+
+#include <future>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+
+#include "server/src/http_status.h"
+#include "server/src/kserve_json.h"
+
+namespace chorus {
+namespace {
+
+constexpr char kJson[] = "application/json";
+// A model, optionally with its version: /v2/models/NAME[/versions/VERSION]
+#define CHORUS_MODEL_PATH R"(/v2/models/([^/]+)(?:/versions/([^/]+))?)"
+
+void ReplyError(httplib::Response& response, const Status& status) {
+  response.status = HttpStatusCode(status.code());
+  response.set_content(RenderError(status), kJson);
+}
+
+// Answers `status`'s error, or `body` when it is OK.
+void Reply(httplib::Response& response, const Status& status, const std::string& body) {
+  if (!status.ok()) return ReplyError(response, status);
+  response.set_content(body, kJson);
+}
+
+std::string ModelName(const httplib::Request& request) { return request.matches[1].str(); }
+std::string ModelVersion(const httplib::Request& request) {
+  return request.matches.size() > 2 ? request.matches[2].str() : "";
+}
+
+// Waits for the core's answer to a call it finishes from another thread.
+class Completion {
+ public:
+  std::function<void(Status)> Callback() {
+    return [this](Status status) { done_.set_value(std::move(status)); };
+  }
+  Status Wait() { return done_.get_future().get(); }
+
+ private:
+  std::promise<Status> done_;
+};
+
+StatusOr<std::optional<size_t>> JsonLength(const httplib::Request& request) {
+  if (!request.has_header(kInferenceHeaderLength)) return std::optional<size_t>();
+  const std::string value = request.get_header_value(kInferenceHeaderLength);
+  size_t parsed = 0;
+  if (value.empty() || value.find_first_not_of("0123456789") != std::string::npos ||
+      value.size() > 18) {
+    return InvalidArgumentError(std::string(kInferenceHeaderLength) +
+                                " is not a byte count: " + value);
+  }
+  parsed = std::stoull(value);
+  return std::optional<size_t>(parsed);
+}
+
+}  // namespace
+
+void HttpService::Register(httplib::Server* server, int64_t max_body_bytes) {
+  server->new_task_queue = [] { return new httplib::ThreadPool(kRestThreads); };
+  server->set_payload_max_length(static_cast<size_t>(max_body_bytes));
+  server->set_error_handler(
+      [max_body_bytes](const httplib::Request& request, httplib::Response& response) {
+        if (!response.body.empty()) return;
+        std::string message =
+            response.status == 413 ? "the request body exceeds the server's limit of " +
+                                         std::to_string(max_body_bytes) + " bytes"
+            : response.status == 404 ? "no such endpoint: " + request.method + " " + request.path
+            : response.status == 400 ? "the request could not be read (a POST needs "
+                                       "Content-Length, 0 for no body)"
+                                     : "the request could not be served";
+        response.set_content(nlohmann::json{{"error", message}}.dump(), kJson);
+      });
+  // Every route but the health probes needs the bearer token, when one is set.
+  server->set_pre_routing_handler(
+      [this](const httplib::Request& request, httplib::Response& response) {
+        if (request.path.rfind("/v2/health/", 0) == 0)
+          return httplib::Server::HandlerResponse::Unhandled;
+        Status allowed = context_->Authorize(request.get_header_value("Authorization"));
+        if (allowed.ok()) return httplib::Server::HandlerResponse::Unhandled;
+        ReplyError(response, allowed);
+        return httplib::Server::HandlerResponse::Handled;
+      });
+
+  server->Get("/v2/health/live", [](const httplib::Request&, httplib::Response& response) {
+    response.set_content(R"({"live":true})", kJson);
+  });
+  server->Get("/v2/health/ready", [this](const httplib::Request&, httplib::Response& response) {
+    const bool ready = context_->Ready();
+    response.status = ready ? 200 : 503;
+    response.set_content(nlohmann::json{{"ready", ready}}.dump(), kJson);
+  });
+  server->Get("/v2", [this](const httplib::Request&, httplib::Response& response) {
+    inference::ServerMetadataResponse metadata;
+    core_->ServerMetadata(&metadata);
+    response.set_content(RenderServerMetadata(metadata), kJson);
+  });
+  server->Get("/v2/models/stats", [this](const httplib::Request&, httplib::Response& response) {
+    inference::ModelStatisticsResponse statistics;
+    Status status = core_->ModelStatistics("", "", &statistics);
+    Reply(response, status, RenderStatistics(statistics));
+  });
+  server->Get(
+      CHORUS_MODEL_PATH, [this](const httplib::Request& request, httplib::Response& response) {
+        inference::ModelMetadataResponse metadata;
+        Status status = core_->ModelMetadata(ModelName(request), ModelVersion(request), &metadata);
+        Reply(response, status, RenderModelMetadata(metadata));
+      });
+  server->Get(CHORUS_MODEL_PATH "/ready",
+              [this](const httplib::Request& request, httplib::Response& response) {
+                const bool ready = core_->ModelReady(ModelName(request), ModelVersion(request));
+                response.status = ready ? 200 : 503;
+                response.set_content(
+                    nlohmann::json{{"name", ModelName(request)}, {"ready", ready}}.dump(), kJson);
+              });
+  server->Get(CHORUS_MODEL_PATH "/config", [this](const httplib::Request& request,
+                                                  httplib::Response& response) {
+    inference::ModelConfigResponse config;
+    Status status = core_->ModelConfig(ModelName(request), ModelVersion(request), &config);
+    Reply(response, status, RenderModelConfig(config));
+  });
+  server->Get(CHORUS_MODEL_PATH "/stats", [this](const httplib::Request& request,
+                                                 httplib::Response& response) {
+    inference::ModelStatisticsResponse statistics;
+    Status status = core_->ModelStatistics(ModelName(request), ModelVersion(request), &statistics);
+    Reply(response, status, RenderStatistics(statistics));
+  });
+  server->Post(CHORUS_MODEL_PATH "/infer",
+               [this](const httplib::Request& request, httplib::Response& response) {
+                 Infer(request, response);
+               });
+  server->Post("/v2/repository/index",
+               [this](const httplib::Request& request, httplib::Response& response) {
+                 const auto body = nlohmann::json::parse(request.body, nullptr, false);
+                 const bool ready_only = body.is_object() && body.value("ready", false);
+                 inference::RepositoryIndexResponse index;
+                 core_->RepositoryIndex(ready_only, &index);
+                 response.set_content(RenderRepositoryIndex(index), kJson);
+               });
+  server->Post(R"(/v2/repository/models/([^/]+)/(load|unload))",
+               [this](const httplib::Request& request, httplib::Response& response) {
+                 Repository(request, response);
+               });
+}
+
+void HttpService::Infer(const httplib::Request& http_request, httplib::Response& http_response) {
+  StatusOr<std::optional<size_t>> json_length = JsonLength(http_request);
+  if (!json_length.ok()) return ReplyError(http_response, json_length.status());
+  StatusOr<inference::ModelInferRequest> request = ParseInferRequest(
+      http_request.body, *json_length, ModelName(http_request), ModelVersion(http_request));
+  if (!request.ok()) return ReplyError(http_response, request.status());
+  inference::ModelInferResponse response;
+  Completion completion;
+  core_->Infer(&*request, &response, InferenceCore::Clock::time_point::max(), nullptr,
+               completion.Callback());
+  Status status = completion.Wait();
+  if (!status.ok()) return ReplyError(http_response, status);
+  RestBody body = RenderInferResponse(*request, response);
+  if (body.json_length.has_value()) {
+    http_response.set_header(kInferenceHeaderLength, std::to_string(*body.json_length));
+    http_response.set_content(std::move(body.content), "application/octet-stream");
+  } else {
+    http_response.set_content(std::move(body.content), kJson);
+  }
+}
+
+void HttpService::Repository(const httplib::Request& request, httplib::Response& response) {
+  Completion completion;
+  if (request.matches[2].str() == "load") {
+    core_->LoadModel(request.matches[1].str(), completion.Callback());
+  } else {
+    core_->UnloadModel(request.matches[1].str(), completion.Callback());
+  }
+  Reply(response, completion.Wait(), "{}");
+}
+
+}  // namespace chorus

@@ -1,0 +1,168 @@
+#include "server/src/inference_core.h"
+
+#include <algorithm>
+
+#include "server/src/model_repository.h"
+#include "server/src/tensor_codec.h"
+#include "server/src/triton_model_config.h"
+
+namespace chorus {
+namespace {
+
+constexpr char kServerName[] = "chorus";
+constexpr char kServerVersion[] = "0.1.0";
+
+void FillDuration(const ModelStatsSnapshot::Duration& from, inference::StatisticDuration* to) {
+  to->set_count(from.count);
+  to->set_ns(from.ns);
+}
+
+void FillStatistics(const LoadedModel& model, inference::ModelStatistics* out) {
+  ModelStatsSnapshot stats = model.Snapshot();
+  out->set_name(model.name());
+  out->set_version(model.version());
+  out->set_last_inference(stats.last_inference_ms);
+  out->set_inference_count(stats.inference_count);
+  out->set_execution_count(stats.execution_count);
+  auto* infer = out->mutable_inference_stats();
+  FillDuration(stats.success, infer->mutable_success());
+  FillDuration(stats.fail, infer->mutable_fail());
+  FillDuration(stats.queue, infer->mutable_queue());
+  FillDuration(stats.compute_infer, infer->mutable_compute_infer());
+  // Decoding and encoding tensors are not timed apart from the model's run:
+  // Triton's tools require the three compute counts to agree.
+  infer->mutable_compute_input()->set_count(stats.compute_infer.count);
+  infer->mutable_compute_output()->set_count(stats.compute_infer.count);
+  for (const auto& [size, duration] : stats.batches) {
+    auto* batch = out->add_batch_stats();
+    batch->set_batch_size(size);
+    FillDuration(duration, batch->mutable_compute_infer());
+  }
+}
+
+}  // namespace
+
+void InferenceCore::ServerMetadata(inference::ServerMetadataResponse* response) const {
+  response->set_name(kServerName);
+  response->set_version(kServerVersion);
+  for (const char* extension : {"model_repository", "statistics", "binary_tensor_data"}) {
+    response->add_extensions(extension);
+  }
+}
+
+bool InferenceCore::ModelReady(const std::string& name, const std::string& version) const {
+  return context_->ready.load() && context_->repository->Find(name, version).ok();
+}
+
+Status InferenceCore::ModelMetadata(const std::string& name, const std::string& version,
+                                    inference::ModelMetadataResponse* response) const {
+  CHORUS_ASSIGN_OR_RETURN(std::shared_ptr<LoadedModel> model,
+                          context_->repository->Find(name, version));
+  const Manifest& manifest = model->manifest();
+  response->set_name(model->name());
+  response->add_versions(model->version());
+  response->set_platform(PlatformName(model->model().kind()));
+  auto fill = [](const TensorSpec& spec, inference::ModelMetadataResponse::TensorMetadata* out) {
+    out->set_name(spec.name);
+    out->set_datatype(WireDatatype(spec.dtype));
+    for (int64_t d : spec.shape) out->add_shape(d);
+  };
+  for (const TensorSpec& spec : manifest.inputs) fill(spec, response->add_inputs());
+  for (const TensorSpec& spec : manifest.outputs) fill(spec, response->add_outputs());
+  return OkStatus();
+}
+
+Status InferenceCore::ModelConfig(const std::string& name, const std::string& version,
+                                  inference::ModelConfigResponse* response) const {
+  CHORUS_ASSIGN_OR_RETURN(std::shared_ptr<LoadedModel> model,
+                          context_->repository->Find(name, version));
+  FillTritonModelConfig(*model, response->mutable_config());
+  return OkStatus();
+}
+
+Status InferenceCore::ModelStatistics(const std::string& name, const std::string& version,
+                                      inference::ModelStatisticsResponse* response) const {
+  std::vector<std::shared_ptr<LoadedModel>> models;
+  if (name.empty()) {
+    models = context_->repository->Loaded();
+  } else {
+    CHORUS_ASSIGN_OR_RETURN(std::shared_ptr<LoadedModel> model,
+                            context_->repository->Find(name, version));
+    models.push_back(std::move(model));
+  }
+  for (const auto& model : models) FillStatistics(*model, response->add_model_stats());
+  return OkStatus();
+}
+
+void InferenceCore::RepositoryIndex(bool ready_only,
+                                    inference::RepositoryIndexResponse* response) const {
+  for (const RepositoryEntry& entry : context_->repository->Index()) {
+    if (ready_only && entry.state != "READY") continue;
+    auto* model = response->add_models();
+    model->set_name(entry.name);
+    model->set_version(entry.version);
+    model->set_state(entry.state);
+    model->set_reason(entry.reason);
+  }
+}
+
+void InferenceCore::LoadModel(std::string name, std::function<void(Status)> done) {
+  ModelRepository* repository = context_->repository;
+  ChangeRepository([repository, name = std::move(name)] { return repository->Load(name); },
+                   std::move(done));
+}
+
+void InferenceCore::UnloadModel(std::string name, std::function<void(Status)> done) {
+  ModelRepository* repository = context_->repository;
+  ChangeRepository([repository, name = std::move(name)] { return repository->Unload(name); },
+                   std::move(done));
+}
+
+void InferenceCore::ChangeRepository(std::function<Status()> change,
+                                     std::function<void(Status)> done) {
+  // Post drops the work unrun when it refuses it, so `done` is shared.
+  auto finish = std::make_shared<std::function<void(Status)>>(std::move(done));
+  if (!context_->background->Post([change = std::move(change), finish] { (*finish)(change()); })) {
+    (*finish)(UnavailableError("the server is shutting down"));
+  }
+}
+
+void InferenceCore::Infer(const inference::ModelInferRequest* request,
+                          inference::ModelInferResponse* response, Clock::time_point deadline,
+                          std::shared_ptr<std::atomic<bool>> cancelled,
+                          std::function<void(Status)> done) {
+  const Clock::time_point start = Clock::now();
+  if (!context_->ready.load()) return done(UnavailableError("the server is not ready"));
+  auto found = context_->repository->Find(request->model_name(), request->model_version());
+  if (!found.ok()) return done(found.status());
+  std::shared_ptr<LoadedModel> model = *found;
+  StatusOr<std::vector<at::Tensor>> inputs = DecodeInputs(*request, model->manifest());
+  if (!inputs.ok()) {
+    InferenceResult rejected;
+    rejected.status = inputs.status();
+    model->RecordRequest(rejected, Clock::now() - start);
+    return done(inputs.status());
+  }
+  InferenceRequest call;
+  call.id = request->id();
+  call.inputs = std::move(*inputs);
+  call.deadline = deadline;
+  if (context_->request_timeout.count() > 0) {
+    call.deadline = std::min(deadline, start + context_->request_timeout);
+  }
+  call.cancelled = std::move(cancelled);
+  model->scheduler().Submit(std::move(call), [model, request, response, start,
+                                              done = std::move(done)](InferenceResult result) {
+    Status status = result.status;
+    if (status.ok()) {
+      response->set_model_name(model->name());
+      response->set_model_version(model->version());
+      response->set_id(request->id());
+      status = EncodeOutputs(result.outputs, model->manifest(), *request, response);
+    }
+    model->RecordRequest(result, Clock::now() - start);
+    done(status);
+  });
+}
+
+}  // namespace chorus

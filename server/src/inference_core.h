@@ -1,0 +1,70 @@
+// The Open Inference Protocol's operations with no transport: the gRPC
+// service and the HTTP/REST endpoints both convert their request to the
+// protocol's messages, hand it here, and convert the answer back. So both
+// validate alike, share one scheduler per model and report the same errors.
+// Authorization is the transports' (they see the credentials).
+#ifndef CHORUS_SERVER_INFERENCE_CORE_H_
+#define CHORUS_SERVER_INFERENCE_CORE_H_
+
+#include <atomic>
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "chorus/common/status.h"
+#include "chorus/inference/grpc_service.pb.h"
+#include "server/src/service_context.h"
+
+namespace chorus {
+
+class InferenceCore {
+ public:
+  using Clock = std::chrono::steady_clock;
+
+  // `context` outlives the core.
+  explicit InferenceCore(ServiceContext* context) : context_(context) {}
+
+  // The server's name, version and protocol extensions.
+  void ServerMetadata(inference::ServerMetadataResponse* response) const;
+
+  // Whether version `version` ("" = the newest) of `name` serves now.
+  bool ModelReady(const std::string& name, const std::string& version) const;
+
+  // Each fills `response` for `name`/`version` ("" = the newest; "" name for
+  // statistics = every loaded model). NOT_FOUND for a model that is not loaded.
+  Status ModelMetadata(const std::string& name, const std::string& version,
+                       inference::ModelMetadataResponse* response) const;
+  Status ModelConfig(const std::string& name, const std::string& version,
+                     inference::ModelConfigResponse* response) const;
+  Status ModelStatistics(const std::string& name, const std::string& version,
+                         inference::ModelStatisticsResponse* response) const;
+
+  // The repository's models and their states (only READY ones if `ready_only`).
+  void RepositoryIndex(bool ready_only, inference::RepositoryIndexResponse* response) const;
+
+  // Loads (or unloads) `name` on the background thread, since a load can take
+  // seconds; `done` gets the result there, or at once (UNAVAILABLE) when the
+  // server is shutting down.
+  void LoadModel(std::string name, std::function<void(Status)> done);
+  void UnloadModel(std::string name, std::function<void(Status)> done);
+
+  // Validates `*request` against the model's signature and queues it on the
+  // model's scheduler, ending at the earlier of `deadline` and the server's
+  // request timeout; `cancelled` (optional) is set when the client goes away.
+  // `done` is called exactly once, on a scheduler worker or at once (invalid
+  // request, unknown model, not ready), after `*response` is filled when OK.
+  // `request` and `response` must stay valid until then.
+  void Infer(const inference::ModelInferRequest* request, inference::ModelInferResponse* response,
+             Clock::time_point deadline, std::shared_ptr<std::atomic<bool>> cancelled,
+             std::function<void(Status)> done);
+
+ private:
+  void ChangeRepository(std::function<Status()> change, std::function<void(Status)> done);
+
+  ServiceContext* const context_;
+};
+
+}  // namespace chorus
+
+#endif  // CHORUS_SERVER_INFERENCE_CORE_H_
