@@ -116,7 +116,7 @@ class PythonModel final : public Model {
  public:
   PythonModel(InterpreterManager* manager, std::shared_ptr<Archive> archive, EntryPoint entry,
               std::optional<Manifest> signature)
-      : archive_(std::move(archive)), signature_(std::move(signature)) {
+      : manager_(manager), archive_(std::move(archive)), signature_(std::move(signature)) {
     carries_signature_ = archive_->manifest().has_value();
     std::shared_ptr<Archive> shared = archive_;
     replicated_ = manager->Replicate([shared, entry](InterpreterSession& session) {
@@ -144,14 +144,56 @@ class PythonModel final : public Model {
     c10::InferenceMode guard;
     return replicated_.Call(inputs, {}, options);
   }
+  Status ForwardEach(const std::vector<c10::IValue>& inputs, const CallOptions& options,
+                     const std::function<bool(const c10::IValue&)>& each) override;
+
   StatusOr<Object> In(InterpreterSession& session) override { return replicated_.In(session); }
 
  private:
+  InterpreterManager* manager_;
   std::shared_ptr<Archive> archive_;
   std::optional<Manifest> signature_;
   bool carries_signature_ = false;
   ReplicatedObject replicated_;
 };
+
+Status PythonModel::ForwardEach(const std::vector<c10::IValue>& inputs, const CallOptions& options,
+                                const std::function<bool(const c10::IValue&)>& each) {
+  c10::InferenceMode guard;
+  InterpreterSession session = manager_->AcquireOne();
+  CHORUS_ASSIGN_OR_RETURN(Object replica, replicated_.In(session));
+  CHORUS_ASSIGN_OR_RETURN(Object answer, replica.Call(inputs, {}, options));
+  CHORUS_ASSIGN_OR_RETURN(Object is_generator, session.Global("inspect", "isgenerator"));
+  CHORUS_ASSIGN_OR_RETURN(Object generator_test, is_generator.CallObjects({answer}));
+  CHORUS_ASSIGN_OR_RETURN(c10::IValue generator, generator_test.ToIValue());
+  if (!generator.toBool()) {
+    CHORUS_ASSIGN_OR_RETURN(c10::IValue value, answer.ToIValue());
+    each(value);
+    return OkStatus();
+  }
+  // generator.__next__() until StopIteration, each step under the call's
+  // deadline (a generator past it is interrupted as a call is).
+  CHORUS_ASSIGN_OR_RETURN(Object step, answer.Attr("__next__"));
+  CHORUS_ASSIGN_OR_RETURN(Object close, answer.Attr("close"));
+  Status status = OkStatus();
+  while (true) {
+    StatusOr<Object> item = step.Call({}, {}, options);
+    if (!item.ok()) {
+      const PythonError* error = item.status().python_error();
+      if (error == nullptr || error->type != "StopIteration") status = item.status();
+      break;
+    }
+    StatusOr<c10::IValue> value = item->ToIValue();
+    if (!value.ok()) {
+      status = value.status();
+      break;
+    }
+    if (!each(*value)) break;
+  }
+  StatusOr<Object> closed = close.Call();  // runs the generator's finally blocks
+  if (status.ok() && !closed.ok()) status = closed.status();
+  return status;
+}
 
 class TorchScriptModel final : public Model {
  public:
@@ -184,6 +226,12 @@ class TorchScriptModel final : public Model {
 
 c10::IValue ArchiveToIValue(std::shared_ptr<Archive> archive) {
   return c10::IValue(c10::make_intrusive<ArchiveHolder>(std::move(archive)));
+}
+
+Status Model::ForwardEach(const std::vector<c10::IValue>&, const CallOptions&,
+                          const std::function<bool(const c10::IValue&)>&) {
+  return UnimplementedError(std::string(ArchiveKindName(kind())) +
+                            " models answer once; only Python models stream");
 }
 
 StatusOr<std::shared_ptr<Model>> Model::Load(InterpreterManager* manager, const std::string& path,

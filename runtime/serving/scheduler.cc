@@ -125,6 +125,7 @@ void ModelScheduler::DescribeForCrashReport(const std::vector<Pending>& batch,
 }
 
 bool ModelScheduler::Compatible(const Pending& a, const Pending& b) const {
+  if (a.request.on_response || b.request.on_response) return false;  // streams run alone
   const auto& x = a.request.inputs;
   const auto& y = b.request.inputs;
   if (x.size() != y.size()) return false;
@@ -202,6 +203,7 @@ void ModelScheduler::Execute(std::vector<Pending> batch) {
   ScopedCrashContext crash_context("model ");
   DescribeForCrashReport(batch, crash_context);
   const Clock::time_point start = Clock::now();
+  if (batch.front().request.on_response) return ExecuteDecoupled(batch.front(), start);
   const int64_t dim = options_.batching.batch_dim;
   int64_t total = 0;
   Clock::time_point deadline = Clock::time_point::min();
@@ -258,6 +260,38 @@ void ModelScheduler::Execute(std::vector<Pending> batch) {
     offset += p.batch_size;
     p.done(std::move(result));
   }
+}
+
+void ModelScheduler::ExecuteDecoupled(Pending& pending, Clock::time_point start) {
+  InferenceRequest& request = pending.request;
+  const std::vector<c10::IValue> inputs(request.inputs.begin(), request.inputs.end());
+  Status stopped;
+  Status status =
+      model_->ForwardEach(inputs, CallOptions{request.deadline}, [&](const c10::IValue& value) {
+        if (request.cancelled != nullptr && request.cancelled->load()) {
+          stopped = Status(StatusCode::kCancelled, "the client went away");
+          return false;
+        }
+        StatusOr<std::vector<at::Tensor>> outputs = FlattenOutputs(value, model_->manifest());
+        if (!outputs.ok()) {
+          stopped = outputs.status();
+          return false;
+        }
+        return request.on_response(std::move(*outputs));
+      });
+  if (status.ok()) status = stopped;
+  const auto compute = Clock::now() - start;
+  if (status.python_error() != nullptr) {
+    Log().warn("model {} failed: {}\n{}", model_->manifest() ? model_->manifest()->model_name : "?",
+               status.message(), status.python_error()->traceback);
+  }
+  if (on_execution_) on_execution_(ExecutionStats{1, 1, compute, status.ok()});
+  InferenceResult result;
+  result.status = std::move(status);
+  result.batch_size = 1;
+  result.queue_time = start - pending.enqueued;
+  result.compute_time = compute;
+  pending.done(std::move(result));
 }
 
 StatusOr<std::vector<at::Tensor>> FlattenOutputs(const c10::IValue& value,

@@ -40,6 +40,25 @@ void FillStatistics(const LoadedModel& model, inference::ModelStatistics* out) {
   }
 }
 
+bool BoolParameter(const google::protobuf::Map<std::string, inference::InferParameter>& map,
+                   const std::string& key) {
+  auto it = map.find(key);
+  return it != map.end() && it->second.bool_param();
+}
+
+inference::ModelStreamInferResponse StreamError(const inference::ModelInferRequest& request,
+                                                const Status& status) {
+  inference::ModelStreamInferResponse response;
+  response.set_error_message(std::string(status.message()));
+  response.mutable_infer_response()->set_model_name(request.model_name());
+  response.mutable_infer_response()->set_id(request.id());
+  return response;
+}
+
+void MarkFinal(inference::ModelInferResponse* response, bool final) {
+  (*response->mutable_parameters())["triton_final_response"].set_bool_param(final);
+}
+
 }  // namespace
 
 void InferenceCore::ServerMetadata(inference::ServerMetadataResponse* response) const {
@@ -136,6 +155,11 @@ void InferenceCore::Infer(const inference::ModelInferRequest* request,
   auto found = context_->repository->Find(request->model_name(), request->model_version());
   if (!found.ok()) return done(found.status());
   std::shared_ptr<LoadedModel> model = *found;
+  if (model->scheduling().decoupled) {
+    return done(InvalidArgumentError("model \"" + model->name() +
+                                     "\" is decoupled (it streams responses): call "
+                                     "ModelStreamInfer"));
+  }
   StatusOr<std::vector<at::Tensor>> inputs = DecodeInputs(*request, model->manifest());
   if (!inputs.ok()) {
     InferenceResult rejected;
@@ -163,6 +187,82 @@ void InferenceCore::Infer(const inference::ModelInferRequest* request,
     model->RecordRequest(result, Clock::now() - start);
     done(status);
   });
+}
+
+void InferenceCore::StreamInfer(std::shared_ptr<const inference::ModelInferRequest> request,
+                                Clock::time_point deadline,
+                                std::shared_ptr<std::atomic<bool>> cancelled,
+                                std::function<void(inference::ModelStreamInferResponse)> respond,
+                                std::function<void()> done) {
+  const Clock::time_point start = Clock::now();
+  auto fail = [&](const Status& status) {
+    respond(StreamError(*request, status));
+    done();
+  };
+  if (!context_->ready.load()) return fail(UnavailableError("the server is not ready"));
+  auto found = context_->repository->Find(request->model_name(), request->model_version());
+  if (!found.ok()) return fail(found.status());
+  std::shared_ptr<LoadedModel> model = *found;
+  if (!model->scheduling().decoupled) {  // one response, flagged final
+    auto response = std::make_shared<inference::ModelInferResponse>();
+    const inference::ModelInferRequest* raw = request.get();
+    return Infer(raw, response.get(), deadline, std::move(cancelled),
+                 [request, response, respond, done](Status status) {
+                   inference::ModelStreamInferResponse answer = StreamError(*request, status);
+                   if (status.ok()) {
+                     answer.clear_error_message();
+                     MarkFinal(response.get(), true);
+                     *answer.mutable_infer_response() = std::move(*response);
+                   }
+                   respond(std::move(answer));
+                   done();
+                 });
+  }
+  StatusOr<std::vector<at::Tensor>> inputs = DecodeInputs(*request, model->manifest());
+  if (!inputs.ok()) {
+    InferenceResult rejected;
+    rejected.status = inputs.status();
+    model->RecordRequest(rejected, Clock::now() - start);
+    return fail(inputs.status());
+  }
+  InferenceRequest call;
+  call.id = request->id();
+  call.inputs = std::move(*inputs);
+  call.deadline = deadline;
+  if (context_->request_timeout.count() > 0) {
+    call.deadline = std::min(deadline, start + context_->request_timeout);
+  }
+  call.cancelled = std::move(cancelled);
+  call.on_response = [model, request, respond](std::vector<at::Tensor> outputs) {
+    inference::ModelStreamInferResponse answer;
+    inference::ModelInferResponse* response = answer.mutable_infer_response();
+    response->set_model_name(model->name());
+    response->set_model_version(model->version());
+    response->set_id(request->id());
+    Status encoded = EncodeOutputs(outputs, model->manifest(), *request, response);
+    if (!encoded.ok()) {
+      respond(StreamError(*request, encoded));
+      return false;
+    }
+    MarkFinal(response, false);
+    respond(std::move(answer));
+    return true;
+  };
+  model->scheduler().Submit(
+      std::move(call), [model, request, respond, done, start](InferenceResult result) {
+        if (!result.status.ok()) {
+          respond(StreamError(*request, result.status));
+        } else if (BoolParameter(request->parameters(), "triton_enable_empty_final_response")) {
+          inference::ModelStreamInferResponse last;
+          last.mutable_infer_response()->set_model_name(model->name());
+          last.mutable_infer_response()->set_model_version(model->version());
+          last.mutable_infer_response()->set_id(request->id());
+          MarkFinal(last.mutable_infer_response(), true);
+          respond(std::move(last));
+        }
+        model->RecordRequest(result, Clock::now() - start);
+        done();
+      });
 }
 
 }  // namespace chorus

@@ -59,6 +59,17 @@ class InferenceCore {
              Clock::time_point deadline, std::shared_ptr<std::atomic<bool>> cancelled,
              std::function<void(Status)> done);
 
+  // One request of a ModelStreamInfer stream. A decoupled model's responses
+  // go to `respond` as the model yields them, then, if the request asked for
+  // it ("triton_enable_empty_final_response"), an empty one flagged
+  // "triton_final_response"; another model's one response is flagged final.
+  // Errors go to `respond` too (error_message set). `respond` is called from
+  // a scheduler worker, or at once; then `done`, exactly once.
+  void StreamInfer(std::shared_ptr<const inference::ModelInferRequest> request,
+                   Clock::time_point deadline, std::shared_ptr<std::atomic<bool>> cancelled,
+                   std::function<void(inference::ModelStreamInferResponse)> respond,
+                   std::function<void()> done);
+
  private:
   void ChangeRepository(std::function<Status()> change, std::function<void(Status)> done);
 

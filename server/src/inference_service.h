@@ -34,6 +34,8 @@ class InferenceService final : public inference::GRPCInferenceService::CallbackS
   grpc::ServerUnaryReactor* ModelInfer(grpc::CallbackServerContext* ctx,
                                        const inference::ModelInferRequest* request,
                                        inference::ModelInferResponse* response) override;
+  grpc::ServerBidiReactor<inference::ModelInferRequest, inference::ModelStreamInferResponse>*
+  ModelStreamInfer(grpc::CallbackServerContext* ctx) override;
   grpc::ServerUnaryReactor* ModelStatistics(grpc::CallbackServerContext* ctx,
                                             const inference::ModelStatisticsRequest* request,
                                             inference::ModelStatisticsResponse* response) override;

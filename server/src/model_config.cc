@@ -152,6 +152,10 @@ Status ParseScheduling(const Json& config, ModelConfig* out) {
     }
     out->preferred_batch_sizes = std::move(preferred);
   }
+  if (config.contains("decoupled")) {
+    if (!config["decoupled"].is_boolean()) return KeyError("decoupled", "must be true or false");
+    out->decoupled = config["decoupled"].get<bool>();
+  }
   if (config.contains("max_queue")) {
     // 0: every request is refused (a model kept loaded but closed to traffic).
     CHORUS_ASSIGN_OR_RETURN(int64_t queue, IntAt(config["max_queue"], "max_queue", 0));
@@ -174,10 +178,11 @@ StatusOr<ModelConfig> ParseModelConfig(std::string_view json) {
   if (config.is_discarded() || !config.is_object()) {
     return InvalidArgumentError("config.json is not a JSON object");
   }
-  CHORUS_RETURN_IF_ERROR(CheckKeys(
-      config, "",
-      {"format", "default_model_filename", "entry_point", "inputs", "outputs", "max_batch_size",
-       "dynamic_batching", "max_queue_delay_us", "preferred_batch_sizes", "max_queue"}));
+  CHORUS_RETURN_IF_ERROR(
+      CheckKeys(config, "",
+                {"format", "default_model_filename", "entry_point", "inputs", "outputs",
+                 "max_batch_size", "dynamic_batching", "max_queue_delay_us",
+                 "preferred_batch_sizes", "max_queue", "decoupled"}));
   ModelConfig out;
   if (config.contains("format")) {
     CHORUS_ASSIGN_OR_RETURN(out.format, FormatAt(config["format"]));

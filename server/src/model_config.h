@@ -50,6 +50,9 @@ struct ModelConfig {
   std::optional<std::chrono::microseconds> max_queue_delay;
   std::optional<std::vector<int64_t>> preferred_batch_sizes;
   std::optional<size_t> max_queue;
+  // The model streams (its call returns a generator): served by
+  // ModelStreamInfer only, each request alone, zero or more responses each.
+  bool decoupled = false;
 
   // True when the config gives a signature (inputs).
   bool has_signature() const { return !inputs.empty(); }

@@ -46,6 +46,8 @@ SchedulerOptions SchedulingFor(const ModelConfig& config, const Manifest& manife
   scheduling.batching.max_batch_size =
       std::max<int64_t>(1, config.max_batch_size.value_or(hint.max_batch_size));
   if (config.max_queue_delay) scheduling.batching.max_queue_delay = *config.max_queue_delay;
+  scheduling.decoupled = config.decoupled;
+  if (config.decoupled) scheduling.batching.enabled = false;  // a stream runs alone
   if (config.preferred_batch_sizes) {
     scheduling.batching.preferred_batch_sizes = *config.preferred_batch_sizes;
   }
@@ -84,8 +86,19 @@ std::vector<c10::IValue> ZeroInputs(const Manifest& manifest) {
 
 // The outputs' signature, from one run of `model` on zeros: their dtypes and
 // shapes (the batch dimension, if batched, any-size), named output0, ...
-StatusOr<std::vector<TensorSpec>> ProbeOutputs(Model& model, const Manifest& signature) {
-  StatusOr<c10::IValue> result = model.Forward(ZeroInputs(signature));
+StatusOr<std::vector<TensorSpec>> ProbeOutputs(Model& model, const Manifest& signature,
+                                               bool decoupled) {
+  // A decoupled model's first response stands for all.
+  StatusOr<c10::IValue> result = InternalError("the model yielded nothing on zeros");
+  if (decoupled) {
+    Status called = model.ForwardEach(ZeroInputs(signature), {}, [&](const c10::IValue& value) {
+      result = value;
+      return false;
+    });
+    if (!called.ok()) result = called;
+  } else {
+    result = model.Forward(ZeroInputs(signature));
+  }
   if (!result.ok()) {
     return result.status().Annotate(
         "running the model on zeros to learn its outputs (give \"outputs\" in config.json "
@@ -265,7 +278,8 @@ StatusOr<std::shared_ptr<Model>> ModelRepository::LoadModel(const std::string& p
   if (!config.has_signature()) return NeedsConfigError(path, model_dir, (*model)->kind());
   if (!config.outputs.empty()) return model;
   // Outputs left out: learned from one run, then the model is served with them.
-  CHORUS_ASSIGN_OR_RETURN(options.signature->outputs, ProbeOutputs(**model, *options.signature));
+  CHORUS_ASSIGN_OR_RETURN(options.signature->outputs,
+                          ProbeOutputs(**model, *options.signature, config.decoupled));
   return Model::Load(manager_, path, options);
 }
 

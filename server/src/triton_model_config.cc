@@ -71,7 +71,7 @@ void FillTritonModelConfig(const LoadedModel& model, inference::ModelConfig* con
   instances->set_count(scheduling.workers);
   instances->set_kind(manifest.device == "cuda" ? inference::ModelInstanceGroup::KIND_GPU
                                                 : inference::ModelInstanceGroup::KIND_CPU);
-  config->mutable_model_transaction_policy()->set_decoupled(false);
+  config->mutable_model_transaction_policy()->set_decoupled(model.scheduling().decoupled);
 }
 
 }  // namespace chorus

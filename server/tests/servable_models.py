@@ -84,3 +84,31 @@ class Hog(torch.nn.Module):
         for _ in range(mib // 16):
             blocks.append(torch.empty(16 << 20, dtype=torch.uint8).fill_(1))
         return x + len(blocks)
+
+
+class Countdown(torch.nn.Module):
+    """Decoupled: yields x + i for i in range(n), one response each."""
+
+    def forward(self, x, n):
+        for i in range(int(n.reshape(-1)[0])):
+            yield x + i
+
+
+class FailsMidway(torch.nn.Module):
+    """Decoupled: two responses, then a Python error."""
+
+    def forward(self, x):
+        yield x
+        yield x * 2
+        raise ValueError("stopped after two responses")
+
+
+class Endless(torch.nn.Module):
+    """Decoupled: a response every 50 ms until the client goes away."""
+
+    def forward(self, x):
+        step = 0
+        while True:
+            time.sleep(0.05)
+            step += 1
+            yield x + step

@@ -212,6 +212,13 @@ def create_package(output: str, model: Any, example_inputs: Sequence[torch.Tenso
             shapes = ", ".join(f"{t.dtype}{list(t.shape)}" for t in example_inputs)
             raise PackagingError(f"the model fails on the example inputs ({shapes}): "
                                  f"{error_summary(e)}") from e
+    if inspect.isgenerator(outputs):
+        # A decoupled model (it streams responses): its first response stands for all.
+        first = next(outputs, None)
+        outputs.close()
+        if first is None:
+            raise PackagingError("the model yields nothing on the example inputs")
+        outputs = first
     output_tensors = _flatten_outputs(outputs)
     input_names = input_names or _input_names(model, len(example_inputs))
     output_names = output_names or _output_names(outputs, len(output_tensors))

@@ -12,6 +12,7 @@
 #ifndef CHORUS_PACKAGE_MODEL_H_
 #define CHORUS_PACKAGE_MODEL_H_
 
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -77,6 +78,15 @@ class Model {
   // INTERNAL with the Python details, DEADLINE_EXCEEDED at the deadline).
   virtual StatusOr<c10::IValue> Forward(const std::vector<c10::IValue>& inputs,
                                         const CallOptions& options = {}) = 0;
+
+  // Calls the model as Forward does and hands `each` what it answers, on the
+  // calling thread: every value in order when the call returns a generator
+  // (a decoupled model, which streams), else the one value. Holds one
+  // interpreter throughout; when `each` returns false the generator is closed
+  // (its `finally` blocks run) and the call ends. Errors: Forward's, also
+  // from inside the generator; UNIMPLEMENTED for TorchScript and AOTInductor.
+  virtual Status ForwardEach(const std::vector<c10::IValue>& inputs, const CallOptions& options,
+                             const std::function<bool(const c10::IValue&)>& each);
 
   // For models run on interpreters: the replica in `session`'s interpreter
   // (made there if needed). UNIMPLEMENTED for TorchScript and AOTInductor.

@@ -46,6 +46,7 @@ struct SchedulerOptions {
   size_t max_queue = 1024;  // queued requests beyond which Submit answers UNAVAILABLE
   int workers = 1;          // concurrent executions; usually the interpreters
   std::string label;        // what crash reports call the model ("mlp version 1")
+  bool decoupled = false;   // the model streams: requests come with on_response
 };
 
 struct InferenceRequest {
@@ -53,6 +54,11 @@ struct InferenceRequest {
   std::vector<at::Tensor> inputs;  // in the model's signature order
   std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max();
   std::shared_ptr<std::atomic<bool>> cancelled;  // optional; set when the client goes away
+  // Set for a decoupled model (one that streams): the request runs alone,
+  // and each response's outputs come here, in order, from the worker, as the
+  // model yields them; returning false stops the model. The Done callback
+  // then reports how it ended, with no outputs.
+  std::function<bool(std::vector<at::Tensor>)> on_response;
 };
 
 struct InferenceResult {
@@ -111,6 +117,8 @@ class ModelScheduler {
   // this batch was. Allocates nothing (it runs for every execution).
   void DescribeForCrashReport(const std::vector<Pending>& batch, ScopedCrashContext& context) const;
   void Execute(std::vector<Pending> batch);
+  // Runs one decoupled request (request.on_response set) to its end.
+  void ExecuteDecoupled(Pending& pending, std::chrono::steady_clock::time_point start);
   // Answers requests that expired or were cancelled while queued.
   bool Answered(Pending& pending);
 
