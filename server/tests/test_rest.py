@@ -194,3 +194,23 @@ def test_http_client_errors_are_exceptions_with_the_message(http):
     with pytest.raises(InferenceServerException) as unknown:
         http.get_model_metadata("no_such_model")
     assert "no_such_model" in unknown.value.message()
+
+
+def test_the_bearer_token_guards_every_endpoint_but_health(repository):
+    guarded = ServerProcess(repository[0], "--auth-token", "s3cret", interpreters=1)
+    try:
+        body = json.dumps({"inputs": [{"name": "x", "datatype": "FP32", "shape": [1, 4],
+                                       "data": [0, 0, 0, 0]}]})
+        for method, path, data in (("GET", "/v2", None), ("GET", "/v2/models/mlp", None),
+                                   ("POST", "/v2/models/mlp/infer", body)):
+            status, answer = curl(guarded, method, path, data)
+            assert status == 401 and "bearer token" in answer["error"], (path, answer)
+            status, _ = curl(guarded, method, path, data,
+                             headers=["Authorization: Bearer wrong"])
+            assert status == 401
+            status, _ = curl(guarded, method, path, data,
+                             headers=["Authorization: Bearer s3cret"])
+            assert status == 200, path
+        assert curl(guarded, "GET", "/v2/health/ready")[0] == 200
+    finally:
+        assert guarded.stop() == 0
