@@ -60,6 +60,9 @@ StatusOr<std::optional<size_t>> JsonLength(const httplib::Request& request) {
 
 void HttpService::Register(httplib::Server* server, int64_t max_body_bytes) {
   server->new_task_queue = [] { return new httplib::ThreadPool(kRestThreads); };
+  // Off by default in cpp-httplib: every answer would wait ~40 ms for the
+  // client's delayed ACK (Nagle).
+  server->set_tcp_nodelay(true);
   server->set_payload_max_length(static_cast<size_t>(max_body_bytes));
   server->set_error_handler(
       [max_body_bytes](const httplib::Request& request, httplib::Response& response) {
