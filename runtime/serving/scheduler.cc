@@ -236,10 +236,7 @@ void ModelScheduler::Execute(std::vector<Pending> batch) {
     }
   }
   const auto compute = Clock::now() - start;
-  if (!outputs.ok() && outputs.status().python_error() != nullptr) {
-    Log().warn("model {} failed: {}\n{}", model_->manifest() ? model_->manifest()->model_name : "?",
-               outputs.status().message(), outputs.status().python_error()->traceback);
-  }
+  if (!outputs.ok()) LogPythonError(outputs.status());
   if (on_execution_) {
     on_execution_(ExecutionStats{total, static_cast<int>(batch.size()), compute, outputs.ok()});
   }
@@ -262,6 +259,12 @@ void ModelScheduler::Execute(std::vector<Pending> batch) {
   }
 }
 
+void ModelScheduler::LogPythonError(const Status& status) const {
+  if (status.python_error() == nullptr) return;
+  Log().warn("model {} failed: {}\n{}", model_->manifest() ? model_->manifest()->model_name : "?",
+             status.message(), status.python_error()->traceback);
+}
+
 void ModelScheduler::ExecuteDecoupled(Pending& pending, Clock::time_point start) {
   InferenceRequest& request = pending.request;
   const std::vector<c10::IValue> inputs(request.inputs.begin(), request.inputs.end());
@@ -281,10 +284,7 @@ void ModelScheduler::ExecuteDecoupled(Pending& pending, Clock::time_point start)
       });
   if (status.ok()) status = stopped;
   const auto compute = Clock::now() - start;
-  if (status.python_error() != nullptr) {
-    Log().warn("model {} failed: {}\n{}", model_->manifest() ? model_->manifest()->model_name : "?",
-               status.message(), status.python_error()->traceback);
-  }
+  LogPythonError(status);
   if (on_execution_) on_execution_(ExecutionStats{1, 1, compute, status.ok()});
   InferenceResult result;
   result.status = std::move(status);

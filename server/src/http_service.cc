@@ -46,14 +46,12 @@ class Completion {
 StatusOr<std::optional<size_t>> JsonLength(const httplib::Request& request) {
   if (!request.has_header(kInferenceHeaderLength)) return std::optional<size_t>();
   const std::string value = request.get_header_value(kInferenceHeaderLength);
-  size_t parsed = 0;
   if (value.empty() || value.find_first_not_of("0123456789") != std::string::npos ||
       value.size() > 18) {
     return InvalidArgumentError(std::string(kInferenceHeaderLength) +
                                 " is not a byte count: " + value);
   }
-  parsed = std::stoull(value);
-  return std::optional<size_t>(parsed);
+  return std::optional<size_t>(std::stoull(value));
 }
 
 }  // namespace

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "server/src/infer_parameters.h"
 #include "server/src/model_repository.h"
 #include "server/src/tensor_codec.h"
 #include "server/src/triton_model_config.h"
@@ -40,10 +41,12 @@ void FillStatistics(const LoadedModel& model, inference::ModelStatistics* out) {
   }
 }
 
-bool BoolParameter(const google::protobuf::Map<std::string, inference::InferParameter>& map,
-                   const std::string& key) {
-  auto it = map.find(key);
-  return it != map.end() && it->second.bool_param();
+// Who answers: the model, its version and the request's id.
+void FillResponseHeader(const LoadedModel& model, const inference::ModelInferRequest& request,
+                        inference::ModelInferResponse* response) {
+  response->set_model_name(model.name());
+  response->set_model_version(model.version());
+  response->set_id(request.id());
 }
 
 inference::ModelStreamInferResponse StreamError(const inference::ModelInferRequest& request,
@@ -146,42 +149,63 @@ void InferenceCore::ChangeRepository(std::function<Status()> change,
   }
 }
 
-void InferenceCore::Infer(const inference::ModelInferRequest* request,
-                          inference::ModelInferResponse* response, Clock::time_point deadline,
-                          std::shared_ptr<std::atomic<bool>> cancelled,
-                          std::function<void(Status)> done) {
-  const Clock::time_point start = Clock::now();
-  if (!context_->ready.load()) return done(UnavailableError("the server is not ready"));
-  auto found = context_->repository->Find(request->model_name(), request->model_version());
-  if (!found.ok()) return done(found.status());
-  std::shared_ptr<LoadedModel> model = *found;
-  if (model->scheduling().decoupled) {
-    return done(InvalidArgumentError("model \"" + model->name() +
-                                     "\" is decoupled (it streams responses): call "
-                                     "ModelStreamInfer"));
-  }
-  StatusOr<std::vector<at::Tensor>> inputs = DecodeInputs(*request, model->manifest());
+StatusOr<std::shared_ptr<LoadedModel>> InferenceCore::ServingModel(
+    const inference::ModelInferRequest& request) const {
+  if (!context_->ready.load()) return UnavailableError("the server is not ready");
+  return context_->repository->Find(request.model_name(), request.model_version());
+}
+
+StatusOr<InferenceRequest> InferenceCore::PrepareCall(LoadedModel& model,
+                                                      const inference::ModelInferRequest& request,
+                                                      Clock::time_point deadline,
+                                                      std::shared_ptr<std::atomic<bool>> cancelled,
+                                                      Clock::time_point start) const {
+  StatusOr<std::vector<at::Tensor>> inputs = DecodeInputs(request, model.manifest());
   if (!inputs.ok()) {
     InferenceResult rejected;
     rejected.status = inputs.status();
-    model->RecordRequest(rejected, Clock::now() - start);
-    return done(inputs.status());
+    model.RecordRequest(rejected, Clock::now() - start);
+    return inputs.status();
   }
   InferenceRequest call;
-  call.id = request->id();
+  call.id = request.id();
   call.inputs = std::move(*inputs);
   call.deadline = deadline;
   if (context_->request_timeout.count() > 0) {
     call.deadline = std::min(deadline, start + context_->request_timeout);
   }
   call.cancelled = std::move(cancelled);
-  model->scheduler().Submit(std::move(call), [model, request, response, start,
-                                              done = std::move(done)](InferenceResult result) {
+  return call;
+}
+
+void InferenceCore::Infer(const inference::ModelInferRequest* request,
+                          inference::ModelInferResponse* response, Clock::time_point deadline,
+                          std::shared_ptr<std::atomic<bool>> cancelled,
+                          std::function<void(Status)> done) {
+  StatusOr<std::shared_ptr<LoadedModel>> model = ServingModel(*request);
+  if (!model.ok()) return done(model.status());
+  if ((*model)->scheduling().decoupled) {
+    return done(InvalidArgumentError("model \"" + (*model)->name() +
+                                     "\" is decoupled (it streams responses): call "
+                                     "ModelStreamInfer"));
+  }
+  InferOnce(std::move(*model), request, response, deadline, std::move(cancelled), std::move(done));
+}
+
+void InferenceCore::InferOnce(std::shared_ptr<LoadedModel> model,
+                              const inference::ModelInferRequest* request,
+                              inference::ModelInferResponse* response, Clock::time_point deadline,
+                              std::shared_ptr<std::atomic<bool>> cancelled,
+                              std::function<void(Status)> done) {
+  const Clock::time_point start = Clock::now();
+  StatusOr<InferenceRequest> call =
+      PrepareCall(*model, *request, deadline, std::move(cancelled), start);
+  if (!call.ok()) return done(call.status());
+  model->scheduler().Submit(std::move(*call), [model, request, response, start,
+                                               done = std::move(done)](InferenceResult result) {
     Status status = result.status;
     if (status.ok()) {
-      response->set_model_name(model->name());
-      response->set_model_version(model->version());
-      response->set_id(request->id());
+      FillResponseHeader(*model, *request, response);
       status = EncodeOutputs(result.outputs, model->manifest(), *request, response);
     }
     model->RecordRequest(result, Clock::now() - start);
@@ -199,46 +223,30 @@ void InferenceCore::StreamInfer(std::shared_ptr<const inference::ModelInferReque
     respond(StreamError(*request, status));
     done();
   };
-  if (!context_->ready.load()) return fail(UnavailableError("the server is not ready"));
-  auto found = context_->repository->Find(request->model_name(), request->model_version());
-  if (!found.ok()) return fail(found.status());
-  std::shared_ptr<LoadedModel> model = *found;
-  if (!model->scheduling().decoupled) {  // one response, flagged final
+  StatusOr<std::shared_ptr<LoadedModel>> model = ServingModel(*request);
+  if (!model.ok()) return fail(model.status());
+  if (!(*model)->scheduling().decoupled) {  // one response, flagged final
     auto response = std::make_shared<inference::ModelInferResponse>();
     const inference::ModelInferRequest* raw = request.get();
-    return Infer(raw, response.get(), deadline, std::move(cancelled),
-                 [request, response, respond, done](Status status) {
-                   inference::ModelStreamInferResponse answer = StreamError(*request, status);
-                   if (status.ok()) {
-                     answer.clear_error_message();
-                     MarkFinal(response.get(), true);
-                     *answer.mutable_infer_response() = std::move(*response);
-                   }
-                   respond(std::move(answer));
-                   done();
-                 });
+    return InferOnce(std::move(*model), raw, response.get(), deadline, std::move(cancelled),
+                     [request, response, respond, done](Status status) {
+                       inference::ModelStreamInferResponse answer = StreamError(*request, status);
+                       if (status.ok()) {
+                         answer.clear_error_message();
+                         MarkFinal(response.get(), true);
+                         *answer.mutable_infer_response() = std::move(*response);
+                       }
+                       respond(std::move(answer));
+                       done();
+                     });
   }
-  StatusOr<std::vector<at::Tensor>> inputs = DecodeInputs(*request, model->manifest());
-  if (!inputs.ok()) {
-    InferenceResult rejected;
-    rejected.status = inputs.status();
-    model->RecordRequest(rejected, Clock::now() - start);
-    return fail(inputs.status());
-  }
-  InferenceRequest call;
-  call.id = request->id();
-  call.inputs = std::move(*inputs);
-  call.deadline = deadline;
-  if (context_->request_timeout.count() > 0) {
-    call.deadline = std::min(deadline, start + context_->request_timeout);
-  }
-  call.cancelled = std::move(cancelled);
-  call.on_response = [model, request, respond](std::vector<at::Tensor> outputs) {
+  StatusOr<InferenceRequest> call =
+      PrepareCall(**model, *request, deadline, std::move(cancelled), start);
+  if (!call.ok()) return fail(call.status());
+  call->on_response = [model = *model, request, respond](std::vector<at::Tensor> outputs) {
     inference::ModelStreamInferResponse answer;
     inference::ModelInferResponse* response = answer.mutable_infer_response();
-    response->set_model_name(model->name());
-    response->set_model_version(model->version());
-    response->set_id(request->id());
+    FillResponseHeader(*model, *request, response);
     Status encoded = EncodeOutputs(outputs, model->manifest(), *request, response);
     if (!encoded.ok()) {
       respond(StreamError(*request, encoded));
@@ -248,15 +256,13 @@ void InferenceCore::StreamInfer(std::shared_ptr<const inference::ModelInferReque
     respond(std::move(answer));
     return true;
   };
-  model->scheduler().Submit(
-      std::move(call), [model, request, respond, done, start](InferenceResult result) {
+  (*model)->scheduler().Submit(
+      std::move(*call), [model = *model, request, respond, done, start](InferenceResult result) {
         if (!result.status.ok()) {
           respond(StreamError(*request, result.status));
         } else if (BoolParameter(request->parameters(), "triton_enable_empty_final_response")) {
           inference::ModelStreamInferResponse last;
-          last.mutable_infer_response()->set_model_name(model->name());
-          last.mutable_infer_response()->set_model_version(model->version());
-          last.mutable_infer_response()->set_id(request->id());
+          FillResponseHeader(*model, *request, last.mutable_infer_response());
           MarkFinal(last.mutable_infer_response(), true);
           respond(std::move(last));
         }

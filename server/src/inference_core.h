@@ -14,6 +14,7 @@
 
 #include "chorus/common/status.h"
 #include "chorus/inference/grpc_service.pb.h"
+#include "server/src/model_repository.h"
 #include "server/src/service_context.h"
 
 namespace chorus {
@@ -71,6 +72,21 @@ class InferenceCore {
                    std::function<void()> done);
 
  private:
+  // The model `request` names, if the server serves and has it loaded.
+  StatusOr<std::shared_ptr<LoadedModel>> ServingModel(
+      const inference::ModelInferRequest& request) const;
+  // `request` decoded for `model`'s scheduler, ending at the earlier of
+  // `deadline` and the server's request timeout; a refused request is counted
+  // in the model's statistics.
+  StatusOr<InferenceRequest> PrepareCall(LoadedModel& model,
+                                         const inference::ModelInferRequest& request,
+                                         Clock::time_point deadline,
+                                         std::shared_ptr<std::atomic<bool>> cancelled,
+                                         Clock::time_point start) const;
+  // Infer, on a model already found and not decoupled.
+  void InferOnce(std::shared_ptr<LoadedModel> model, const inference::ModelInferRequest* request,
+                 inference::ModelInferResponse* response, Clock::time_point deadline,
+                 std::shared_ptr<std::atomic<bool>> cancelled, std::function<void(Status)> done);
   void ChangeRepository(std::function<Status()> change, std::function<void(Status)> done);
 
   ServiceContext* const context_;

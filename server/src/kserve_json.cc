@@ -10,6 +10,7 @@
 #include <set>
 
 #include "chorus/package/dtype.h"
+#include "server/src/infer_parameters.h"
 
 namespace chorus {
 namespace {
@@ -140,7 +141,7 @@ const Json* Member(const Json& object, const char* key) {
   return it == object.end() ? nullptr : &*it;
 }
 
-bool BoolParameter(const Json& object, const char* key) {
+bool JsonBoolParameter(const Json& object, const char* key) {
   const Json* parameters = Member(object, "parameters");
   const Json* value =
       parameters != nullptr && parameters->is_object() ? Member(*parameters, key) : nullptr;
@@ -201,17 +202,6 @@ Status ParseInput(const Json& input, inference::ModelInferRequest::InferInputTen
                                    std::to_string(elements) + " elements)");
   }
   return OkStatus();
-}
-
-void SetBoolParameter(google::protobuf::Map<std::string, inference::InferParameter>* parameters,
-                      const std::string& key) {
-  (*parameters)[key].set_bool_param(true);
-}
-
-bool HasBoolParameter(const google::protobuf::Map<std::string, inference::InferParameter>& map,
-                      const std::string& key) {
-  auto it = map.find(key);
-  return it != map.end() && it->second.bool_param();
 }
 
 Json TensorMetadataJson(const inference::ModelMetadataResponse::TensorMetadata& tensor) {
@@ -290,12 +280,12 @@ StatusOr<inference::ModelInferRequest> ParseInferRequest(std::string_view body,
       }
       auto* requested = request.add_outputs();
       requested->set_name(name->get<std::string>());
-      if (BoolParameter(output, "binary_data")) {
+      if (JsonBoolParameter(output, "binary_data")) {
         SetBoolParameter(requested->mutable_parameters(), "binary_data");
       }
     }
   }
-  if (BoolParameter(doc, "binary_data_output")) {
+  if (JsonBoolParameter(doc, "binary_data_output")) {
     SetBoolParameter(request.mutable_parameters(), "binary_data_output");
   }
   return request;
@@ -303,10 +293,10 @@ StatusOr<inference::ModelInferRequest> ParseInferRequest(std::string_view body,
 
 RestBody RenderInferResponse(const inference::ModelInferRequest& request,
                              const inference::ModelInferResponse& response) {
-  const bool all_binary = HasBoolParameter(request.parameters(), "binary_data_output");
+  const bool all_binary = BoolParameter(request.parameters(), "binary_data_output");
   std::set<std::string> binary_outputs;
   for (const auto& output : request.outputs()) {
-    if (HasBoolParameter(output.parameters(), "binary_data")) binary_outputs.insert(output.name());
+    if (BoolParameter(output.parameters(), "binary_data")) binary_outputs.insert(output.name());
   }
   Json outputs = Json::array();
   std::string binary;

@@ -19,14 +19,38 @@
 namespace chorus {
 namespace {
 
+// An HTTP server (cpp-httplib) listening on its own thread.
+struct HttpEndpoint {
+  std::unique_ptr<httplib::Server> server = std::make_unique<httplib::Server>();
+  std::thread thread;
+  int port = -1;
+
+  // Binds `requested` (0: any free port) on `host` and serves; `what` names
+  // the endpoint in the error.
+  Status Serve(const std::string& host, int requested, const std::string& what) {
+    port = requested == 0 ? server->bind_to_any_port(host)
+                          : (server->bind_to_port(host, requested) ? requested : -1);
+    if (port < 0) {
+      return UnavailableError("cannot listen for " + what + " on port " +
+                              std::to_string(requested));
+    }
+    thread = std::thread([this] { server->listen_after_bind(); });
+    return OkStatus();
+  }
+  void Stop() {
+    server->stop();
+    if (thread.joinable()) thread.join();
+  }
+};
+
 class ServerImpl final : public Server {
  public:
   ~ServerImpl() override { Shutdown(); }
 
   Status Initialize(const ServerOptions& options);
   int port() const override { return port_; }
-  int metrics_port() const override { return metrics_port_; }
-  int http_port() const override { return http_port_; }
+  int metrics_port() const override { return metrics_ ? metrics_->port : -1; }
+  int http_port() const override { return http_ ? http_->port : -1; }
   void Shutdown() override;
 
  private:
@@ -46,13 +70,9 @@ class ServerImpl final : public Server {
   std::unique_ptr<JobJournal> journal_;
   std::unique_ptr<TrainingService> training_;
   std::unique_ptr<grpc::Server> grpc_;
-  std::unique_ptr<httplib::Server> metrics_;
-  std::thread metrics_thread_;
-  std::unique_ptr<httplib::Server> http_;
-  std::thread http_thread_;
+  std::unique_ptr<HttpEndpoint> metrics_;
+  std::unique_ptr<HttpEndpoint> http_;
   int port_ = 0;
-  int http_port_ = -1;
-  int metrics_port_ = -1;
   std::once_flag shutdown_once_;
 };
 
@@ -107,7 +127,7 @@ Status ServerImpl::Initialize(const ServerOptions& options) {
   Log().info(
       "serving {} model(s) with {} interpreters: gRPC on port {}, HTTP/REST on {}, "
       "metrics on {}",
-      repository_->Loaded().size(), manager_->size(), port_, http_port_, metrics_port_);
+      repository_->Loaded().size(), manager_->size(), port_, http_port(), metrics_port());
   if (StatusOr<double> in_use = DataMiB(); options.memory_limit_mib > 0 && in_use.ok()) {
     Log().info("memory: {:.0f} MiB of private memory in use of the {} MiB limit", *in_use,
                options.memory_limit_mib);
@@ -139,50 +159,33 @@ Status ServerImpl::StartGrpc(const ServerOptions& options) {
   return OkStatus();
 }
 
-// Binds `server` to `port` (0: any free one) on `host`; the port bound, or -1.
-int BindHttp(httplib::Server& server, const std::string& host, int port) {
-  if (port == 0) return server.bind_to_any_port(host);
-  return server.bind_to_port(host, port) ? port : -1;
-}
-
 Status ServerImpl::StartHttp(const ServerOptions& options) {
   if (options.http_port < 0) return OkStatus();
-  http_ = std::make_unique<httplib::Server>();
-  rest_->Register(http_.get(), options.max_message_bytes);
-  http_port_ = BindHttp(*http_, options.host, options.http_port);
-  if (http_port_ < 0) {
-    return UnavailableError("cannot listen for HTTP/REST on port " +
-                            std::to_string(options.http_port));
-  }
-  http_thread_ = std::thread([this] { http_->listen_after_bind(); });
-  return OkStatus();
+  http_ = std::make_unique<HttpEndpoint>();
+  rest_->Register(http_->server.get(), options.max_message_bytes);
+  return http_->Serve(options.host, options.http_port, "HTTP/REST");
 }
 
 Status ServerImpl::StartMetrics(const ServerOptions& options) {
   if (options.metrics_port < 0) return OkStatus();
-  metrics_ = std::make_unique<httplib::Server>();
+  metrics_ = std::make_unique<HttpEndpoint>();
+  httplib::Server* metrics = metrics_->server.get();
   const std::string restarts = RenderRestartMetrics(options.restarts, options.last_exit);
   // KServe v2's health endpoints, for probes that speak HTTP.
-  metrics_->Get("/v2/health/live", [](const httplib::Request&, httplib::Response& response) {
+  metrics->Get("/v2/health/live", [](const httplib::Request&, httplib::Response& response) {
     response.set_content("{\"live\":true}", "application/json");
   });
-  metrics_->Get("/v2/health/ready", [this](const httplib::Request&, httplib::Response& response) {
+  metrics->Get("/v2/health/ready", [this](const httplib::Request&, httplib::Response& response) {
     const bool ready = context_.Ready();
     response.status = ready ? 200 : 503;
     response.set_content(ready ? "{\"ready\":true}" : "{\"ready\":false}", "application/json");
   });
-  metrics_->Get("/metrics", [this, restarts](const httplib::Request&, httplib::Response& response) {
+  metrics->Get("/metrics", [this, restarts](const httplib::Request&, httplib::Response& response) {
     response.set_content(RenderMetrics(*repository_, *manager_) + jobs_->RenderMetrics() +
                              restarts + RenderProcessMetrics(options_.memory_limit_mib),
                          "text/plain; version=0.0.4");
   });
-  metrics_port_ = BindHttp(*metrics_, options.host, options.metrics_port);
-  if (metrics_port_ < 0) {
-    return UnavailableError("cannot listen for metrics on port " +
-                            std::to_string(options.metrics_port));
-  }
-  metrics_thread_ = std::thread([this] { metrics_->listen_after_bind(); });
-  return OkStatus();
+  return metrics_->Serve(options.host, options.metrics_port, "metrics");
 }
 
 void ServerImpl::Shutdown() {
@@ -200,14 +203,8 @@ void ServerImpl::Shutdown() {
     // workers: let them, within what is left of the drain time. REST calls
     // in flight are answered by the drain; then the HTTP server stops.
     if (repository_) repository_->DrainAll(drain_deadline);
-    if (http_) {
-      http_->stop();
-      if (http_thread_.joinable()) http_thread_.join();
-    }
-    if (metrics_) {
-      metrics_->stop();
-      if (metrics_thread_.joinable()) metrics_thread_.join();
-    }
+    if (http_) http_->Stop();
+    if (metrics_) metrics_->Stop();
     // Queued job work (builds, deletions) finishes before the jobs go.
     if (background_) background_->Stop();
     jobs_.reset();

@@ -117,6 +117,8 @@ class ModelScheduler {
   // this batch was. Allocates nothing (it runs for every execution).
   void DescribeForCrashReport(const std::vector<Pending>& batch, ScopedCrashContext& context) const;
   void Execute(std::vector<Pending> batch);
+  // Logs a model's Python error with its traceback (clients get no traceback).
+  void LogPythonError(const Status& status) const;
   // Runs one decoupled request (request.on_response set) to its end.
   void ExecuteDecoupled(Pending& pending, std::chrono::steady_clock::time_point start);
   // Answers requests that expired or were cancelled while queued.
