@@ -146,6 +146,22 @@ bool DictToIValue(PyObject* dict, c10::IValue* out) {
   return true;
 }
 
+// A str as its UTF-8 bytes; lone surrogates (from bytes that were not UTF-8,
+// see IValueToPython) as the bytes they stand for.
+bool StringToIValue(PyObject* obj, c10::IValue* out) {
+  Py_ssize_t size = 0;
+  if (const char* data = PyUnicode_AsUTF8AndSize(obj, &size)) {
+    *out = std::string(data, static_cast<size_t>(size));
+    return true;
+  }
+  PyErr_Clear();
+  PyObject* bytes = PyUnicode_AsEncodedString(obj, "utf-8", "surrogateescape");
+  if (bytes == nullptr) return false;
+  *out = std::string(PyBytes_AS_STRING(bytes), static_cast<size_t>(PyBytes_GET_SIZE(bytes)));
+  Py_DECREF(bytes);
+  return true;
+}
+
 }  // namespace
 
 namespace {
@@ -176,8 +192,10 @@ PyObject* IValueToPython(const c10::IValue& value) {
     if (value.isInt()) return PyLong_FromLongLong(value.toInt());
     if (value.isDouble()) return PyFloat_FromDouble(value.toDouble());
     if (value.isString()) {
+      // Strings are bytes in C++: bytes that are not UTF-8 become lone
+      // surrogates, and turn back into the same bytes (PythonToIValue).
       const std::string& s = value.toStringRef();
-      return PyUnicode_FromStringAndSize(s.data(), static_cast<Py_ssize_t>(s.size()));
+      return PyUnicode_DecodeUTF8(s.data(), static_cast<Py_ssize_t>(s.size()), "surrogateescape");
     }
     if (value.isTensor()) {
       const at::Tensor& tensor = value.toTensor();
@@ -212,10 +230,9 @@ bool PythonToIValue(PyObject* obj, c10::IValue* out) {
     } else if (PyFloat_Check(obj)) {
       *out = PyFloat_AS_DOUBLE(obj);
     } else if (PyUnicode_Check(obj)) {
-      Py_ssize_t size = 0;
-      const char* data = PyUnicode_AsUTF8AndSize(obj, &size);
-      if (data == nullptr) return false;
-      *out = std::string(data, static_cast<size_t>(size));
+      return StringToIValue(obj, out);
+    } else if (PyBytes_Check(obj)) {
+      *out = std::string(PyBytes_AS_STRING(obj), static_cast<size_t>(PyBytes_GET_SIZE(obj)));
     } else if (THPVariableClass != nullptr && THPVariable_Check(obj)) {
       *out = CrossingAlias(THPVariable_Unpack(obj));
     } else if (PyTuple_Check(obj) || PyList_Check(obj)) {
@@ -231,7 +248,7 @@ bool PythonToIValue(PyObject* obj, c10::IValue* out) {
     } else {
       PyErr_Format(PyExc_TypeError,
                    "chorus: cannot convert a Python %s to a C++ value (supported: None, bool, "
-                   "int, float, str, torch.Tensor, list, tuple, dict)",
+                   "int, float, str, bytes, torch.Tensor, list, tuple, dict)",
                    Py_TYPE(obj)->tp_name);
       return false;
     }

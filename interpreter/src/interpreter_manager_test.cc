@@ -407,6 +407,23 @@ TEST_F(InterpreterTest, ValuesRoundTrip) {
   EXPECT_EQ(tensors.toTensorVector()[2].item<double>(), 4.0);
 }
 
+TEST_F(InterpreterTest, StringsCrossAsStrWhateverTheirBytes) {
+  InterpreterSession session = manager().AcquireOne();
+  // Bytes that are not UTF-8 arrive as lone surrogates and go back unchanged;
+  // a returned bytes object becomes a string too.
+  const std::string raw("ok\xff\x00", 4);
+  ASSERT_OK_AND_ASSIGN(Object describe,
+                       session.Eval("lambda s: (type(s).__name__, len(s), s.upper(), "
+                                    "s.encode('utf-8', 'surrogateescape'))"));
+  ASSERT_OK_AND_ASSIGN(Object described, describe.Call({raw}));
+  ASSERT_OK_AND_ASSIGN(c10::IValue back, described.ToIValue());
+  const auto& items = back.toTupleRef().elements();
+  EXPECT_EQ(items[0].toStringRef(), "str");
+  EXPECT_EQ(items[1].toInt(), 4);
+  EXPECT_EQ(items[2].toStringRef(), std::string("OK\xff\x00", 4));
+  EXPECT_EQ(items[3].toStringRef(), raw);
+}
+
 TEST_F(InterpreterTest, UnconvertibleValuesAreClearErrors) {
   InterpreterSession session = manager().AcquireOne();
   ASSERT_OK_AND_ASSIGN(Object obj, session.Eval("object()"));

@@ -161,9 +161,11 @@ StatusOr<std::shared_ptr<Model>> LoadAotInductorModel(std::shared_ptr<Archive> a
         "\": <json>}} or give the signature (docs/package-format.md)");
   }
   for (const TensorSpec& spec : signature->inputs) {
-    if (DtypeByName(spec.dtype) == nullptr) {
+    const DtypeInfo* dtype = DtypeByName(spec.dtype);
+    if (dtype == nullptr || dtype->dtype == Dtype::kString) {
       return InvalidArgumentError("input " + spec.name + " of the signature for " + path +
-                                  ": unknown dtype " + spec.dtype);
+                                  (dtype ? ": compiled programs take tensors, not strings"
+                                         : ": unknown dtype " + spec.dtype));
     }
   }
   return std::shared_ptr<Model>(std::make_shared<AotInductorModel>(

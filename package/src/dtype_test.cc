@@ -16,9 +16,10 @@ TEST(DtypeTest, TableIsIndexedByTheEnumAndNamesAreUnique) {
     EXPECT_EQ(&InfoOf(info.dtype), &info);
     EXPECT_TRUE(names.insert(info.name).second) << info.name;
     EXPECT_TRUE(wires.insert(info.wire).second) << info.wire;
-    EXPECT_GT(info.element_size, 0);
+    // Only strings vary in size.
+    EXPECT_EQ(info.element_size == 0, info.dtype == Dtype::kString) << info.name;
   }
-  EXPECT_EQ(index, 10);
+  EXPECT_EQ(index, 11);
 }
 
 TEST(DtypeTest, LooksUpManifestAndWireNames) {
@@ -33,7 +34,14 @@ TEST(DtypeTest, LooksUpManifestAndWireNames) {
   EXPECT_EQ(DtypeByWireName("float32"), nullptr);
   EXPECT_EQ(DtypeByWireName("fp32"), nullptr);
   EXPECT_EQ(DtypeByName("complex64"), nullptr);
-  EXPECT_EQ(DtypeByWireName("BYTES"), nullptr);
+  EXPECT_EQ(DtypeByWireName("STRING"), nullptr);
+}
+
+TEST(DtypeTest, StringsAreBytesOnTheWire) {
+  ASSERT_NE(DtypeByWireName("BYTES"), nullptr);
+  EXPECT_EQ(DtypeByWireName("BYTES")->dtype, Dtype::kString);
+  EXPECT_EQ(DtypeByName("string"), DtypeByWireName("BYTES"));
+  EXPECT_EQ(DtypeByName("bytes"), nullptr);
 }
 
 }  // namespace

@@ -273,3 +273,195 @@ def test_inspect_validates_what_it_lists(workdir):
         assert len(lines) == 1 and message in lines[0], (name, result.stderr)
         assert result.stdout == ""
     assert run("inspect", str(path), cwd=workdir).returncode == 0
+
+
+# String tensors (dtype "string", BYTES on the wire): models take and return nested lists of str.
+STRING_MODEL_SOURCE = textwrap.dedent("""
+    import torch
+
+    class Upper(torch.nn.Module):
+        def forward(self, words):
+            return [w.upper() for w in words], torch.tensor([len(w) for w in words])
+
+    class Mangled(torch.nn.Module):
+        # Its module's name, which torch.package mangles where the archive is loaded:
+        # the check's outputs differ from those recorded when packaging.
+        def forward(self, words):
+            return [w + " from " + __name__ for w in words]
+
+    def pairs(words, scores):
+        return {"joined": [[w + "!", w + "?"] for w in words], "doubled": scores * 2,
+                "title": "pairs"}
+
+    def build():
+        return Upper()
+
+    def build_mangled():
+        return Mangled()
+
+    def example_inputs():
+        return ["chorus", "héllo", ""]  # a list of str alone is one input
+
+    def ragged_inputs():
+        return ([["a", "b"], ["c"]],)
+""")
+
+
+@pytest.fixture
+def string_workdir(tmp_path):
+    (tmp_path / "strmodel.py").write_text(STRING_MODEL_SOURCE)
+    return tmp_path
+
+
+def test_string_model_packages_inspects_and_checks(string_workdir):
+    result = run("create", "upper.pt", "--module", "strmodel:build", "--example-inputs",
+                 "strmodel:example_inputs", "--quiet", cwd=string_workdir)
+    assert result.returncode == 0, result.stderr
+    path = string_workdir / "upper.pt"
+    with zipfile.ZipFile(path) as archive:
+        manifest = json.loads(archive.read("upper/.data/chorus/manifest.json"))
+        inputs = torch.load(archive.open("upper/.data/chorus/example_inputs.pt"))
+        outputs = torch.load(archive.open("upper/.data/chorus/example_outputs.pt"))
+    assert manifest["inputs"] == [{"name": "words", "dtype": "string", "shape": [-1]}]
+    assert manifest["outputs"] == [{"name": "output0", "dtype": "string", "shape": [-1]},
+                                   {"name": "output1", "dtype": "int64", "shape": [-1]}]
+    assert inputs == [["chorus", "héllo", ""]]
+    assert outputs[0] == ["CHORUS", "HÉLLO", ""]
+    assert outputs[1].tolist() == [6, 5, 0]
+    shown = run("inspect", str(path), cwd=string_workdir)
+    assert shown.returncode == 0, shown.stderr
+    assert "input    words: string[-1]\n" in shown.stdout
+    assert "output   output0: string[-1]\noutput   output1: int64[-1]\n" in shown.stdout
+    check = run("check", str(path), cwd=string_workdir)
+    assert check.returncode == 0, check.stdout + check.stderr
+    assert "reproduces its 2 example output(s) (max abs diff 0)" in check.stdout
+
+
+def test_check_names_the_first_string_that_differs(string_workdir):
+    result = run("create", "mangled.pt", "--module", "strmodel:build_mangled",
+                 "--example-inputs", "strmodel:example_inputs", "--quiet", cwd=string_workdir)
+    assert result.returncode == 0, result.stderr
+    check = run("check", "mangled.pt", cwd=string_workdir)
+    assert check.returncode == 1
+    assert ("output 0 differs at [0]: got b'chorus from <torch_package_0>.strmodel', "
+            "recorded b'chorus from strmodel'") in check.stderr, check.stderr
+
+
+def test_a_ragged_example_input_is_refused_in_one_line(string_workdir):
+    result = run("create", "ragged.pt", "--module", "strmodel:build", "--example-inputs",
+                 "strmodel:ragged_inputs", "--quiet", cwd=string_workdir)
+    assert result.returncode == 3
+    assert result.stderr == (
+        "chorus-package: cannot package: input 'words' is ragged: [0] has shape [2] but [1] "
+        "has shape [1] (a string tensor is a rectangular nested list)\n")
+    assert not (string_workdir / "ragged.pt").exists()
+
+
+def _upper(words):
+    return [w.upper() for w in words]
+
+
+@pytest.mark.parametrize("inputs,message", [
+    ([["a", "b"], ["c"]], "input 'words' is ragged: [0] has shape [2] but [1] has shape [1]"),
+    ([["a"], "b"], "input 'words' is ragged: [0] has shape [1] but [1] has shape []"),
+    (["a", b"b"], "input 'words': element [1] is bytes, not str"),
+    ([["a", 1]], "input 'words': element [0][1] is int, not str"),
+])
+def test_string_example_inputs_must_be_rectangular_lists_of_str(tmp_path, inputs, message):
+    from chorus.package.create import PackagingError, create_package
+    with pytest.raises(PackagingError) as error:
+        create_package(str(tmp_path / "out.pt"), _upper, [inputs], name="upper", progress=False)
+    assert message in str(error.value)
+
+
+@pytest.mark.parametrize("result,message", [
+    ([["A", "B"], ["C"]], "output 'output' is ragged: [0] has shape [2] but [1] has shape [1]"),
+    ((["A"], ["B", 2]), "output 'output1': element [1] is int, not str or bytes"),
+])
+def test_string_outputs_must_be_rectangular_lists_of_str_or_bytes(tmp_path, result, message):
+    from chorus.package.create import PackagingError, create_package
+    with pytest.raises(PackagingError) as error:
+        create_package(str(tmp_path / "out.pt"), lambda words: result, [["a"]], name="m",
+                       progress=False)
+    assert message in str(error.value)
+
+
+def test_string_tensors_batch_along_dim_zero_only(tmp_path):
+    from chorus.package.create import PackagingError, create_package
+    with pytest.raises(PackagingError) as error:
+        create_package(str(tmp_path / "out.pt"), _upper, [[["a"], ["b"]]], name="upper",
+                       batch_dim=1, progress=False)
+    assert "input 'words' is a string tensor: it batches along dim 0 only (batch_dim is 1)" in (
+        str(error.value))
+
+
+def test_string_signatures_follow_batching_and_dynamic_axes(string_workdir):
+    from chorus.package.create import create_package
+    sys.path.insert(0, str(string_workdir))
+    try:
+        import strmodel
+        manifest = create_package(str(string_workdir / "pairs.pt"), strmodel.pairs,
+                                  [["x", "y", "z"], torch.ones(3, 2)], name="pairs",
+                                  progress=False, dynamic_axes={"joined": [1]})
+    finally:
+        sys.path.remove(str(string_workdir))
+        sys.modules.pop("strmodel", None)
+    assert manifest["inputs"] == [{"name": "words", "dtype": "string", "shape": [-1]},
+                                  {"name": "scores", "dtype": "float32", "shape": [-1, 2]}]
+    assert manifest["outputs"] == [{"name": "joined", "dtype": "string", "shape": [-1, -1]},
+                                   {"name": "doubled", "dtype": "float32", "shape": [-1, 2]},
+                                   {"name": "title", "dtype": "string", "shape": []}]
+
+
+def test_outputs_are_one_string_tensor_or_several_values():
+    from chorus.package.importer import flatten_outputs
+    t = torch.zeros(2)
+    assert flatten_outputs("a") == ["a"]
+    assert flatten_outputs(["a", b"b"]) == [["a", b"b"]]  # one string tensor of shape [2]
+    assert flatten_outputs([["a"], ["b"]]) == [[["a"], ["b"]]]
+    assert flatten_outputs([]) == [[]]  # shape [0]
+    assert flatten_outputs(("a", "b")) == ["a", "b"]  # a tuple is always several outputs
+    assert len(flatten_outputs([t, ["a"]])) == 2
+    assert len(flatten_outputs([t, t])) == 2
+    assert len(flatten_outputs({"x": ["a"], "y": t})) == 2
+    with pytest.raises(TypeError, match=r"\(got tuple of Tensor, int\)"):
+        flatten_outputs((t, 3))
+
+
+def test_string_outputs_compare_exactly():
+    from chorus.package.importer import compare_outputs
+    t = torch.tensor([1.0, 2.0])
+    recorded = [["AB", "\udcff"], t]
+    # str and the bytes of its UTF-8 (surrogate escapes for undecodable bytes) are equal.
+    assert compare_outputs([[b"AB", b"\xff"], t + 2.0**-20], recorded, 1e-5, 1e-4) == (
+        2, 2.0**-20, "")
+    assert compare_outputs([["AB", "\udcff"], t], recorded, 0, 0) == (2, 0.0, "")
+    assert compare_outputs([["AB", "C"], t], recorded, 0, 0) == (
+        2, float("inf"), "output 0 differs at [1]: got b'C', recorded b'\\xff'")
+    assert compare_outputs([["AB"], t], recorded, 0, 0) == (
+        2, float("inf"), "output 0: got string[1], recorded string[2]")
+    assert compare_outputs([t, t], recorded, 0, 0) == (
+        2, float("inf"), "output 0: got torch.float32[2], recorded string[2]")
+    assert compare_outputs([["AB", "\udcff"], ["1", "2"]], recorded, 0, 0) == (
+        2, float("inf"), "output 1: got string[2], recorded torch.float32[2]")
+    assert compare_outputs([[["AB"], "x"], t], recorded, 0, 0)[2] == (
+        "output 0 is ragged: [0] has shape [1] but [1] has shape [] (a string tensor is a "
+        "rectangular nested list)")
+    assert compare_outputs(["A", t], ["B", t], 0, 0) == (
+        2, float("inf"), "output 0 differs: got b'A', recorded b'B'")
+
+
+def test_manifests_accept_string_specs():
+    from chorus.package import manifest as manifest_lib
+    manifest = {
+        "format": "chorus-package", "format_version": 1,
+        "model": {"name": "upper", "version": "1"},
+        "entry_point": {"kind": "pickle", "package": "chorus_model", "resource": "model.pkl"},
+        "source": "", "inputs": [{"name": "words", "dtype": "string", "shape": [-1]}],
+        "outputs": [{"name": "output", "dtype": "string", "shape": [-1]}],
+        "batching": {"batchable": True, "batch_dim": 0, "max_batch_size": 8},
+        "device": "cpu", "files": {}}
+    assert manifest_lib.validate(manifest) is manifest
+    manifest["inputs"][0]["dtype"] = "BYTES"  # the wire name is not a manifest name
+    with pytest.raises(manifest_lib.ManifestError, match="inputs: unknown dtype 'BYTES'"):
+        manifest_lib.validate(manifest)

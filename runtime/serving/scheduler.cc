@@ -51,9 +51,11 @@ ModelScheduler::~ModelScheduler() {
 
 void ModelScheduler::Submit(InferenceRequest request, Done done) {
   int64_t batch_size = 1;
-  if (options_.batching.enabled && !request.inputs.empty() &&
-      request.inputs[0].dim() > options_.batching.batch_dim) {
-    batch_size = request.inputs[0].size(options_.batching.batch_dim);
+  if (options_.batching.enabled && !request.inputs.empty()) {
+    const std::vector<int64_t> shape = ShapeOf(request.inputs[0]);
+    if (static_cast<int64_t>(shape.size()) > options_.batching.batch_dim) {
+      batch_size = shape[options_.batching.batch_dim];
+    }
   }
   Status refused;
   {
@@ -129,12 +131,19 @@ bool ModelScheduler::Compatible(const Pending& a, const Pending& b) const {
   const auto& x = a.request.inputs;
   const auto& y = b.request.inputs;
   if (x.size() != y.size()) return false;
+  const int64_t dim = options_.batching.batch_dim;
   for (size_t i = 0; i < x.size(); ++i) {
-    if (x[i].scalar_type() != y[i].scalar_type() || x[i].dim() != y[i].dim()) return false;
+    if (x[i].isTensor() != y[i].isTensor()) return false;
+    if (x[i].isTensor() && x[i].toTensor().scalar_type() != y[i].toTensor().scalar_type()) {
+      return false;
+    }
+    if (!x[i].isTensor() && dim != 0) return false;  // lists of str join along dim 0 only
+    const std::vector<int64_t> xs = ShapeOf(x[i]);
+    const std::vector<int64_t> ys = ShapeOf(y[i]);
     // An input without the batch dimension cannot be concatenated along it.
-    if (x[i].dim() <= options_.batching.batch_dim) return false;
-    for (int64_t d = 0; d < x[i].dim(); ++d) {
-      if (d != options_.batching.batch_dim && x[i].size(d) != y[i].size(d)) return false;
+    if (xs.size() != ys.size() || static_cast<int64_t>(xs.size()) <= dim) return false;
+    for (size_t d = 0; d < xs.size(); ++d) {
+      if (static_cast<int64_t>(d) != dim && xs[d] != ys[d]) return false;
     }
   }
   return true;
@@ -217,20 +226,22 @@ void ModelScheduler::Execute(std::vector<Pending> batch) {
     if (batch.size() == 1) {
       inputs.emplace_back(batch.front().request.inputs[i]);
     } else {
-      std::vector<at::Tensor> parts;
+      std::vector<c10::IValue> parts;
       for (const Pending& p : batch) parts.push_back(p.request.inputs[i]);
-      inputs.emplace_back(at::cat(parts, dim));
+      inputs.push_back(ConcatValues(parts, dim));
     }
   }
   StatusOr<c10::IValue> output = model_->Forward(inputs, CallOptions{deadline});
-  StatusOr<std::vector<at::Tensor>> outputs =
+  StatusOr<std::vector<c10::IValue>> outputs =
       output.ok() ? FlattenOutputs(*output, model_->manifest()) : output.status();
   if (outputs.ok() && batch.size() > 1) {
-    for (const at::Tensor& t : *outputs) {
-      if (t.dim() <= dim || t.size(dim) != total) {
-        outputs = InternalError(
-            "the model returned an output with " + std::to_string(t.dim() > dim ? t.size(dim) : 0) +
-            " rows along the batch dimension for a batch of " + std::to_string(total));
+    for (const c10::IValue& value : *outputs) {
+      const std::vector<int64_t> shape = ShapeOf(value);
+      const int64_t rows = static_cast<int64_t>(shape.size()) > dim ? shape[dim] : 0;
+      if (rows != total) {
+        outputs = InternalError("the model returned an output with " + std::to_string(rows) +
+                                " rows along the batch dimension for a batch of " +
+                                std::to_string(total));
         break;
       }
     }
@@ -251,8 +262,8 @@ void ModelScheduler::Execute(std::vector<Pending> batch) {
     } else if (batch.size() == 1) {
       result.outputs = *outputs;
     } else {
-      for (const at::Tensor& t : *outputs)
-        result.outputs.push_back(t.narrow(dim, offset, p.batch_size));
+      for (const c10::IValue& value : *outputs)
+        result.outputs.push_back(SliceValue(value, dim, offset, p.batch_size));
     }
     offset += p.batch_size;
     p.done(std::move(result));
@@ -267,15 +278,14 @@ void ModelScheduler::LogPythonError(const Status& status) const {
 
 void ModelScheduler::ExecuteDecoupled(Pending& pending, Clock::time_point start) {
   InferenceRequest& request = pending.request;
-  const std::vector<c10::IValue> inputs(request.inputs.begin(), request.inputs.end());
   Status stopped;
-  Status status =
-      model_->ForwardEach(inputs, CallOptions{request.deadline}, [&](const c10::IValue& value) {
+  Status status = model_->ForwardEach(
+      request.inputs, CallOptions{request.deadline}, [&](const c10::IValue& value) {
         if (request.cancelled != nullptr && request.cancelled->load()) {
           stopped = Status(StatusCode::kCancelled, "the client went away");
           return false;
         }
-        StatusOr<std::vector<at::Tensor>> outputs = FlattenOutputs(value, model_->manifest());
+        StatusOr<std::vector<c10::IValue>> outputs = FlattenOutputs(value, model_->manifest());
         if (!outputs.ok()) {
           stopped = outputs.status();
           return false;
@@ -294,17 +304,19 @@ void ModelScheduler::ExecuteDecoupled(Pending& pending, Clock::time_point start)
   pending.done(std::move(result));
 }
 
-StatusOr<std::vector<at::Tensor>> FlattenOutputs(const c10::IValue& value,
-                                                 const Manifest* manifest) {
-  std::vector<at::Tensor> tensors;
+StatusOr<std::vector<c10::IValue>> FlattenOutputs(const c10::IValue& value,
+                                                  const Manifest* manifest) {
+  std::vector<c10::IValue> outputs;
   auto add = [&](const c10::IValue& item) {
-    if (!item.isTensor()) return false;
-    tensors.push_back(item.toTensor());
+    if (!item.isTensor() && !IsStringValue(item)) return false;
+    outputs.push_back(item);
     return true;
   };
+  const bool one_string_output = manifest != nullptr && manifest->outputs.size() == 1 &&
+                                 manifest->outputs[0].dtype == "string" && value.isList();
   bool ok = true;
-  if (value.isTensor()) {
-    ok = add(value);
+  if (value.isTensor() || IsStringValue(value) || one_string_output) {
+    outputs.push_back(value);
   } else if (value.isTuple()) {
     for (const c10::IValue& item : value.toTupleRef().elements()) ok = ok && add(item);
   } else if (value.isList()) {
@@ -321,15 +333,15 @@ StatusOr<std::vector<at::Tensor>> FlattenOutputs(const c10::IValue& value,
   }
   if (!ok) {
     return InternalError(
-        "the model must return a tensor, or a tuple, list or dict of tensors (got " +
+        "the model must return a tensor or a list of str, or a tuple, list or dict of them (got " +
         std::string(value.tagKind()) + ")");
   }
-  if (manifest != nullptr && tensors.size() != manifest->outputs.size()) {
-    return InternalError("the model returned " + std::to_string(tensors.size()) +
+  if (manifest != nullptr && outputs.size() != manifest->outputs.size()) {
+    return InternalError("the model returned " + std::to_string(outputs.size()) +
                          " outputs; its manifest declares " +
                          std::to_string(manifest->outputs.size()));
   }
-  return tensors;
+  return outputs;
 }
 
 }  // namespace chorus

@@ -306,8 +306,9 @@ void ExpectReported(const InferenceResult& result, const at::Tensor& x, int64_t 
   ASSERT_OK(result.status);
   ASSERT_EQ(result.outputs.size(), 2u);
   EXPECT_EQ(result.batch_size, batch);
-  EXPECT_TRUE(at::equal(result.outputs[0], x * 2)) << result.outputs[0];
-  EXPECT_TRUE(at::equal(result.outputs[1], at::full({x.size(0)}, batch, at::dtype(at::kLong))))
+  EXPECT_TRUE(at::equal(result.outputs[0].toTensor(), x * 2)) << result.outputs[0];
+  EXPECT_TRUE(
+      at::equal(result.outputs[1].toTensor(), at::full({x.size(0)}, batch, at::dtype(at::kLong))))
       << result.outputs[1];
 }
 
@@ -496,7 +497,7 @@ TEST_F(SchedulerTest, RequestsOfOtherShapesOrDtypesAreNotBatchedTogether) {
   ExpectReported(harness.Result(5), b1, 2);
   ExpectReported(harness.Result(4), c0, 1);
   ASSERT_EQ(harness.Result(4).outputs.size(), 2u);
-  EXPECT_EQ(harness.Result(4).outputs[0].scalar_type(), at::kDouble);
+  EXPECT_EQ(harness.Result(4).outputs[0].toTensor().scalar_type(), at::kDouble);
   EXPECT_THAT(harness.order(), ElementsAre(0, 1, 3, 2, 5, 4));
   EXPECT_THAT(harness.batches(), ElementsAre(Batch{1, 1}, Batch{2, 2}, Batch{2, 2}, Batch{1, 1}));
 }
@@ -749,18 +750,21 @@ TEST_F(SchedulerTest, DestroyingTheSchedulerFailsQueuedRequestsAndFinishesTheRun
 
 // FlattenOutputs, on values built here.
 
-Manifest WithOutputs(const std::vector<std::string>& names) {
+Manifest WithOutputs(const std::vector<std::string>& names, const std::string& dtype = "float32") {
   Manifest manifest;
   for (const std::string& name : names) {
-    manifest.outputs.push_back(TensorSpec{name, "float32", {-1}});
+    manifest.outputs.push_back(TensorSpec{name, dtype, {-1}});
   }
   return manifest;
 }
 
 // Expects `got` to be exactly `want`: the same tensors (not copies), in order.
-void ExpectSameTensors(const std::vector<at::Tensor>& got, const std::vector<at::Tensor>& want) {
+void ExpectSameTensors(const std::vector<c10::IValue>& got, const std::vector<at::Tensor>& want) {
   ASSERT_EQ(got.size(), want.size());
-  for (size_t i = 0; i < got.size(); ++i) EXPECT_TRUE(got[i].is_same(want[i])) << "output " << i;
+  for (size_t i = 0; i < got.size(); ++i) {
+    ASSERT_TRUE(got[i].isTensor()) << "output " << i;
+    EXPECT_TRUE(got[i].toTensor().is_same(want[i])) << "output " << i;
+  }
 }
 
 c10::IValue Tuple(std::vector<c10::IValue> elements) {
@@ -775,28 +779,28 @@ c10::IValue StringKeyedDict(const std::vector<std::pair<std::string, c10::IValue
 }
 
 constexpr char kNotTensors[] =
-    "the model must return a tensor, or a tuple, list or dict of tensors (got ";
+    "the model must return a tensor or a list of str, or a tuple, list or dict of them (got ";
 
 TEST(FlattenOutputsTest, ATensorIsTheOnlyOutput) {
   const at::Tensor a = at::ones({2});
   const Manifest manifest = WithOutputs({"y"});
-  ASSERT_OK_AND_ASSIGN(std::vector<at::Tensor> with_manifest, FlattenOutputs(a, &manifest));
+  ASSERT_OK_AND_ASSIGN(std::vector<c10::IValue> with_manifest, FlattenOutputs(a, &manifest));
   ExpectSameTensors(with_manifest, {a});
-  ASSERT_OK_AND_ASSIGN(std::vector<at::Tensor> without, FlattenOutputs(a, nullptr));
+  ASSERT_OK_AND_ASSIGN(std::vector<c10::IValue> without, FlattenOutputs(a, nullptr));
   ExpectSameTensors(without, {a});
 }
 
 TEST(FlattenOutputsTest, TuplesAndListsKeepTheirOrder) {
   const at::Tensor a = at::ones({2}), b = at::zeros({3});
   const Manifest manifest = WithOutputs({"first", "second"});
-  ASSERT_OK_AND_ASSIGN(std::vector<at::Tensor> from_tuple,
+  ASSERT_OK_AND_ASSIGN(std::vector<c10::IValue> from_tuple,
                        FlattenOutputs(Tuple({a, b}), &manifest));
   ExpectSameTensors(from_tuple, {a, b});
-  ASSERT_OK_AND_ASSIGN(std::vector<at::Tensor> from_list,
+  ASSERT_OK_AND_ASSIGN(std::vector<c10::IValue> from_list,
                        FlattenOutputs(c10::IValue(c10::List<at::Tensor>({b, a})), &manifest));
   ExpectSameTensors(from_list, {b, a});
   // Without a manifest any number of tensors is taken as it comes.
-  ASSERT_OK_AND_ASSIGN(std::vector<at::Tensor> three, FlattenOutputs(Tuple({a, b, a}), nullptr));
+  ASSERT_OK_AND_ASSIGN(std::vector<c10::IValue> three, FlattenOutputs(Tuple({a, b, a}), nullptr));
   ExpectSameTensors(three, {a, b, a});
 }
 
@@ -806,7 +810,7 @@ TEST(FlattenOutputsTest, DictsAreReadInManifestOrder) {
   // Inserted in the other order, with a key the manifest does not declare.
   const c10::IValue dict =
       StringKeyedDict({{"second", b}, {"extra", c}, {"first", a}}, c10::TensorType::get());
-  ASSERT_OK_AND_ASSIGN(std::vector<at::Tensor> tensors, FlattenOutputs(dict, &manifest));
+  ASSERT_OK_AND_ASSIGN(std::vector<c10::IValue> tensors, FlattenOutputs(dict, &manifest));
   ExpectSameTensors(tensors, {a, b});
 }
 
@@ -828,18 +832,44 @@ TEST(FlattenOutputsTest, ValuesThatAreNotTensorsAreRefused) {
   const Manifest two = WithOutputs({"first", "second"});
   EXPECT_THAT(FlattenOutputs(c10::IValue(int64_t{3}), &one),
               StatusIs(StatusCode::kInternal, std::string(kNotTensors) + "Int)"));
-  EXPECT_THAT(FlattenOutputs(Tuple({at::ones({2}), c10::IValue(std::string("text"))}), &two),
+  EXPECT_THAT(FlattenOutputs(Tuple({at::ones({2}), c10::IValue(int64_t{3})}), &two),
               StatusIs(StatusCode::kInternal, std::string(kNotTensors) + "Tuple)"));
   // Nested containers are not flattened.
   EXPECT_THAT(FlattenOutputs(Tuple({Tuple({at::ones({2}), at::ones({2})})}), nullptr),
               StatusIs(StatusCode::kInternal, std::string(kNotTensors) + "Tuple)"));
   EXPECT_THAT(FlattenOutputs(c10::IValue(c10::List<int64_t>({1, 2})), &two),
               StatusIs(StatusCode::kInternal, HasSubstr(kNotTensors)));
-  const c10::IValue strings = StringKeyedDict(
-      {{"first", c10::IValue(std::string("a"))}, {"second", c10::IValue(std::string("b"))}},
-      c10::StringType::get());
-  EXPECT_THAT(FlattenOutputs(strings, &two),
-              StatusIs(StatusCode::kInternal, std::string(kNotTensors) + "GenericDict)"));
+}
+
+TEST(FlattenOutputsTest, AListOfStrIsOneStringOutput) {
+  const c10::IValue words = c10::List<std::string>({"a", "b"});
+  const Manifest one = WithOutputs({"words"}, "string");
+  for (const Manifest* manifest : {&one, static_cast<const Manifest*>(nullptr)}) {
+    ASSERT_OK_AND_ASSIGN(std::vector<c10::IValue> outputs, FlattenOutputs(words, manifest));
+    ASSERT_EQ(outputs.size(), 1u);
+    EXPECT_TRUE(outputs[0].is(words));
+  }
+  // Empty, it is a string output only because the signature says so.
+  ASSERT_OK_AND_ASSIGN(std::vector<c10::IValue> empty,
+                       FlattenOutputs(c10::List<std::string>(), &one));
+  EXPECT_EQ(empty.size(), 1u);
+}
+
+TEST(FlattenOutputsTest, StringOutputsMixWithTensors) {
+  const at::Tensor lengths = at::ones({2});
+  const c10::IValue words = c10::List<std::string>({"a", "b"});
+  Manifest manifest = WithOutputs({"words", "lengths"});
+  manifest.outputs[0].dtype = "string";
+  ASSERT_OK_AND_ASSIGN(std::vector<c10::IValue> outputs,
+                       FlattenOutputs(Tuple({words, lengths}), &manifest));
+  ASSERT_EQ(outputs.size(), 2u);
+  EXPECT_TRUE(outputs[0].is(words));
+  EXPECT_TRUE(outputs[1].toTensor().is_same(lengths));
+  const c10::IValue dict =
+      StringKeyedDict({{"lengths", lengths}, {"words", words}}, c10::AnyType::get());
+  ASSERT_OK_AND_ASSIGN(std::vector<c10::IValue> from_dict, FlattenOutputs(dict, &manifest));
+  ASSERT_EQ(from_dict.size(), 2u);
+  EXPECT_TRUE(from_dict[0].is(words));
 }
 
 TEST(FlattenOutputsTest, ACountOtherThanTheManifestsIsAnError) {

@@ -160,7 +160,7 @@ StatusOr<InferenceRequest> InferenceCore::PrepareCall(LoadedModel& model,
                                                       Clock::time_point deadline,
                                                       std::shared_ptr<std::atomic<bool>> cancelled,
                                                       Clock::time_point start) const {
-  StatusOr<std::vector<at::Tensor>> inputs = DecodeInputs(request, model.manifest());
+  StatusOr<std::vector<c10::IValue>> inputs = DecodeInputs(request, model.manifest());
   if (!inputs.ok()) {
     InferenceResult rejected;
     rejected.status = inputs.status();
@@ -243,7 +243,7 @@ void InferenceCore::StreamInfer(std::shared_ptr<const inference::ModelInferReque
   StatusOr<InferenceRequest> call =
       PrepareCall(**model, *request, deadline, std::move(cancelled), start);
   if (!call.ok()) return fail(call.status());
-  call->on_response = [model = *model, request, respond](std::vector<at::Tensor> outputs) {
+  call->on_response = [model = *model, request, respond](std::vector<c10::IValue> outputs) {
     inference::ModelStreamInferResponse answer;
     inference::ModelInferResponse* response = answer.mutable_infer_response();
     FillResponseHeader(*model, *request, response);

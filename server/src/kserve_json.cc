@@ -11,6 +11,7 @@
 
 #include "chorus/package/dtype.h"
 #include "server/src/infer_parameters.h"
+#include "server/src/tensor_codec.h"
 
 namespace chorus {
 namespace {
@@ -48,9 +49,18 @@ Status AppendInteger(const Json& value, const std::string& input, int64_t index,
   return OkStatus();
 }
 
-// One JSON value as an element of `dtype`, appended to `raw`.
+// One JSON value as an element of `dtype`, appended to `raw` (strings in
+// BYTES' raw layout: their length, then their bytes).
 Status AppendValue(const Json& value, Dtype dtype, const std::string& input, int64_t index,
                    std::string* raw) {
+  if (dtype == Dtype::kString) {
+    if (!value.is_string()) {
+      return Invalid(input,
+                     "value " + std::to_string(index) + " (" + value.dump() + ") is not a string");
+    }
+    *raw += StringsToRaw({value.get<std::string>()});
+    return OkStatus();
+  }
   if (dtype == Dtype::kBool) {
     if (!value.is_boolean()) {
       return Invalid(input,
@@ -132,8 +142,36 @@ Json ValueAt(const std::string& raw, Dtype dtype, size_t index) {
       return ReadBytes<float>(raw, index);
     case Dtype::kFloat64:
       return ReadBytes<double>(raw, index);
+    case Dtype::kString:
+      break;  // variable-size: see DataJson
   }
   return nullptr;
+}
+
+// An output's raw contents as a flat JSON array.
+Json DataJson(const inference::ModelInferResponse::InferOutputTensor& tensor,
+              const std::string& raw) {
+  const DtypeInfo* dtype = DtypeByWireName(tensor.datatype());
+  Json data = Json::array();
+  if (dtype == nullptr) return data;
+  if (dtype->dtype == Dtype::kString) {
+    // Encoded by chorus itself, so well-formed.
+    StatusOr<StringTensor> strings = StringTensorFromRaw(
+        std::vector<int64_t>(tensor.shape().begin(), tensor.shape().end()), raw);
+    if (strings.ok()) {
+      for (std::string& element : strings->elements) data.push_back(std::move(element));
+    }
+    return data;
+  }
+  const size_t n = raw.size() / dtype->element_size;
+  for (size_t e = 0; e < n; ++e) data.push_back(ValueAt(raw, dtype->dtype, e));
+  return data;
+}
+
+// `doc` as text; bytes that are not UTF-8 (BYTES outputs need not be text)
+// become U+FFFD rather than failing the answer.
+std::string Dump(const Json& doc) {
+  return doc.dump(-1, ' ', false, Json::error_handler_t::replace);
 }
 
 const Json* Member(const Json& object, const char* key) {
@@ -312,11 +350,7 @@ RestBody RenderInferResponse(const inference::ModelInferRequest& request,
       binary += raw;
       any_binary = true;
     } else {
-      const DtypeInfo* dtype = DtypeByWireName(tensor.datatype());
-      Json data = Json::array();
-      const size_t n = dtype == nullptr ? 0 : raw.size() / dtype->element_size;
-      for (size_t e = 0; e < n; ++e) data.push_back(ValueAt(raw, dtype->dtype, e));
-      out["data"] = std::move(data);
+      out["data"] = DataJson(tensor, raw);
     }
     outputs.push_back(std::move(out));
   }
@@ -325,7 +359,7 @@ RestBody RenderInferResponse(const inference::ModelInferRequest& request,
            {"outputs", std::move(outputs)}};
   if (!response.id().empty()) doc["id"] = response.id();
   RestBody body;
-  body.content = doc.dump();
+  body.content = Dump(doc);
   if (any_binary) {
     body.json_length = body.content.size();
     body.content += binary;
@@ -406,7 +440,7 @@ std::string RenderRepositoryIndex(const inference::RepositoryIndexResponse& inde
 }
 
 std::string RenderError(const Status& status) {
-  return Json{{"error", std::string(status.message())}}.dump();
+  return Dump(Json{{"error", std::string(status.message())}});
 }
 
 }  // namespace chorus

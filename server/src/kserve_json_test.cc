@@ -135,6 +135,28 @@ TEST(KserveJsonTest, ResponsesRenderValuesOrBinaryAsAsked) {
   EXPECT_EQ(Json::parse(plain.content)["outputs"][1]["data"], Json({0.5, -2.0}));
 }
 
+TEST(KserveJsonTest, StringsTravelAsJsonStrings) {
+  ASSERT_OK_AND_ASSIGN(inference::ModelInferRequest request, Parse(R"({"inputs": [
+      {"name": "t", "datatype": "BYTES", "shape": [1, 2], "data": [["h\u00e9", ""]]}]})"));
+  ASSERT_EQ(request.raw_input_contents_size(), 1);
+  EXPECT_EQ(request.raw_input_contents(0),
+            std::string("\x03\x00\x00\x00h\xc3\xa9", 7) + std::string("\x00\x00\x00\x00", 4));
+  EXPECT_THAT(Parse(R"({"inputs": [{"name": "t", "datatype": "BYTES", "shape": [1],
+                        "data": [7]}]})"),
+              StatusIs(StatusCode::kInvalidArgument, "input \"t\": value 0 (7) is not a string"));
+
+  inference::ModelInferResponse response;
+  auto* out = response.add_outputs();
+  out->set_name("t");
+  out->set_datatype("BYTES");
+  out->add_shape(2);
+  // The second element is not UTF-8: JSON gets U+FFFD for its bad byte.
+  response.add_raw_output_contents(std::string("\x02\x00\x00\x00ok\x02\x00\x00\x00\xffz", 12));
+  Json doc = Json::parse(RenderInferResponse(inference::ModelInferRequest(), response).content);
+  EXPECT_EQ(doc["outputs"][0]["data"], Json({"ok", "\xef\xbf\xbdz"}));
+  EXPECT_EQ(doc["outputs"][0]["shape"], Json({2}));
+}
+
 TEST(KserveJsonTest, ConfigJsonWritesSixtyFourBitIntegersAsNumbers) {
   inference::ModelConfigResponse config;
   config.mutable_config()->set_name("m");

@@ -3,10 +3,14 @@
 // By default the process is a small supervisor and the serving process its
 // child, restarted (with a growing pause) whenever it dies; --no-supervisor
 // serves in this process, for those who run it under systemd or Kubernetes.
+// The supervisor never loads libtorch (this executable does not link it):
+// the serving process loads the server library when it starts, so a
+// supervisor costs a few MiB, not a second copy of torch's start-up memory.
 // SIGTERM or SIGINT: stop accepting, drain in-flight requests (bounded by
 // --drain-timeout-ms), exit 0. A fatal signal writes a crash report to stderr
 // and the serving process dies of that signal.
 #include <arpa/inet.h>
+#include <dlfcn.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/socket.h>
@@ -14,6 +18,7 @@
 
 #include <CLI/CLI.hpp>
 #include <cstdio>
+#include <string>
 
 #include "chorus/common/crash_report.h"
 #include "chorus/common/file_util.h"
@@ -23,35 +28,40 @@
 
 namespace {
 
-// Serves until SIGTERM or SIGINT; returns the exit status.
+// The shared library that serves: beside this executable's lib/ (build tree
+// and installs alike), else wherever the dynamic linker finds it.
+std::string ServingLibrary() {
+  char self[4096];
+  const ssize_t n = ::readlink("/proc/self/exe", self, sizeof(self) - 1);
+  if (n > 0) {
+    std::string path(self, n);
+    path = path.substr(0, path.rfind('/')) + "/../lib/libchorus_server.so";
+    if (::access(path.c_str(), R_OK) == 0) return path;
+  }
+  return "libchorus_server.so";
+}
+
+// Loads the serving library (and with it libtorch) into this process and
+// serves until SIGTERM or SIGINT; returns the exit status. Only the serving
+// process calls it: the supervisor stays small.
 int Serve(chorus::ServerOptions options, const chorus::ServingRun& run) {
   options.restarts = run.restarts;
   options.last_exit = run.last_exit;
   options.quarantined = run.quarantined;
   options.quarantined_jobs = run.quarantined_jobs;
-  // Signals are taken synchronously by this thread; every thread started
-  // from here on inherits the blocked mask.
-  sigset_t signals;
-  sigemptyset(&signals);
-  sigaddset(&signals, SIGTERM);
-  sigaddset(&signals, SIGINT);
-  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
-
-  // A closed stdout (the listening line has no reader) must not kill us.
-  ::signal(SIGPIPE, SIG_IGN);
-  auto server = chorus::Server::Start(options);
-  if (!server.ok()) {
-    std::fprintf(stderr, "chorus-server: %s\n", server.status().ToString().c_str());
+  // Global, as if linked: the interpreters' Python extensions bind to this libtorch.
+  void* library = ::dlopen(ServingLibrary().c_str(), RTLD_NOW | RTLD_GLOBAL);
+  if (library == nullptr) {
+    std::fprintf(stderr, "chorus-server: cannot load the server library: %s\n", ::dlerror());
     return 1;
   }
-  std::printf("chorus-server listening on port %d (metrics %d), http %d\n", (*server)->port(),
-              (*server)->metrics_port(), (*server)->http_port());
-  std::fflush(stdout);
-  int signal = 0;
-  sigwait(&signals, &signal);
-  chorus::Log().info("received signal {}: draining", signal);
-  (*server)->Shutdown();
-  return 0;
+  auto* serve = reinterpret_cast<decltype(&ChorusServeUntilStopped)>(
+      ::dlsym(library, "ChorusServeUntilStopped"));
+  if (serve == nullptr) {
+    std::fprintf(stderr, "chorus-server: %s\n", ::dlerror());
+    return 1;
+  }
+  return serve(&options);
 }
 
 // A free TCP port on `host` now, so that every serving process the

@@ -44,11 +44,13 @@ StatusOr<int64_t> IntAt(const Json& value, const std::string& key, int64_t minim
   return value.get<int64_t>();
 }
 
-// "FP32" (the protocol's), "TYPE_FP32" (Triton's config) or "float32" (torch's).
+// "FP32" (the protocol's), "TYPE_FP32" (Triton's config) or "float32" (torch's);
+// strings: "BYTES", "TYPE_STRING" or "string".
 StatusOr<std::string> DatatypeAt(const Json& value, const std::string& key) {
   CHORUS_ASSIGN_OR_RETURN(std::string name, StringAt(value, key));
   std::string_view wire = name;
   if (wire.rfind("TYPE_", 0) == 0) wire.remove_prefix(5);
+  if (wire == "STRING") wire = InfoOf(Dtype::kString).wire;
   if (const DtypeInfo* info = DtypeByWireName(wire)) return std::string(info->name);
   if (const DtypeInfo* info = DtypeByName(name)) return std::string(info->name);
   return KeyError(key, "unknown datatype \"" + name + "\" (FP32, INT64, ... as in the protocol)");

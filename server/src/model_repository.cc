@@ -72,16 +72,35 @@ StatusOr<std::string> ModelFile(const std::string& version_dir, const ModelConfi
   return NotFoundError(version_dir + " has no .pt or .pt2 file (or set default_model_filename)");
 }
 
-// Zeros for every input of `manifest`, any-size dimensions made 1.
+// Zeros (empty strings for string inputs) for every input of `manifest`,
+// any-size dimensions made 1.
 std::vector<c10::IValue> ZeroInputs(const Manifest& manifest) {
   std::vector<c10::IValue> inputs;
   for (const TensorSpec& spec : manifest.inputs) {
     std::vector<int64_t> shape = spec.shape;
     for (int64_t& size : shape) size = std::max<int64_t>(size, 1);
-    inputs.emplace_back(
-        at::zeros(shape, at::TensorOptions().dtype(ScalarTypeOf(DtypeByName(spec.dtype)->dtype))));
+    const Dtype dtype = DtypeByName(spec.dtype)->dtype;
+    if (dtype == Dtype::kString) {
+      const int64_t count = c10::multiply_integers(shape);
+      inputs.push_back(StringTensorToIValue({shape, std::vector<std::string>(count)}));
+    } else {
+      inputs.emplace_back(at::zeros(shape, at::TensorOptions().dtype(ScalarTypeOf(dtype))));
+    }
   }
   return inputs;
+}
+
+// The manifest name of `value`'s dtype; FAILED_PRECONDITION (naming output
+// `index`) for one the protocol cannot carry.
+StatusOr<std::string> OutputDtype(const c10::IValue& value, size_t index) {
+  if (!value.isTensor()) return std::string(InfoOf(Dtype::kString).name);
+  std::optional<Dtype> dtype = DtypeOf(value.toTensor().scalar_type());
+  if (!dtype) {
+    return FailedPreconditionError("output " + std::to_string(index) + " has a dtype (" +
+                                   std::string(c10::toString(value.toTensor().scalar_type())) +
+                                   ") the protocol cannot carry");
+  }
+  return std::string(InfoOf(*dtype).name);
 }
 
 // The outputs' signature, from one run of `model` on zeros: their dtypes and
@@ -104,19 +123,13 @@ StatusOr<std::vector<TensorSpec>> ProbeOutputs(Model& model, const Manifest& sig
         "running the model on zeros to learn its outputs (give \"outputs\" in config.json "
         "instead)");
   }
-  CHORUS_ASSIGN_OR_RETURN(std::vector<at::Tensor> tensors, FlattenOutputs(*result, nullptr));
+  CHORUS_ASSIGN_OR_RETURN(std::vector<c10::IValue> values, FlattenOutputs(*result, nullptr));
   std::vector<TensorSpec> outputs;
-  for (size_t i = 0; i < tensors.size(); ++i) {
-    std::optional<Dtype> dtype = DtypeOf(tensors[i].scalar_type());
-    if (!dtype) {
-      return FailedPreconditionError("output " + std::to_string(i) + " has a dtype (" +
-                                     std::string(c10::toString(tensors[i].scalar_type())) +
-                                     ") the protocol cannot carry");
-    }
+  for (size_t i = 0; i < values.size(); ++i) {
     TensorSpec spec;
-    spec.name = tensors.size() == 1 ? "output" : "output" + std::to_string(i);
-    spec.dtype = InfoOf(*dtype).name;
-    spec.shape = tensors[i].sizes().vec();
+    spec.name = values.size() == 1 ? "output" : "output" + std::to_string(i);
+    CHORUS_ASSIGN_OR_RETURN(spec.dtype, OutputDtype(values[i], i));
+    spec.shape = ShapeOf(values[i]);
     if (signature.batching.batchable && !spec.shape.empty()) spec.shape[0] = -1;
     outputs.push_back(std::move(spec));
   }

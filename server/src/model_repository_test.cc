@@ -116,7 +116,7 @@ InferenceResult InferOnce(LoadedModel& model, at::Tensor x) {
 void ExpectScaled(const InferenceResult& result, const at::Tensor& x, int factor) {
   ASSERT_OK(result.status);
   ASSERT_EQ(result.outputs.size(), 1u);
-  EXPECT_TRUE(at::equal(result.outputs[0], x * factor)) << result.outputs[0];
+  EXPECT_TRUE(at::equal(result.outputs[0].toTensor(), x * factor)) << result.outputs[0];
 }
 
 // Matches a repository index entry; each field a value or a string matcher.

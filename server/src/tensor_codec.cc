@@ -3,6 +3,7 @@
 #include <cstring>
 #include <limits>
 #include <map>
+#include <optional>
 #include <set>
 
 #include "chorus/package/dtype.h"
@@ -128,24 +129,64 @@ StatusOr<at::Tensor> FromTypedContents(const inference::InferTensorContents& c,
   }
 }
 
-// `tensors`, if every input of a batchable model that has the batch
+// `values`, if every input of a batchable model that has the batch
 // dimension has the same number of rows along it (they are batched together).
-StatusOr<std::vector<at::Tensor>> CheckBatchRows(std::vector<at::Tensor> tensors,
-                                                 const Manifest& manifest) {
-  const int64_t dim = manifest.batching.batch_dim;
-  if (!manifest.batching.batchable) return tensors;
-  const at::Tensor* first = nullptr;
-  for (size_t i = 0; i < tensors.size(); ++i) {
-    if (tensors[i].dim() <= dim) continue;
-    if (first == nullptr) {
-      first = &tensors[i];
-    } else if (tensors[i].size(dim) != first->size(dim)) {
-      return Invalid(manifest.inputs[i].name,
-                     std::to_string(tensors[i].size(dim)) + " rows along the batch dimension; " +
-                         "the other inputs have " + std::to_string(first->size(dim)));
+StatusOr<std::vector<c10::IValue>> CheckBatchRows(std::vector<c10::IValue> values,
+                                                  const Manifest& manifest) {
+  const size_t dim = manifest.batching.batch_dim;
+  if (!manifest.batching.batchable) return values;
+  std::optional<int64_t> rows;
+  for (size_t i = 0; i < values.size(); ++i) {
+    const std::vector<int64_t> shape = ShapeOf(values[i]);
+    if (shape.size() <= dim) continue;
+    if (!rows) {
+      rows = shape[dim];
+    } else if (shape[dim] != *rows) {
+      return Invalid(manifest.inputs[i].name, std::to_string(shape[dim]) +
+                                                  " rows along the batch dimension; " +
+                                                  "the other inputs have " + std::to_string(*rows));
     }
   }
-  return tensors;
+  return values;
+}
+
+// The string input `name` of `shape` from the request's raw or typed contents.
+StatusOr<c10::IValue> DecodeStrings(const inference::ModelInferRequest::InferInputTensor& input,
+                                    const std::vector<int64_t>& shape, const std::string* raw) {
+  CHORUS_ASSIGN_OR_RETURN(const int64_t elements, ElementCount(shape));
+  StringTensor tensor;
+  if (raw != nullptr) {
+    StatusOr<StringTensor> decoded = StringTensorFromRaw(shape, *raw);
+    if (!decoded.ok()) return Invalid(input.name(), decoded.status().message());
+    tensor = std::move(decoded).value();
+  } else {
+    const auto& c = input.contents();
+    if (HasTypedContents(c) && c.bytes_contents_size() == 0 && elements > 0) {
+      return Invalid(input.name(), "BYTES values travel in bytes_contents");
+    }
+    if (c.bytes_contents_size() != elements) {
+      return Invalid(input.name(), std::to_string(c.bytes_contents_size()) + " typed values for " +
+                                       std::to_string(elements) + " elements");
+    }
+    tensor.shape = shape;
+    tensor.elements.assign(c.bytes_contents().begin(), c.bytes_contents().end());
+  }
+  return StringTensorToIValue(std::move(tensor));
+}
+
+// OK if `value` is of the dtype `spec` declares.
+Status CheckOutputDtype(const c10::IValue& value, const TensorSpec& spec) {
+  std::string returned = "a list of str";
+  if (value.isTensor()) {
+    std::optional<Dtype> dtype = DtypeOf(value.toTensor().scalar_type());
+    if (!dtype) {
+      return InternalError("output \"" + spec.name + "\" has a dtype the protocol cannot carry");
+    }
+    returned = InfoOf(*dtype).name;
+  }
+  if (returned == spec.dtype || (spec.dtype == "string" && !value.isTensor())) return OkStatus();
+  return InternalError("output \"" + spec.name + "\": the model returned " + returned +
+                       ", its signature declares " + spec.dtype);
 }
 
 }  // namespace
@@ -154,6 +195,7 @@ StatusOr<at::Tensor> TensorFromRaw(const std::string& datatype, const std::vecto
                                    const std::string& raw) {
   const DtypeInfo* dtype = DtypeByWireName(datatype);
   if (dtype == nullptr) return InvalidArgumentError("unknown datatype \"" + datatype + "\"");
+  if (dtype->dtype == Dtype::kString) return InvalidArgumentError("BYTES is not a tensor dtype");
   CHORUS_ASSIGN_OR_RETURN(const int64_t elements, ElementCount(shape));
   const size_t expected = static_cast<size_t>(elements) * dtype->element_size;
   if (raw.size() != expected) {
@@ -166,13 +208,61 @@ StatusOr<at::Tensor> TensorFromRaw(const std::string& datatype, const std::vecto
   return tensor;
 }
 
+StatusOr<StringTensor> StringTensorFromRaw(const std::vector<int64_t>& shape,
+                                           const std::string& raw) {
+  CHORUS_ASSIGN_OR_RETURN(const int64_t elements, ElementCount(shape));
+  StringTensor tensor;
+  tensor.shape = shape;
+  size_t at = 0;
+  while (at < raw.size()) {
+    if (raw.size() - at < 4) {
+      return InvalidArgumentError("raw BYTES contents end inside the length of element " +
+                                  std::to_string(tensor.elements.size()));
+    }
+    const auto* p = reinterpret_cast<const unsigned char*>(raw.data() + at);
+    const uint32_t length = p[0] | (p[1] << 8) | (p[2] << 16) | (uint32_t{p[3]} << 24);
+    at += 4;
+    if (raw.size() - at < length) {
+      return InvalidArgumentError("raw BYTES element " + std::to_string(tensor.elements.size()) +
+                                  " claims " + std::to_string(length) + " bytes; " +
+                                  std::to_string(raw.size() - at) + " are left");
+    }
+    if (static_cast<int64_t>(tensor.elements.size()) == elements) {
+      return InvalidArgumentError("raw BYTES contents hold more than the " +
+                                  std::to_string(elements) + " elements of shape " +
+                                  ShapeText(shape));
+    }
+    tensor.elements.emplace_back(raw, at, length);
+    at += length;
+  }
+  if (static_cast<int64_t>(tensor.elements.size()) != elements) {
+    return InvalidArgumentError("raw BYTES contents hold " +
+                                std::to_string(tensor.elements.size()) + " elements; shape " +
+                                ShapeText(shape) + " needs " + std::to_string(elements));
+  }
+  return tensor;
+}
+
+std::string StringsToRaw(const std::vector<std::string>& elements) {
+  size_t size = 0;
+  for (const std::string& element : elements) size += 4 + element.size();
+  std::string raw;
+  raw.reserve(size);
+  for (const std::string& element : elements) {
+    const uint32_t length = static_cast<uint32_t>(element.size());
+    for (int shift = 0; shift < 32; shift += 8) raw.push_back(static_cast<char>(length >> shift));
+    raw += element;
+  }
+  return raw;
+}
+
 std::string WireDatatype(const std::string& manifest_dtype) {
   const DtypeInfo* d = DtypeByName(manifest_dtype);
   return d ? d->wire : "";
 }
 
-StatusOr<std::vector<at::Tensor>> DecodeInputs(const inference::ModelInferRequest& request,
-                                               const Manifest& manifest) {
+StatusOr<std::vector<c10::IValue>> DecodeInputs(const inference::ModelInferRequest& request,
+                                                const Manifest& manifest) {
   const bool raw = request.raw_input_contents_size() > 0;
   if (raw && request.raw_input_contents_size() != request.inputs_size()) {
     return InvalidArgumentError(std::to_string(request.raw_input_contents_size()) +
@@ -181,12 +271,12 @@ StatusOr<std::vector<at::Tensor>> DecodeInputs(const inference::ModelInferReques
   }
   std::map<std::string, size_t> position;
   for (size_t i = 0; i < manifest.inputs.size(); ++i) position[manifest.inputs[i].name] = i;
-  std::vector<at::Tensor> tensors(manifest.inputs.size());
+  std::vector<c10::IValue> values(manifest.inputs.size());
   for (int k = 0; k < request.inputs_size(); ++k) {
     const auto& input = request.inputs(k);
     auto it = position.find(input.name());
     if (it == position.end()) return Invalid(input.name(), "the model has no such input");
-    if (tensors[it->second].defined()) return Invalid(input.name(), "given twice");
+    if (!values[it->second].isNone()) return Invalid(input.name(), "given twice");
     const TensorSpec& spec = manifest.inputs[it->second];
     const DtypeInfo* dtype = DtypeByName(spec.dtype);
     if (dtype == nullptr || input.datatype() != dtype->wire) {
@@ -216,6 +306,12 @@ StatusOr<std::vector<at::Tensor>> DecodeInputs(const inference::ModelInferReques
                      "has typed contents and the request has raw_input_contents; "
                      "use one or the other");
     }
+    if (dtype->dtype == Dtype::kString) {
+      CHORUS_ASSIGN_OR_RETURN(
+          values[it->second],
+          DecodeStrings(input, shape, raw ? &request.raw_input_contents(k) : nullptr));
+      continue;
+    }
     at::Tensor tensor;
     if (raw) {
       StatusOr<at::Tensor> decoded =
@@ -234,17 +330,17 @@ StatusOr<std::vector<at::Tensor>> DecodeInputs(const inference::ModelInferReques
         return Invalid(input.name(), "no contents (typed or raw)");
       }
     }
-    tensors[it->second] = std::move(tensor);
+    values[it->second] = std::move(tensor);
   }
-  for (size_t i = 0; i < tensors.size(); ++i) {
-    if (!tensors[i].defined()) {
+  for (size_t i = 0; i < values.size(); ++i) {
+    if (values[i].isNone()) {
       return Invalid(manifest.inputs[i].name, "missing (the model needs every input)");
     }
   }
-  return CheckBatchRows(tensors, manifest);
+  return CheckBatchRows(std::move(values), manifest);
 }
 
-Status EncodeOutputs(const std::vector<at::Tensor>& outputs, const Manifest& manifest,
+Status EncodeOutputs(const std::vector<c10::IValue>& outputs, const Manifest& manifest,
                      const inference::ModelInferRequest& request,
                      inference::ModelInferResponse* response) {
   std::set<std::string> wanted;
@@ -265,24 +361,25 @@ Status EncodeOutputs(const std::vector<at::Tensor>& outputs, const Manifest& man
                          std::to_string(manifest.outputs.size()));
   }
   for (size_t i = 0; i < outputs.size(); ++i) {
-    const TensorSpec& spec = manifest.outputs[i];
-    std::optional<Dtype> dtype = DtypeOf(outputs[i].scalar_type());
-    if (!dtype) {
-      return InternalError("output \"" + spec.name + "\" has a dtype the protocol cannot carry");
-    }
-    if (spec.dtype != InfoOf(*dtype).name) {
-      return InternalError("output \"" + spec.name + "\": the model returned " +
-                           InfoOf(*dtype).name + ", its signature declares " + spec.dtype);
-    }
+    CHORUS_RETURN_IF_ERROR(CheckOutputDtype(outputs[i], manifest.outputs[i]));
   }
   for (size_t i = 0; i < outputs.size(); ++i) {
-    const std::string& name = manifest.outputs[i].name;
-    if (!wanted.empty() && wanted.count(name) == 0) continue;
-    at::Tensor tensor = outputs[i].contiguous();
-    const Dtype dtype = *DtypeOf(tensor.scalar_type());
+    const TensorSpec& spec = manifest.outputs[i];
+    if (!wanted.empty() && wanted.count(spec.name) == 0) continue;
     auto* out = response->add_outputs();
-    out->set_name(name);
-    out->set_datatype(InfoOf(dtype).wire);
+    out->set_name(spec.name);
+    out->set_datatype(WireDatatype(spec.dtype));
+    if (!outputs[i].isTensor()) {
+      StatusOr<StringTensor> strings = StringTensorFromIValue(outputs[i]);
+      if (!strings.ok()) {
+        return InternalError("output \"" + spec.name +
+                             "\": " + std::string(strings.status().message()));
+      }
+      for (int64_t size : strings->shape) out->add_shape(size);
+      response->add_raw_output_contents(StringsToRaw(strings->elements));
+      continue;
+    }
+    at::Tensor tensor = outputs[i].toTensor().contiguous();
     for (int64_t size : tensor.sizes()) out->add_shape(size);
     response->add_raw_output_contents(static_cast<const char*>(tensor.data_ptr()),
                                       tensor.numel() * tensor.element_size());

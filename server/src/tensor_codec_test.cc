@@ -1,7 +1,7 @@
-// The wire codec (Open Inference Protocol tensors <-> at::Tensor): round trips
-// of raw and typed contents for every dtype, each rejection DecodeInputs and
-// TensorFromRaw promise, EncodeOutputs' selection; and the dtype tables the
-// codec stands on.
+// The wire codec (Open Inference Protocol tensors <-> at::Tensor and string
+// tensors): round trips of raw and typed contents for every dtype, BYTES
+// included, each rejection DecodeInputs and TensorFromRaw promise,
+// EncodeOutputs' selection; and the dtype tables the codec stands on.
 #include "server/src/tensor_codec.h"
 
 #include <ATen/ATen.h>
@@ -70,8 +70,28 @@ at::Tensor Sample(Dtype dtype) {
       return from({-2.5, -1, 0, 0.1, 1e-30, 3.4e38}, at::kFloat);
     case Dtype::kFloat64:
       return from({-2.5, -1, 0, 0.1, 1e-300, 1e300}, at::kDouble);
+    case Dtype::kString:
+      break;  // not a tensor: the BYTES tests below
   }
   return at::Tensor();
+}
+
+// The tensor dtypes: all but strings.
+std::vector<DtypeInfo> TensorDtypes() {
+  std::vector<DtypeInfo> dtypes;
+  for (const DtypeInfo& info : kDtypes) {
+    if (info.dtype != Dtype::kString) dtypes.push_back(info);
+  }
+  return dtypes;
+}
+
+// DecodeInputs for requests of tensors only.
+StatusOr<std::vector<at::Tensor>> DecodeTensors(const inference::ModelInferRequest& request,
+                                                const Manifest& manifest) {
+  CHORUS_ASSIGN_OR_RETURN(std::vector<c10::IValue> values, DecodeInputs(request, manifest));
+  std::vector<at::Tensor> tensors;
+  for (const c10::IValue& value : values) tensors.push_back(value.toTensor());
+  return tensors;
 }
 
 // A manifest with one input "x" and one output "y" of `dtype`, batched along
@@ -129,11 +149,12 @@ const at::Tensor& ExpectedB() {
 TEST(DtypeTableTest, ScalarTypesAreIndexedByTheDtypeEnum) {
   // ScalarTypeOf indexes kScalarTypes by the enum's value; a row out of place
   // would map a dtype to another dtype's torch type.
-  ASSERT_EQ(std::size(kScalarTypes), std::size(kDtypes));
+  ASSERT_EQ(std::size(kScalarTypes), std::size(kDtypes) - 1);  // strings have none
   const c10::ScalarType expected[] = {at::kBool, at::kByte, at::kChar,     at::kShort, at::kInt,
                                       at::kLong, at::kHalf, at::kBFloat16, at::kFloat, at::kDouble};
-  ASSERT_EQ(std::size(expected), std::size(kDtypes));
-  for (size_t i = 0; i < std::size(kDtypes); ++i) {
+  ASSERT_EQ(std::size(expected), std::size(kScalarTypes));
+  EXPECT_THROW(ScalarTypeOf(Dtype::kString), c10::Error);
+  for (size_t i = 0; i < std::size(kScalarTypes); ++i) {
     const DtypeInfo& info = kDtypes[i];
     SCOPED_TRACE(info.name);
     EXPECT_EQ(static_cast<size_t>(info.dtype), i);
@@ -169,7 +190,7 @@ TEST(WireDatatypeTest, ManifestNamesMapToWireNames) {
 }
 
 TEST(TensorCodecTest, RawContentsRoundTripForEveryDtype) {
-  for (const DtypeInfo& info : kDtypes) {
+  for (const DtypeInfo& info : TensorDtypes()) {
     SCOPED_TRACE(info.name);
     const at::Tensor sample = Sample(info.dtype);
     ASSERT_EQ(sample.scalar_type(), ScalarTypeOf(info.dtype));
@@ -191,7 +212,7 @@ TEST(TensorCodecTest, RawContentsRoundTripForEveryDtype) {
     AddInput(request, "x", response.outputs(0).datatype(),
              std::vector<int64_t>(shape.begin(), shape.end()));
     request.add_raw_input_contents(response.raw_output_contents(0));
-    ASSERT_OK_AND_ASSIGN(std::vector<at::Tensor> inputs, DecodeInputs(request, manifest));
+    ASSERT_OK_AND_ASSIGN(std::vector<at::Tensor> inputs, DecodeTensors(request, manifest));
     ASSERT_EQ(inputs.size(), 1u);
     ExpectIdentical(inputs[0], sample);
 
@@ -229,6 +250,7 @@ bool FillTyped(const at::Tensor& tensor, Dtype dtype, inference::InferTensorCont
         break;
       case Dtype::kFloat16:
       case Dtype::kBFloat16:
+      case Dtype::kString:
         return false;
     }
   }
@@ -237,14 +259,14 @@ bool FillTyped(const at::Tensor& tensor, Dtype dtype, inference::InferTensorCont
 
 TEST(TensorCodecTest, TypedContentsRoundTripForEveryDtypeWithAField) {
   int round_trips = 0;
-  for (const DtypeInfo& info : kDtypes) {
+  for (const DtypeInfo& info : TensorDtypes()) {
     SCOPED_TRACE(info.name);
     const at::Tensor sample = Sample(info.dtype);
     inference::ModelInferRequest request;
     InputTensor* input = AddInput(request, "x", info.wire, {2, 3});
     if (!FillTyped(sample, info.dtype, input->mutable_contents())) continue;
     ASSERT_OK_AND_ASSIGN(std::vector<at::Tensor> inputs,
-                         DecodeInputs(request, OneTensorManifest(info.name)));
+                         DecodeTensors(request, OneTensorManifest(info.name)));
     ASSERT_EQ(inputs.size(), 1u);
     ExpectIdentical(inputs[0], sample);
     ++round_trips;
@@ -274,7 +296,7 @@ TEST(TensorCodecTest, TensorFromRawChecksDatatypeShapeAndSize) {
   EXPECT_THAT(TensorFromRaw("float32", {1}, std::string(4, '\0')),
               StatusIs(StatusCode::kInvalidArgument, "unknown datatype \"float32\""));
   EXPECT_THAT(TensorFromRaw("BYTES", {1}, std::string(8, '\0')),
-              StatusIs(StatusCode::kInvalidArgument, "unknown datatype \"BYTES\""));
+              StatusIs(StatusCode::kInvalidArgument, "BYTES is not a tensor dtype"));
   EXPECT_THAT(TensorFromRaw("FP32", {2, -1}, ""),
               StatusIs(StatusCode::kInvalidArgument, "negative dimension in shape [2, -1]"));
   EXPECT_THAT(TensorFromRaw("FP32", {2, 3}, std::string(20, '\0')),
@@ -348,7 +370,7 @@ TEST(TensorCodecTest, TypedIntegersThatDoNotFitTheirDtypeAreRefused) {
   auto* contents = AddInput(edges, "x", "INT8", {1, 3})->mutable_contents();
   for (int v : {-128, 0, 127}) contents->add_int_contents(v);
   ASSERT_OK_AND_ASSIGN(std::vector<at::Tensor> decoded,
-                       DecodeInputs(edges, OneTensorManifest("int8")));
+                       DecodeTensors(edges, OneTensorManifest("int8")));
   EXPECT_TRUE(at::equal(decoded[0], at::tensor({-128, 0, 127}, at::kChar).reshape({1, 3})));
 }
 
@@ -369,7 +391,7 @@ TEST(TensorCodecTest, DecodedInputsFollowTheManifestOrder) {
   inference::ModelInferRequest request;
   AddTypedB(request);  // b first: the model takes a, then b
   AddTypedA(request);
-  ASSERT_OK_AND_ASSIGN(std::vector<at::Tensor> inputs, DecodeInputs(request, TwoInputManifest()));
+  ASSERT_OK_AND_ASSIGN(std::vector<at::Tensor> inputs, DecodeTensors(request, TwoInputManifest()));
   ASSERT_EQ(inputs.size(), 2u);
   ExpectIdentical(inputs[0], ExpectedA());
   ExpectIdentical(inputs[1], ExpectedB());
@@ -380,7 +402,7 @@ TEST(TensorCodecTest, DecodedInputsFollowTheManifestOrder) {
   AddInput(raw, "a", "FP32", {2, 2});
   raw.add_raw_input_contents(Bytes(ExpectedB()));
   raw.add_raw_input_contents(Bytes(ExpectedA()));
-  ASSERT_OK_AND_ASSIGN(std::vector<at::Tensor> from_raw, DecodeInputs(raw, TwoInputManifest()));
+  ASSERT_OK_AND_ASSIGN(std::vector<at::Tensor> from_raw, DecodeTensors(raw, TwoInputManifest()));
   ASSERT_EQ(from_raw.size(), 2u);
   ExpectIdentical(from_raw[0], ExpectedA());
   ExpectIdentical(from_raw[1], ExpectedB());
@@ -474,7 +496,7 @@ TEST(TensorCodecTest, ShapesMustMatchTheSignatureWhereItIsNotDynamic) {
   for (int64_t rows : {1, 3, 4}) {
     SCOPED_TRACE(rows);
     ASSERT_OK_AND_ASSIGN(std::vector<at::Tensor> inputs,
-                         DecodeInputs(WithShapeOfA({rows, 2}), manifest));
+                         DecodeTensors(WithShapeOfA({rows, 2}), manifest));
     EXPECT_EQ(inputs[0].sizes(), (std::vector<int64_t>{rows, 2}));
     EXPECT_TRUE(at::equal(inputs[0].flatten(), at::arange(2 * rows, at::dtype(at::kFloat))));
   }
@@ -489,7 +511,7 @@ TEST(TensorCodecTest, ABatchOverTheModelsMaximumIsRejected) {
   // A model that does not batch has no batch maximum.
   manifest.batching = Batching{false, 0, 0};
   ASSERT_OK_AND_ASSIGN(std::vector<at::Tensor> inputs,
-                       DecodeInputs(WithShapeOfA({5, 2}), manifest));
+                       DecodeTensors(WithShapeOfA({5, 2}), manifest));
   EXPECT_EQ(inputs[0].sizes(), (std::vector<int64_t>{5, 2}));
 }
 
@@ -561,7 +583,7 @@ TEST(TensorCodecTest, AnEmptyBatchNeedsNoContents) {
   inference::ModelInferRequest request;
   AddInput(request, "a", "FP32", {0, 2});
   AddInput(request, "b", "INT64", {0});
-  ASSERT_OK_AND_ASSIGN(std::vector<at::Tensor> inputs, DecodeInputs(request, TwoInputManifest()));
+  ASSERT_OK_AND_ASSIGN(std::vector<at::Tensor> inputs, DecodeTensors(request, TwoInputManifest()));
   ASSERT_EQ(inputs.size(), 2u);
   EXPECT_EQ(inputs[0].sizes(), (std::vector<int64_t>{0, 2}));
   EXPECT_EQ(inputs[0].scalar_type(), at::kFloat);
@@ -570,7 +592,7 @@ TEST(TensorCodecTest, AnEmptyBatchNeedsNoContents) {
 }
 
 // The two outputs of TwoInputManifest: y = [[1.5, -2], [3, 4]], n = [7, 8].
-std::vector<at::Tensor> TwoOutputs() { return {ExpectedA(), ExpectedB()}; }
+std::vector<c10::IValue> TwoOutputs() { return {ExpectedA(), ExpectedB()}; }
 
 inference::ModelInferRequest Requesting(const std::vector<std::string>& names) {
   inference::ModelInferRequest request;
@@ -660,6 +682,129 @@ TEST(TensorCodecTest, AnOutputDtypeTheProtocolCannotCarryIsInternal) {
       EncodeOutputs({complex}, OneTensorManifest("float32"), inference::ModelInferRequest(),
                     &response),
       StatusIs(StatusCode::kInternal, "output \"y\" has a dtype the protocol cannot carry"));
+}
+
+// BYTES: strings as models see them (chorus/serving/model_values.h).
+
+Manifest StringManifest() {
+  Manifest manifest;
+  manifest.model_name = "words";
+  manifest.inputs = {TensorSpec{"text", "string", {-1, 2}}};
+  manifest.outputs = {TensorSpec{"upper", "string", {-1, 2}}, TensorSpec{"n", "int64", {-1}}};
+  manifest.batching = Batching{true, 0, 4};
+  return manifest;
+}
+
+// Triton's layout, written out by hand: little-endian length, then the bytes.
+const std::string& FourWordsRaw() {
+  static const std::string* raw = new std::string(std::string("\x02\x00\x00\x00"
+                                                              "ab",
+                                                              6) +
+                                                  std::string("\x00\x00\x00\x00", 4) +
+                                                  std::string("\x03\x00\x00\x00"
+                                                              "\xff\x00z",
+                                                              7) +
+                                                  std::string("\x01\x00\x00\x00"
+                                                              "d",
+                                                              5));
+  return *raw;
+}
+const std::vector<std::string> kFourWords = {"ab", "", std::string("\xff\x00z", 3), "d"};
+
+TEST(TensorCodecTest, BytesInputsDecodeToNestedListsOfStr) {
+  inference::ModelInferRequest raw;
+  AddInput(raw, "text", "BYTES", {2, 2});
+  raw.add_raw_input_contents(FourWordsRaw());
+  inference::ModelInferRequest typed;
+  auto* contents = AddInput(typed, "text", "BYTES", {2, 2})->mutable_contents();
+  for (const std::string& word : kFourWords) contents->add_bytes_contents(word);
+  for (const auto* request : {&raw, &typed}) {
+    ASSERT_OK_AND_ASSIGN(std::vector<c10::IValue> inputs, DecodeInputs(*request, StringManifest()));
+    ASSERT_EQ(inputs.size(), 1u);
+    EXPECT_EQ(inputs[0].type()->annotation_str(), "List[List[str]]");
+    ASSERT_OK_AND_ASSIGN(StringTensor text, StringTensorFromIValue(inputs[0]));
+    EXPECT_THAT(text.shape, ElementsAre(2, 2));
+    EXPECT_EQ(text.elements, kFourWords);
+  }
+  EXPECT_EQ(StringsToRaw(kFourWords), FourWordsRaw());
+}
+
+TEST(TensorCodecTest, MalformedBytesAreRejectedSayingHow) {
+  struct Case {
+    std::vector<int64_t> shape;
+    std::string raw;
+    const char* message;
+  };
+  const Case cases[] = {
+      {{1, 2},
+       std::string("\x02\x00\x00", 3),
+       "raw BYTES contents end inside the length of element 0"},
+      {{1, 2},
+       std::string("\x09\x00\x00\x00"
+                   "abc",
+                   7),
+       "raw BYTES element 0 claims 9 bytes; 3 are left"},
+      {{1, 2}, FourWordsRaw(), "raw BYTES contents hold more than the 2 elements of shape [1, 2]"},
+      {{3, 2}, FourWordsRaw(), "raw BYTES contents hold 4 elements; shape [3, 2] needs 6"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.message);
+    inference::ModelInferRequest request;
+    AddInput(request, "text", "BYTES", c.shape);
+    request.add_raw_input_contents(c.raw);
+    EXPECT_THAT(
+        DecodeInputs(request, StringManifest()),
+        StatusIs(StatusCode::kInvalidArgument, "input \"text\": " + std::string(c.message)));
+  }
+  inference::ModelInferRequest wrong_field;
+  AddInput(wrong_field, "text", "BYTES", {1, 2})->mutable_contents()->add_int_contents(1);
+  EXPECT_THAT(DecodeInputs(wrong_field, StringManifest()),
+              StatusIs(StatusCode::kInvalidArgument,
+                       "input \"text\": BYTES values travel in bytes_contents"));
+  inference::ModelInferRequest too_few;
+  AddInput(too_few, "text", "BYTES", {1, 2})->mutable_contents()->add_bytes_contents("a");
+  EXPECT_THAT(
+      DecodeInputs(too_few, StringManifest()),
+      StatusIs(StatusCode::kInvalidArgument, "input \"text\": 1 typed values for 2 elements"));
+  inference::ModelInferRequest as_floats;
+  AddInput(as_floats, "text", "FP32", {1, 2})->mutable_contents()->add_fp32_contents(1);
+  EXPECT_THAT(
+      DecodeInputs(as_floats, StringManifest()),
+      StatusIs(StatusCode::kInvalidArgument, "input \"text\": expected datatype BYTES, got FP32"));
+}
+
+TEST(TensorCodecTest, StringOutputsEncodeInTritonsLayout) {
+  const c10::IValue upper = StringTensorToIValue({{2, 2}, kFourWords});
+  inference::ModelInferResponse response;
+  ASSERT_OK(EncodeOutputs({upper, ExpectedB()}, StringManifest(), inference::ModelInferRequest(),
+                          &response));
+  ASSERT_EQ(response.outputs_size(), 2);
+  EXPECT_EQ(response.outputs(0).datatype(), "BYTES");
+  EXPECT_THAT(response.outputs(0).shape(), ElementsAre(2, 2));
+  EXPECT_EQ(response.raw_output_contents(0), FourWordsRaw());
+  EXPECT_EQ(response.outputs(1).datatype(), "INT64");
+}
+
+TEST(TensorCodecTest, StringOutputsThatDisagreeWithTheSignatureAreInternalErrors) {
+  inference::ModelInferResponse response;
+  EXPECT_THAT(EncodeOutputs({ExpectedA(), ExpectedB()}, StringManifest(),
+                            inference::ModelInferRequest(), &response),
+              StatusIs(StatusCode::kInternal,
+                       "output \"upper\": the model returned float32, its signature declares "
+                       "string"));
+  EXPECT_THAT(EncodeOutputs({ExpectedA(), StringTensorToIValue({{1}, {"7"}})}, TwoInputManifest(),
+                            inference::ModelInferRequest(), &response),
+              StatusIs(StatusCode::kInternal,
+                       "output \"n\": the model returned a list of str, its signature declares "
+                       "int64"));
+  c10::impl::GenericList ragged(c10::AnyType::get());
+  ragged.push_back(c10::List<std::string>({"a", "b"}));
+  ragged.push_back(c10::List<std::string>({"c"}));
+  EXPECT_THAT(EncodeOutputs({ragged, ExpectedB()}, StringManifest(), inference::ModelInferRequest(),
+                            &response),
+              StatusIs(StatusCode::kInternal,
+                       ::testing::HasSubstr("output \"upper\": element [1] of a string tensor "
+                                            "has 1 items")));
 }
 
 }  // namespace

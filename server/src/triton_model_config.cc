@@ -9,8 +9,10 @@ namespace {
 
 inference::DataType TritonDataType(const std::string& dtype) {
   const DtypeInfo* info = DtypeByName(dtype);
+  if (info == nullptr) return inference::TYPE_INVALID;
+  if (info->dtype == Dtype::kString) return inference::TYPE_STRING;  // BYTES' name in configs
   inference::DataType value = inference::TYPE_INVALID;
-  if (info != nullptr) inference::DataType_Parse(std::string("TYPE_") + info->wire, &value);
+  inference::DataType_Parse(std::string("TYPE_") + info->wire, &value);
   return value;
 }
 

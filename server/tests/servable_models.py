@@ -112,3 +112,19 @@ class Endless(torch.nn.Module):
             time.sleep(0.05)
             step += 1
             yield x + step
+
+
+class Shout(torch.nn.Module):
+    """Text in, text out: each string upper-cased, and its length in characters."""
+
+    def forward(self, text):
+        upper = [s.upper() for s in text]
+        return upper, torch.tensor([len(s) for s in text], dtype=torch.int64)
+
+
+class Words(torch.nn.Module):
+    """Decoupled: one response per word of the request's first string."""
+
+    def forward(self, text):
+        for word in text[0].split():
+            yield [word]

@@ -98,6 +98,28 @@ def test_the_supervisor_restarts_a_crashed_serving_process_on_the_same_port(cras
     assert "supervisor: serving process stopped (exit status 0)" in server.log_text()
 
 
+def test_the_supervisor_stays_small_and_never_loads_torch(crash_repository):
+    """Only the serving process loads libtorch (and the server library); the supervisor,
+    which outlives every crash, holds a few MiB, not a second copy of torch's start-up."""
+    server = ServerProcess(crash_repository, interpreters=1)
+    try:
+        with server.client() as client:
+            wait_until_serving(client)
+
+        def mapped(pid):
+            return open(f"/proc/{pid}/maps").read()
+
+        assert "libtorch_cpu.so" in mapped(server.serving_pid())
+        assert "libchorus_server.so" in mapped(server.serving_pid())
+        supervisor_maps = mapped(server.process.pid)
+        assert "libtorch" not in supervisor_maps and "libchorus_server" not in supervisor_maps
+        status = open(f"/proc/{server.process.pid}/status").read()
+        rss_mib = int(status.split("VmRSS:")[1].split()[0]) / 1024
+        assert rss_mib < 32, f"supervisor RSS {rss_mib:.1f} MiB"
+    finally:
+        assert server.stop() == 0
+
+
 def test_a_killed_supervisor_takes_its_serving_process_along(crash_repository):
     server = ServerProcess(crash_repository, interpreters=1)
     with server.client() as client:

@@ -2,6 +2,7 @@
 
   chorus-client infer mlp --input x=inputs.npy            # numpy file
   chorus-client infer mlp --input 'x=[[1, 2, 3, 4]]' --dtype x=FP32   # JSON
+  chorus-client infer upper --input 'words=["a", "b"]'          # JSON strings: BYTES
   chorus-client list | load NAME | unload NAME | metadata NAME | ready [NAME] | stats [NAME]
 
 Server address: --server HOST:PORT (default localhost:8001); --token for
@@ -15,7 +16,46 @@ import sys
 
 import numpy as np
 
-from chorus.client.client import Client, ClientError, numpy_dtype
+from chorus.client.client import BYTES, Client, ClientError, numpy_dtype, wire_datatype
+
+
+def _holds_str(value) -> bool:
+    if isinstance(value, list):
+        return any(_holds_str(item) for item in value)
+    return isinstance(value, str)
+
+
+def _parse_json_input(value: str, datatype):
+    """A JSON input as an array of `datatype`; by default BYTES where it holds strings,
+    else FP32."""
+    data = json.loads(value)
+    if datatype is None:
+        datatype = BYTES if _holds_str(data) else "FP32"
+    if datatype != BYTES:
+        return np.array(data, dtype=numpy_dtype(datatype))
+    # numpy makes a ragged list an object array of lists: every element must be a str.
+    array = np.array(data, dtype=object)
+    if not all(isinstance(element, str) for element in array.flat):
+        raise SystemExit("chorus-client: a BYTES input is a string or rectangular nested "
+                         f"lists of strings, got {value!r}")
+    return array
+
+
+def _output_json(name: str, array: np.ndarray) -> str:
+    """One output as a JSON line; BYTES elements as text (UTF-8, undecodable bytes as
+    U+FFFD)."""
+    if wire_datatype(array) == BYTES:
+        data, datatype = _as_text(array.tolist()), BYTES
+    else:
+        data, datatype = array.tolist(), str(array.dtype)
+    return json.dumps({"name": name, "datatype": datatype, "shape": list(array.shape),
+                       "data": data})
+
+
+def _as_text(value):
+    if isinstance(value, list):
+        return [_as_text(item) for item in value]
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
 
 
 def _parse_inputs(specs, dtypes):
@@ -29,7 +69,7 @@ def _parse_inputs(specs, dtypes):
         if value.endswith(".npy"):
             array = np.load(value)
         else:
-            array = np.array(json.loads(value), dtype=numpy_dtype(dtype_of.get(name, "FP32")))
+            array = _parse_json_input(value, dtype_of.get(name))
         inputs[name] = array
     return inputs
 
@@ -44,7 +84,8 @@ def main(argv=None) -> int:
     infer = commands.add_parser("infer", help="run a model")
     infer.add_argument("model")
     infer.add_argument("--input", action="append", help="NAME=FILE.npy or NAME=JSON")
-    infer.add_argument("--dtype", action="append", help="NAME=DATATYPE for JSON inputs (FP32)")
+    infer.add_argument("--dtype", action="append",
+                       help="NAME=DATATYPE for JSON inputs (default FP32, BYTES for strings)")
     infer.add_argument("--version", default="")
     infer.add_argument("--output", action="append", help="save NAME=FILE.npy")
     commands.add_parser("list", help="the repository's models")
@@ -65,8 +106,7 @@ def main(argv=None) -> int:
                 for name, array in outputs.items():
                     if name in saves:
                         np.save(saves[name], array)
-                    print(json.dumps({"name": name, "datatype": str(array.dtype),
-                                      "shape": list(array.shape), "data": array.tolist()}))
+                    print(_output_json(name, array))
             elif args.command == "list":
                 for model in client.models():
                     print(f"{model.name:24} {model.version or '-':8} {model.state:12} "

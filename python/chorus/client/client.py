@@ -1,5 +1,10 @@
-"""Client: the Open Inference Protocol over gRPC, with numpy in and out."""
+"""Client: the Open Inference Protocol over gRPC, with numpy in and out.
 
+BYTES (string) tensors are numpy object arrays, as in tritonclient: str or bytes
+elements in, bytes out (decode them as the model's strings were meant).
+"""
+
+import struct
 from typing import Dict, List, Optional
 
 import grpc
@@ -12,6 +17,12 @@ from chorus.inference import grpc_service_pb2_grpc as pb_grpc
 # numpy dtype -> wire datatype. BF16 has no numpy type: it arrives as raw
 # uint16 bits (use torch to interpret them), and uint16 arrays are not sent.
 _WIRE = {np.dtype(d.numpy).str: d.wire for d in dtypes.DTYPES if d.wire != "BF16"}
+BYTES = dtypes.STRING.wire
+# numpy kinds sent as BYTES: object arrays (of str or bytes), fixed-size bytes ('S')
+# and unicode ('U', what np.array(["a", "b"]) makes).
+_BYTES_KINDS = ("O", "S", "U")
+# Each BYTES element on the wire: its length (4 bytes, little-endian), then its bytes.
+_LENGTH = struct.Struct("<I")
 
 
 class ClientError(RuntimeError):
@@ -24,6 +35,8 @@ class ClientError(RuntimeError):
 
 
 def wire_datatype(array: np.ndarray) -> str:
+    if array.dtype.kind in _BYTES_KINDS:
+        return BYTES
     try:
         return _WIRE[array.dtype.str]
     except KeyError:
@@ -39,7 +52,57 @@ def numpy_dtype(datatype: str) -> np.dtype:
 
 
 def to_numpy(datatype: str, shape, raw: bytes) -> np.ndarray:
+    """The array `raw` holds: a BYTES tensor as an object array of bytes."""
+    if datatype == BYTES:
+        return deserialize_bytes(raw, shape)
     return np.frombuffer(raw, dtype=numpy_dtype(datatype)).reshape(tuple(shape))
+
+
+def raw_contents(array: np.ndarray) -> bytes:
+    """`array`'s raw contents on the wire: its bytes in C order, or for a BYTES array
+    serialize_bytes'."""
+    if wire_datatype(array) == BYTES:
+        return serialize_bytes(array)
+    return np.ascontiguousarray(array).tobytes()
+
+
+def serialize_bytes(array: np.ndarray) -> bytes:
+    """A BYTES tensor's raw contents, as Triton's: for each element in row-major order,
+    its length (uint32, little-endian), then its bytes (str encoded as UTF-8)."""
+    parts: List[bytes] = []
+    for index, element in enumerate(np.asarray(array).flat):
+        if isinstance(element, str):
+            element = element.encode("utf-8")
+        if not isinstance(element, bytes):
+            raise ValueError(f"BYTES element {index} is {type(element).__name__}, "
+                             "not str or bytes")
+        parts += (_LENGTH.pack(len(element)), element)
+    return b"".join(parts)
+
+
+def deserialize_bytes(raw: bytes, shape) -> np.ndarray:
+    """serialize_bytes' inverse: an object array of bytes with `shape`. ValueError when
+    `raw` is truncated or holds another number of elements than `shape` has."""
+    count = int(np.prod(shape, dtype=np.int64))
+    elements: List[bytes] = []
+    view, at = memoryview(raw), 0
+    while at < len(view):
+        if at + _LENGTH.size > len(view):
+            raise ValueError(f"BYTES contents truncated in the length of element "
+                             f"{len(elements)}")
+        (length,) = _LENGTH.unpack_from(view, at)
+        at += _LENGTH.size
+        if at + length > len(view):
+            raise ValueError(f"BYTES contents truncated in element {len(elements)} "
+                             f"({length} bytes announced, {len(view) - at} left)")
+        elements.append(bytes(view[at:at + length]))
+        at += length
+    if len(elements) != count:
+        raise ValueError(f"BYTES contents hold {len(elements)} elements; shape "
+                         f"{list(shape)} has {count}")
+    array = np.empty(count, dtype=object)
+    array[:] = elements
+    return array.reshape(tuple(shape))
 
 
 class Connection:
@@ -121,9 +184,8 @@ class Client(Connection):
         """A ModelInferRequest with raw (binary) contents."""
         request = pb.ModelInferRequest(model_name=model, model_version=version, id=request_id)
         for name, array in inputs.items():
-            array = np.ascontiguousarray(array)
             request.inputs.add(name=name, datatype=wire_datatype(array), shape=list(array.shape))
-            request.raw_input_contents.append(array.tobytes())
+            request.raw_input_contents.append(raw_contents(array))
         for name in outputs or []:
             request.outputs.add(name=name)
         return request

@@ -4,14 +4,14 @@ from typing import Iterator, List, Optional
 
 import numpy as np
 
-from chorus.client.client import Connection, to_numpy, wire_datatype
+from chorus.client.client import Connection, raw_contents, to_numpy, wire_datatype
 from chorus.training import training_service_pb2 as pb
 from chorus.training import training_service_pb2_grpc as pb_grpc
 
 
 def tensor_proto(array: np.ndarray) -> pb.Tensor:
-    array = np.ascontiguousarray(array)
-    return pb.Tensor(datatype=wire_datatype(array), shape=list(array.shape), raw=array.tobytes())
+    return pb.Tensor(datatype=wire_datatype(array), shape=list(np.shape(array)),
+                     raw=raw_contents(array))
 
 
 class TrainingClient(Connection):

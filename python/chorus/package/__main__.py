@@ -37,14 +37,19 @@ def _load_callable(spec: str):
 
 
 def _example_inputs(spec: str):
+    """The inputs, one value each: a tuple or list of them, or one value alone (a tensor,
+    or a string tensor: a list of str is one input, as a model's outputs read)."""
     import torch
+    from chorus.package.strings import is_string_tensor
     if spec.endswith((".pt", ".pth")):
         if not os.path.exists(spec):
             raise ToolError(f"the example inputs file {spec} does not exist")
         value = torch.load(spec)
     else:
         value = _load_callable(spec)()
-    return tuple(value) if isinstance(value, (list, tuple)) else (value,)
+    if isinstance(value, tuple) or (isinstance(value, list) and not is_string_tensor(value)):
+        return tuple(value)
+    return (value,)
 
 
 def _split(text):
@@ -273,7 +278,9 @@ def main(argv=None) -> int:
                                            "PACKAGE/RESOURCE (default: the archive's one)")
     create.add_argument("--factory-kwargs", default="{}", help="JSON keyword arguments")
     create.add_argument("--example-inputs", required=True,
-                        help="MODULE:FUNCTION returning the inputs, or a torch.save'd file")
+                        help="MODULE:FUNCTION returning the inputs, or a torch.save'd file: "
+                             "a tuple or list of tensors and string tensors (nested lists of "
+                             "str); a tensor or a list of str alone is one input")
     create.add_argument("--path", default=".", help="directory holding the model's code")
     create.add_argument("--name", help="model name (default: the module or file name)")
     create.add_argument("--model-version", default="1")

@@ -4,6 +4,8 @@ The archive is an ordinary torch.package archive (stock PackageImporter loads
 it). chorus adds, under .data/chorus/, a manifest (model name and version,
 entry point, input/output signature, batching hints, device, sha256 of every
 record) and the example inputs with the outputs the model gave for them.
+Inputs and outputs are tensors or string tensors (nested lists of str, see
+strings.py).
 """
 
 import ctypes
@@ -18,9 +20,12 @@ from typing import Any, Dict, List, Optional, Sequence
 import torch
 from torch.package import PackageExporter
 
+from chorus import dtypes
 from chorus.package import _format as fmt
 from chorus.package import manifest as manifest_lib
-from chorus.package.importer import flatten_outputs, torch_package_warnings_silenced
+from chorus.package import strings
+from chorus.package.importer import (describe, flatten_outputs,
+                                     torch_package_warnings_silenced)
 
 # Modules that stay outside the archive by default: torch, numpy, the stdlib.
 DEFAULT_EXTERN = ["torch", "torch.**", "numpy", "numpy.**", "torchvision", "torchvision.**",
@@ -121,7 +126,7 @@ class _ChorusExporter(PackageExporter):
         self._finalize_zip()
 
 
-def _flatten_outputs(outputs) -> List[torch.Tensor]:
+def _flatten_outputs(outputs) -> list:
     try:
         return flatten_outputs(outputs)
     except TypeError as e:
@@ -148,16 +153,29 @@ def _input_names(model, count: int) -> List[str]:
     return names + [f"input{i}" for i in range(len(names), count)]
 
 
-def _specs(names, tensors, batchable: bool, batch_dim: int):
+def _specs(kind: str, names, values, batchable: bool, batch_dim: int):
+    """The signature entries of `values` (tensors or string tensors), `kind` being
+    "input" or "output". Models receive str but may return bytes too."""
+    elements = strings.INPUT_ELEMENTS if kind == "input" else strings.OUTPUT_ELEMENTS
     specs = []
-    for name, tensor in zip(names, tensors):
-        shape = list(tensor.shape)
+    for name, value in zip(names, values):
+        if isinstance(value, torch.Tensor):
+            dtype, shape = manifest_lib.dtype_name(value.dtype), list(value.shape)
+        else:
+            try:
+                shape = strings.string_shape(value, f"{kind} {name!r}", elements)
+            except strings.StringTensorError as e:
+                raise PackagingError(str(e)) from None
+            dtype = dtypes.STRING.name
+            if batchable and batch_dim != 0:
+                # The server joins lists of str only along their outer dimension.
+                raise PackagingError(f"{kind} {name!r} is a string tensor: it batches along "
+                                     f"dim 0 only (batch_dim is {batch_dim})")
         if batchable and shape:
             if batch_dim >= len(shape):
                 raise PackagingError(f"batch_dim {batch_dim} is out of range for {name}")
             shape[batch_dim] = -1
-        specs.append({"name": name, "dtype": manifest_lib.dtype_name(tensor.dtype),
-                      "shape": shape})
+        specs.append({"name": name, "dtype": dtype, "shape": shape})
     return specs
 
 
@@ -180,7 +198,7 @@ def error_summary(error: BaseException) -> str:
     return line if line.startswith(kind + ":") else f"{kind}: {line}"
 
 
-def create_package(output: str, model: Any, example_inputs: Sequence[torch.Tensor], *,
+def create_package(output: str, model: Any, example_inputs: Sequence[Any], *,
                    name: str, version: str = "1", rules: Optional[PackagingRules] = None,
                    batchable: bool = True, batch_dim: int = 0, max_batch_size: int = 32,
                    device: str = "cpu", input_names: Optional[List[str]] = None,
@@ -191,25 +209,35 @@ def create_package(output: str, model: Any, example_inputs: Sequence[torch.Tenso
                    modules: Sequence[str] = ()) -> dict:
     """Writes `model` (any picklable callable, usually an nn.Module) to `output`.
 
-    The model runs once on `example_inputs` to record the signature and the
-    reference outputs that `chorus-package check` compares against. `importer`:
-    where the model's code comes from when it was itself loaded from a package
-    (a PackageImporter); plain imports otherwise. `dynamic_axes`: per input or
+    `example_inputs`: one value per input, a tensor or a string tensor (a str, or
+    rectangular nested lists of str). The model runs once on them to record the
+    signature and the reference outputs that `chorus-package check` compares
+    against. `importer`: where the model's code comes from when it was itself
+    loaded from a package (a PackageImporter); plain imports otherwise. `dynamic_axes`: per input or
     output name, dims of any size (besides the batch dim) in the signature.
     `resources`: {(package, resource): str or bytes} saved into the archive.
     `modules`: modules interned even though the model never imports them (a
     training job's data loader or parallelize plan). Returns the manifest.
     """
     example_inputs = tuple(example_inputs)
-    if not example_inputs or not all(isinstance(t, torch.Tensor) for t in example_inputs):
-        raise PackagingError("example_inputs must be a non-empty sequence of tensors")
+    if not example_inputs or not all(isinstance(t, torch.Tensor) or strings.is_string_tensor(t)
+                                     for t in example_inputs):
+        raise PackagingError("example_inputs must be a non-empty sequence of tensors or string "
+                             "tensors (str, or nested lists of str)")
+    input_names = input_names or _input_names(model, len(example_inputs))
+    if len(input_names) != len(example_inputs):
+        raise PackagingError("input names do not match the example inputs")
+    # Checked before the model runs: a ragged example is the user's to fix, not the model's.
+    inputs = _specs("input", input_names, example_inputs, batchable, batch_dim)
+    # Recorded before the run, as the model got them: it may change lists (or tensors) in place.
+    recorded_inputs = _torch_save_bytes(list(example_inputs))
     if isinstance(model, torch.nn.Module):
         model.eval()
     with torch.no_grad():
         try:
             outputs = model(*example_inputs)
         except Exception as e:
-            shapes = ", ".join(f"{t.dtype}{list(t.shape)}" for t in example_inputs)
+            shapes = ", ".join(describe(t) for t in example_inputs)
             raise PackagingError(f"the model fails on the example inputs ({shapes}): "
                                  f"{error_summary(e)}") from e
     if inspect.isgenerator(outputs):
@@ -219,14 +247,12 @@ def create_package(output: str, model: Any, example_inputs: Sequence[torch.Tenso
         if first is None:
             raise PackagingError("the model yields nothing on the example inputs")
         outputs = first
-    output_tensors = _flatten_outputs(outputs)
-    input_names = input_names or _input_names(model, len(example_inputs))
-    output_names = output_names or _output_names(outputs, len(output_tensors))
-    if len(input_names) != len(example_inputs) or len(output_names) != len(output_tensors):
-        raise PackagingError("input/output names do not match the example inputs/outputs")
+    output_values = _flatten_outputs(outputs)
+    output_names = output_names or _output_names(outputs, len(output_values))
+    if len(output_names) != len(output_values):
+        raise PackagingError("output names do not match the example outputs")
 
-    inputs = _specs(input_names, example_inputs, batchable, batch_dim)
-    outputs = _specs(output_names, output_tensors, batchable, batch_dim)
+    outputs = _specs("output", output_names, output_values, batchable, batch_dim)
     for spec in inputs + outputs:
         for dim in (dynamic_axes or {}).get(spec["name"], []):
             if dim >= len(spec["shape"]):
@@ -259,8 +285,8 @@ def create_package(output: str, model: Any, example_inputs: Sequence[torch.Tenso
                 exporter.save_module(module_name)
             with torch_package_warnings_silenced():
                 exporter.save_pickle(fmt.MODEL_PICKLE_PACKAGE, fmt.MODEL_PICKLE_RESOURCE, model)
-            exporter._write(fmt.EXAMPLE_INPUTS_RECORD, _torch_save_bytes(list(example_inputs)))
-            exporter._write(fmt.EXAMPLE_OUTPUTS_RECORD, _torch_save_bytes(output_tensors))
+            exporter._write(fmt.EXAMPLE_INPUTS_RECORD, recorded_inputs)
+            exporter._write(fmt.EXAMPLE_OUTPUTS_RECORD, _torch_save_bytes(output_values))
             exporter.manifest = manifest
     except torch.package.PackagingError as e:
         raise PackagingError(f"{e}\nhint: extern modules that cannot be packaged "

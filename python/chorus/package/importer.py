@@ -23,6 +23,7 @@ from torch.package._mangling import PackageMangler
 from torch.package._package_unpickler import PackageUnpickler
 
 from chorus.package import _format as fmt
+from chorus.package import strings
 
 
 @contextlib.contextmanager
@@ -142,15 +143,38 @@ def load_examples(archive):
 
 
 def flatten_outputs(outputs):
-    """A model's outputs as a list of tensors: a tensor, or a tuple, list or dict
-    (in its order) of tensors, as chorus serves them. TypeError otherwise."""
-    if isinstance(outputs, torch.Tensor):
+    """A model's outputs as a list, each a tensor or a string tensor (strings.py), as
+    chorus serves them: one tensor, one string tensor (a str or nested lists of str),
+    or a tuple, list or dict (in its order) of those. A list that holds no tensor is one
+    string tensor; a list holding tensors is several outputs. TypeError otherwise."""
+    if isinstance(outputs, torch.Tensor) or strings.is_string_tensor(outputs):
         return [outputs]
     items = list(outputs.values()) if isinstance(outputs, dict) else outputs
-    if isinstance(items, (tuple, list)) and all(isinstance(o, torch.Tensor) for o in items):
+    if isinstance(items, (tuple, list)) and items and all(
+            isinstance(o, torch.Tensor) or strings.is_string_tensor(o) for o in items):
         return list(items)
-    raise TypeError("the model must return a tensor, or a tuple/list/dict of tensors "
-                    f"(got {type(outputs).__name__})")
+    raise TypeError("the model must return a tensor or a string tensor (str, nested lists "
+                    "of str), or a tuple/list/dict of them "
+                    f"(got {_describe_kinds(outputs)})")
+
+
+def _describe_kinds(outputs) -> str:
+    if isinstance(outputs, dict):
+        return "dict of " + ", ".join(sorted({type(o).__name__ for o in outputs.values()}))
+    if isinstance(outputs, (tuple, list)) and outputs:
+        kinds = sorted({type(o).__name__ for o in outputs})
+        return f"{type(outputs).__name__} of " + ", ".join(kinds)
+    return type(outputs).__name__
+
+
+def describe(value) -> str:
+    """"torch.float32[2, 4]" for a tensor, "string[2]" for a string tensor, for messages."""
+    if isinstance(value, torch.Tensor):
+        return f"{value.dtype}{list(value.shape)}"
+    try:
+        return f"string{strings.string_shape(value, 'value')}"
+    except strings.StringTensorError:
+        return type(value).__name__
 
 
 def compare_examples(archive, model, atol, rtol):
@@ -161,16 +185,56 @@ def compare_examples(archive, model, atol, rtol):
             actual = flatten_outputs(model(*inputs))
         except TypeError as error:
             return 0, float("inf"), str(error)
+    return compare_outputs(actual, expected, atol, rtol)
+
+
+def compare_outputs(actual, expected, atol, rtol):
+    """(number of outputs, max abs diff, error or "") of a model's flattened outputs
+    against the recorded ones: tensors within atol/rtol, string tensors exactly (their
+    diff is 0.0; a str and the bytes of its UTF-8 are equal, as on the wire)."""
     if len(actual) != len(expected):
         return len(actual), float("inf"), (
             f"model returned {len(actual)} outputs, {len(expected)} were recorded")
     worst = 0.0
     for i, (a, e) in enumerate(zip(actual, expected)):
-        if a.shape != e.shape or a.dtype != e.dtype:
-            return len(actual), float("inf"), (
-                f"output {i}: got {a.dtype}{list(a.shape)}, recorded {e.dtype}{list(e.shape)}")
-        diff = (a.double() - e.double()).abs().max().item() if a.numel() else 0.0
+        if isinstance(e, torch.Tensor):
+            diff, error = _compare_tensor(i, a, e, atol, rtol)
+        else:
+            diff, error = _compare_strings(i, a, e)
         worst = max(worst, diff)
-        if not torch.allclose(a, e, atol=atol, rtol=rtol):
-            return len(actual), worst, f"output {i} differs (max abs diff {diff:.3g})"
+        if error:
+            return len(actual), worst, error
     return len(actual), worst, ""
+
+
+def _compare_tensor(i, a, e, atol, rtol):
+    if not isinstance(a, torch.Tensor) or a.shape != e.shape or a.dtype != e.dtype:
+        return float("inf"), f"output {i}: got {describe(a)}, recorded {describe(e)}"
+    diff = (a.double() - e.double()).abs().max().item() if a.numel() else 0.0
+    if not torch.allclose(a, e, atol=atol, rtol=rtol):
+        return diff, f"output {i} differs (max abs diff {diff:.3g})"
+    return diff, ""
+
+
+def _compare_strings(i, a, e):
+    try:
+        shape = None if isinstance(a, torch.Tensor) else strings.string_shape(a, f"output {i}")
+    except strings.StringTensorError as error:
+        return float("inf"), str(error)
+    if shape != strings.string_shape(e, f"recorded output {i}"):
+        return float("inf"), f"output {i}: got {describe(a)}, recorded {describe(e)}"
+    for (index, g), (_, r) in zip(_elements(strings.as_bytes(a)),
+                                  _elements(strings.as_bytes(e))):
+        if g != r:
+            at = " at " + "".join(f"[{j}]" for j in index) if index else ""
+            return float("inf"), f"output {i} differs{at}: got {g!r}, recorded {r!r}"
+    return 0.0, ""
+
+
+def _elements(value, index=()):
+    """(index, element) of a string tensor, in row-major order."""
+    if not isinstance(value, list):
+        yield index, value
+        return
+    for j, item in enumerate(value):
+        yield from _elements(item, index + (j,))

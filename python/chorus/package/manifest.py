@@ -12,8 +12,10 @@ import zipfile
 from chorus import dtypes
 from chorus.package import _format as fmt
 
-# dtype names as the manifest spells them (torch's names without "torch.").
+# dtype names as the manifest spells them (torch's names without "torch.", and
+# "string", which torch has no dtype for).
 DTYPES = tuple(dtypes.BY_NAME)
+TORCH_DTYPES = tuple(d.name for d in dtypes.DTYPES if d is not dtypes.STRING)
 DEVICES = ("cpu", "cuda")
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]*$")
 
@@ -23,9 +25,9 @@ class ManifestError(ValueError):
 
 
 def dtype_name(dtype) -> str:
-    """torch.float32 -> "float32"."""
+    """torch.float32 -> "float32"; ManifestError for torch dtypes chorus does not carry."""
     name = str(dtype).replace("torch.", "")
-    if name not in DTYPES:
+    if name not in TORCH_DTYPES:
         raise ManifestError(f"dtype {dtype} is not supported in a signature")
     return name
 

@@ -1,6 +1,8 @@
 // The tensor element types chorus carries: one table for the manifest's names
 // (torch's), the wire names of the Open Inference Protocol and element sizes.
-// Torch-free; the torch mapping is in chorus/package/torch_dtype.h.
+// Torch-free; the torch mapping is in chorus/package/torch_dtype.h. Strings
+// (BYTES) have no torch dtype: models see them as lists of str
+// (chorus/serving/string_tensor.h).
 // Python reads the same table in chorus/dtypes.py (a test compares the two).
 #ifndef CHORUS_PACKAGE_DTYPE_H_
 #define CHORUS_PACKAGE_DTYPE_H_
@@ -21,13 +23,14 @@ enum class Dtype : uint8_t {
   kBFloat16,
   kFloat32,
   kFloat64,
+  kString,  // BYTES on the wire: variable-length byte strings, no torch dtype
 };
 
 struct DtypeInfo {
   Dtype dtype;
   const char* name;  // in manifests: torch's name without "torch." ("float32")
   const char* wire;  // in the Open Inference Protocol ("FP32")
-  int element_size;  // bytes
+  int element_size;  // bytes; 0 for kString, whose elements vary in size
 };
 
 inline constexpr DtypeInfo kDtypes[] = {
@@ -36,6 +39,7 @@ inline constexpr DtypeInfo kDtypes[] = {
     {Dtype::kInt32, "int32", "INT32", 4},    {Dtype::kInt64, "int64", "INT64", 8},
     {Dtype::kFloat16, "float16", "FP16", 2}, {Dtype::kBFloat16, "bfloat16", "BF16", 2},
     {Dtype::kFloat32, "float32", "FP32", 4}, {Dtype::kFloat64, "float64", "FP64", 8},
+    {Dtype::kString, "string", "BYTES", 0},
 };
 
 // The entry of a manifest name ("float32") or of a wire name ("FP32"); null if unknown.

@@ -89,6 +89,17 @@ class Server {
   Server() = default;
 };
 
+// Serves `options` until SIGTERM or SIGINT, then drains: what chorus-server's
+// serving process runs. Prints the listening line to stdout once serving.
+// Call on the main thread before any other starts (it blocks both signals for
+// every thread it starts). Returns the process's exit status.
+int ServeUntilStopped(const ServerOptions& options);
+
 }  // namespace chorus
+
+// ServeUntilStopped by a plain name, for dlsym: chorus-server loads this
+// library only in its serving process, so that its supervisor never loads
+// (nor pays the memory of) libtorch.
+extern "C" int ChorusServeUntilStopped(const chorus::ServerOptions* options);
 
 #endif  // CHORUS_SERVER_SERVER_H_

@@ -3,6 +3,7 @@
 #define CHORUS_PACKAGE_TORCH_DTYPE_H_
 
 #include <c10/core/ScalarType.h>
+#include <c10/util/Exception.h>
 
 #include <optional>
 #include <utility>
@@ -19,7 +20,10 @@ inline constexpr std::pair<Dtype, c10::ScalarType> kScalarTypes[] = {
     {Dtype::kFloat32, c10::kFloat}, {Dtype::kFloat64, c10::kDouble},
 };
 
+// The scalar type of a tensor dtype; `dtype` must not be kString (torch has
+// no string dtype: it throws c10::Error).
 inline c10::ScalarType ScalarTypeOf(Dtype dtype) {
+  TORCH_CHECK(dtype != Dtype::kString, "strings have no torch dtype");
   return kScalarTypes[static_cast<int>(dtype)].second;
 }
 

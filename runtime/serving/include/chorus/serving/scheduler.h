@@ -28,6 +28,7 @@
 #include "chorus/common/status.h"
 #include "chorus/common/thread_annotations.h"
 #include "chorus/package/model.h"
+#include "chorus/serving/model_values.h"
 
 namespace chorus {
 
@@ -50,21 +51,22 @@ struct SchedulerOptions {
 };
 
 struct InferenceRequest {
-  std::string id;                  // the client's request id (crash reports name it); may be ""
-  std::vector<at::Tensor> inputs;  // in the model's signature order
+  std::string id;  // the client's request id (crash reports name it); may be ""
+  // In the model's signature order: tensors and string tensors (model_values.h).
+  std::vector<c10::IValue> inputs;
   std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max();
   std::shared_ptr<std::atomic<bool>> cancelled;  // optional; set when the client goes away
   // Set for a decoupled model (one that streams): the request runs alone,
   // and each response's outputs come here, in order, from the worker, as the
   // model yields them; returning false stops the model. The Done callback
   // then reports how it ended, with no outputs.
-  std::function<bool(std::vector<at::Tensor>)> on_response;
+  std::function<bool(std::vector<c10::IValue>)> on_response;
 };
 
 struct InferenceResult {
   Status status;
-  std::vector<at::Tensor> outputs;  // in the model's output order
-  int64_t batch_size = 0;           // samples in the execution this request ran in
+  std::vector<c10::IValue> outputs;  // in the model's output order, as inputs
+  int64_t batch_size = 0;            // samples in the execution this request ran in
   std::chrono::nanoseconds queue_time{0};
   std::chrono::nanoseconds compute_time{0};
 };
@@ -137,10 +139,11 @@ class ModelScheduler {
   std::vector<std::thread> workers_;
 };
 
-// The outputs of a model call as tensors, in `manifest` output order: a
-// tensor, a tuple/list of tensors, or a dict keyed by output name.
-StatusOr<std::vector<at::Tensor>> FlattenOutputs(const c10::IValue& value,
-                                                 const Manifest* manifest);
+// The outputs of a model call, in `manifest` output order: a tensor or a
+// string tensor (one output), a tuple or list of them, or a dict keyed by
+// output name. A list of str is one string tensor, not a list of outputs.
+StatusOr<std::vector<c10::IValue>> FlattenOutputs(const c10::IValue& value,
+                                                  const Manifest* manifest);
 
 }  // namespace chorus
 
