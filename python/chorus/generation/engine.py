@@ -1,0 +1,220 @@
+"""Continuous batching over a paged KV cache: requests join the running batch at the next
+step and leave it when they finish; a long prompt is prefilled in chunks beside the
+running decodes, so it does not stall them.
+
+    engine = Engine(model, cache_blocks=256)
+    engine.add("r1", "Once upon", SamplingParams(max_tokens=32, temperature=0))
+    while engine.has_work():
+        for out in engine.step():
+            print(out.request_id, out.text, out.finish_reason)
+
+Not thread-safe: one thread (chorus-server's loop for this interpreter) drives it.
+"""
+
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Deque, Dict, List, Optional, Sequence, Union
+
+import torch
+
+from chorus.generation.kv_cache import BatchAttention, CacheFull, PagedKVCache, SequenceSlice
+from chorus.generation.protocol import is_generative
+from chorus.generation.sampling import SamplingParams, sample
+
+
+@dataclass
+class StepOutput:
+    """What one request got from a step."""
+    request_id: str
+    token_ids: List[int]           # new tokens (an EOS that ended it included)
+    text: str                      # new text; held back while it may be part of a stop string
+    finish_reason: Optional[str]   # None while running; "stop" or "length" when done
+    prompt_tokens: int
+    completion_tokens: int
+
+
+@dataclass
+class Request:
+    request_id: str
+    prompt: List[int]
+    params: SamplingParams
+    max_tokens: int
+    generator: torch.Generator
+    output: List[int] = field(default_factory=list)
+    block_table: List[int] = field(default_factory=list)
+    cached: int = 0        # leading tokens whose keys and values are in the cache
+    emitted: str = ""      # text already handed out
+    preemptions: int = 0
+
+    @property
+    def tokens(self) -> List[int]:
+        return self.prompt + self.output
+
+
+class Engine:
+    def __init__(self, model, cache_blocks: int = 512, block_size: int = 16,
+                 max_running: int = 64, max_step_tokens: int = 512, prefill_chunk: int = 256):
+        if not is_generative(model):
+            raise TypeError("the model does not implement chorus.generation's protocol "
+                            "(tokenizer, model_shape(), forward_step())")
+        self.model = model
+        self.tokenizer = model.tokenizer
+        self.shape = model.model_shape()
+        self.cache = PagedKVCache(self.shape, cache_blocks, block_size)
+        self.max_running = max_running
+        self.max_step_tokens = max_step_tokens
+        self.prefill_chunk = prefill_chunk
+        self.waiting: Deque[Request] = deque()
+        self.running: List[Request] = []
+        self._ids: Dict[str, Request] = {}
+        self._eos = set(self.tokenizer.eos_token_ids)
+
+    # Requests.
+
+    def add(self, request_id: str, prompt: Union[str, Sequence[int]],
+            params: Optional[SamplingParams] = None) -> int:
+        """Queues a request; returns its prompt's token count. ValueError for a duplicate
+        id, an empty prompt, or one the context or the whole cache cannot hold."""
+        params = params or SamplingParams()
+        params.validate()
+        if request_id in self._ids:
+            raise ValueError(f"request id {request_id!r} is already running")
+        ids = self.tokenizer.encode(prompt) if isinstance(prompt, str) else list(prompt)
+        if not ids:
+            raise ValueError("the prompt is empty")
+        room = self.shape.max_seq_len - len(ids)
+        if room < 1:
+            raise ValueError(f"the prompt has {len(ids)} tokens; the model's context is "
+                             f"{self.shape.max_seq_len}")
+        if self.cache.blocks_for(len(ids) + 1) > self.cache.num_blocks:
+            raise ValueError(f"the prompt has {len(ids)} tokens; the KV cache holds "
+                             f"{self.cache.num_blocks * self.cache.block_size}")
+        request = Request(request_id, ids, params, min(params.max_tokens, room),
+                          params.generator())
+        self._ids[request_id] = request
+        self.waiting.append(request)
+        return len(ids)
+
+    def abort(self, request_id: str) -> bool:
+        """Drops a request and frees its cache at once; False if it is not here."""
+        request = self._ids.pop(request_id, None)
+        if request is None:
+            return False
+        if request in self.waiting:
+            self.waiting.remove(request)
+        if request in self.running:
+            self.running.remove(request)
+        self.cache.release(request.block_table)
+        return True
+
+    def has_work(self) -> bool:
+        return bool(self.waiting or self.running)
+
+    def stats(self) -> dict:
+        return {"running": len(self.running), "waiting": len(self.waiting),
+                "cache_blocks_used": self.cache.used_blocks,
+                "cache_blocks_total": self.cache.num_blocks}
+
+    # Steps.
+
+    def step(self) -> List[StepOutput]:
+        """Admits what fits, runs the model once over every running request (a prompt
+        chunk or one decode token each) and samples; returns what each request got."""
+        self._admit()
+        slices, batch = self._schedule()
+        if not batch:
+            return []
+        tokens = torch.tensor([t for r, s in zip(batch, slices) for t in r.tokens[s.start:s.end]])
+        positions = torch.cat([torch.arange(s.start, s.end) for s in slices])
+        attention = BatchAttention(self.cache, slices)
+        with torch.inference_mode():
+            logits = self.model.forward_step(tokens, positions, attention)
+        outputs = []
+        for row, (request, piece) in enumerate(zip(batch, slices)):
+            request.cached = piece.end
+            if piece.end < len(request.tokens):
+                continue  # a prompt chunk: its next token comes from a later step
+            token = sample(logits[row].float(), request.params, request.generator)
+            request.output.append(token)
+            outputs.append(self._progress(request, token))
+        return outputs
+
+    def _admit(self) -> None:
+        while self.waiting and len(self.running) < self.max_running:
+            request = self.waiting[0]
+            try:
+                self.cache.grow(request.block_table, len(request.tokens))
+            except CacheFull:
+                return  # first come, first served: it waits for blocks
+            self.running.append(self.waiting.popleft())
+
+    def _schedule(self):
+        """Each running request's slice of this step, within the token budget; the newest
+        request is preempted (its cache freed, recomputed later) when blocks run out."""
+        budget = self.max_step_tokens
+        slices, batch = [], []
+        i = 0
+        while i < len(self.running) and budget > 0:
+            request = self.running[i]
+            pending = len(request.tokens) - request.cached
+            n = min(pending, budget, self.prefill_chunk if pending > 1 else 1)
+            try:
+                self.cache.grow(request.block_table, request.cached + n)
+            except CacheFull:
+                victim = self.running[-1]
+                self._preempt(victim)
+                if victim is request:
+                    break
+                continue
+            slices.append(SequenceSlice(request.block_table, request.cached, request.cached + n))
+            batch.append(request)
+            budget -= n
+            i += 1
+        return slices, batch
+
+    def _preempt(self, request: Request) -> None:
+        self.running.remove(request)
+        self.cache.release(request.block_table)
+        request.cached = 0
+        request.preemptions += 1
+        self.waiting.appendleft(request)
+
+    def _progress(self, request: Request, token: int) -> StepOutput:
+        reason = None
+        if token in self._eos and not request.params.ignore_eos:
+            reason = "stop"
+        elif len(request.output) >= request.max_tokens:
+            reason = "length"
+        text_ids = [t for t in request.output if t not in self._eos or request.params.ignore_eos]
+        text = self.tokenizer.decode(text_ids)
+        for stop in request.params.stop:
+            at = text.find(stop)
+            if at >= 0:
+                text, reason = text[:at], "stop"
+        if reason is None:
+            text = text[:len(text) - _held_back(text, request.params.stop)]
+        delta = text[len(request.emitted):] if text.startswith(request.emitted) else ""
+        request.emitted += delta
+        if reason is not None:
+            self._finish(request)
+        return StepOutput(request.request_id, [token], delta, reason, len(request.prompt),
+                          len(request.output))
+
+    def _finish(self, request: Request) -> None:
+        self.running.remove(request)
+        self.cache.release(request.block_table)
+        self._ids.pop(request.request_id, None)
+
+
+def _held_back(text: str, stops: List[str]) -> int:
+    """How many trailing characters of `text` to hold back: an incomplete character
+    (decoded as U+FFFD) or the start of a stop string."""
+    hold = 0
+    while hold < len(text) and text[len(text) - 1 - hold] == "\ufffd":
+        hold += 1
+    for stop in stops:
+        for n in range(min(len(stop) - 1, len(text)), 0, -1):
+            if text.endswith(stop[:n]):
+                hold = max(hold, n)
+                break
+    return hold
