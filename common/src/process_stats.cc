@@ -37,6 +37,41 @@ StatusOr<double> DataMiB(pid_t pid) { return StatusFieldMiB(pid, "VmData:"); }
 
 void ReleaseFreeMemory() { ::malloc_trim(0); }
 
+namespace {
+std::atomic<uint64_t> g_memory_activity{0};
+}  // namespace
+
+void NoteMemoryActivity() { g_memory_activity.fetch_add(1, std::memory_order_relaxed); }
+
+IdleMemoryReleaser::IdleMemoryReleaser(std::chrono::milliseconds period)
+    : period_(period), thread_([this] { Run(); }) {}
+
+IdleMemoryReleaser::~IdleMemoryReleaser() {
+  {
+    MutexLock lock(&mu_);
+    stopping_ = true;
+  }
+  stop_changed_.SignalAll();
+  thread_.join();
+}
+
+void IdleMemoryReleaser::Run() {
+  uint64_t seen = g_memory_activity.load();
+  uint64_t released_at = seen;
+  MutexLock lock(&mu_);
+  while (!stopping_) {
+    stop_changed_.WaitUntil(&mu_, std::chrono::steady_clock::now() + period_);
+    if (stopping_) break;
+    const uint64_t now = g_memory_activity.load();
+    if (now == seen && now != released_at) {  // quiet for a period, after activity
+      ReleaseFreeMemory();
+      released_at = now;
+      releases_.fetch_add(1);
+    }
+    seen = now;
+  }
+}
+
 Status LimitDataMiB(int64_t mib) {
   CHORUS_ASSIGN_OR_RETURN(double in_use, DataMiB());
   if (mib <= 0 || static_cast<double>(mib) <= in_use) {

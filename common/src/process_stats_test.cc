@@ -4,8 +4,12 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <thread>
+#include <vector>
 
 #include "chorus/common/status_matchers.h"
 
@@ -33,6 +37,43 @@ TEST(ProcessStatsTest, AnotherProcessAndAMissingOne) {
   if (child == 0) _exit(0);
   ASSERT_EQ(waitpid(child, nullptr, 0), child);  // reaped: the pid names no process now
   EXPECT_THAT(ResidentMiB(child), StatusIs(StatusCode::kNotFound));
+}
+
+// Frees most of a fragmented heap on another thread (its own glibc arena): the
+// freed pages stay resident until the releaser notices the quiet.
+TEST(ProcessStatsTest, IdleMemoryReleaserReturnsAQuietHeapOnce) {
+  IdleMemoryReleaser releaser(std::chrono::milliseconds(100));
+  std::vector<char*> kept;
+  double after_free = 0;
+  std::thread worker([&] {
+    std::vector<char*> blocks;
+    for (int i = 0; i < 2048; ++i) {  // 96 MiB in 48 KiB blocks, under mmap's threshold
+      blocks.push_back(static_cast<char*>(std::malloc(48 << 10)));
+      std::memset(blocks.back(), 1, 48 << 10);
+    }
+    for (size_t i = 0; i < blocks.size(); ++i) {
+      // Every 64th stays: no free stretch reaches the arena's top to be trimmed by free().
+      if (i % 64 == 63) {
+        kept.push_back(blocks[i]);
+      } else {
+        std::free(blocks[i]);
+      }
+    }
+    after_free = ResidentMiB().value();
+    NoteMemoryActivity();
+  });
+  worker.join();
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (releaser.releases() == 0 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  ASSERT_EQ(releaser.releases(), 1);
+  ASSERT_OK_AND_ASSIGN(double released, ResidentMiB());
+  EXPECT_GE(after_free - released, 60.0) << after_free << " -> " << released;
+  // Quiet with no new activity: it does not release again.
+  std::this_thread::sleep_for(std::chrono::milliseconds(350));
+  EXPECT_EQ(releaser.releases(), 1);
+  for (char* block : kept) std::free(block);
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "chorus/common/logging.h"
+#include "chorus/common/process_stats.h"
 
 namespace chorus {
 
@@ -247,6 +248,7 @@ void ModelScheduler::Execute(std::vector<Pending> batch) {
     }
   }
   const auto compute = Clock::now() - start;
+  NoteMemoryActivity();
   if (!outputs.ok()) LogPythonError(outputs.status());
   if (on_execution_) {
     on_execution_(ExecutionStats{total, static_cast<int>(batch.size()), compute, outputs.ok()});
@@ -294,6 +296,7 @@ void ModelScheduler::ExecuteDecoupled(Pending& pending, Clock::time_point start)
       });
   if (status.ok()) status = stopped;
   const auto compute = Clock::now() - start;
+  NoteMemoryActivity();
   LogPythonError(status);
   if (on_execution_) on_execution_(ExecutionStats{1, 1, compute, status.ok()});
   InferenceResult result;

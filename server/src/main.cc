@@ -114,6 +114,10 @@ int main(int argc, char** argv) {
   app.add_option("--memory-limit-mib", options.memory_limit_mib,
                  "limit on the serving process's private memory (mapped weights aside): a "
                  "request that would allocate past it fails with RESOURCE_EXHAUSTED (0: none)");
+  int64_t idle_release_ms = 1000;
+  app.add_option("--idle-memory-release-ms", idle_release_ms,
+                 "after requests stop for this long, return the heap memory they freed to the "
+                 "system (0: never)");
   app.add_option("--trusted-keys", options.trusted_keys_dir,
                  "serve and train only archives signed (chorus-package sign) by one of the "
                  "Ed25519 public keys (*.pem) in this directory");
@@ -129,6 +133,7 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   options.request_timeout = std::chrono::milliseconds(timeout_ms);
   options.drain_timeout = std::chrono::milliseconds(drain_ms);
+  options.idle_memory_release = std::chrono::milliseconds(idle_release_ms);
 
   if (no_supervisor) return Serve(options, chorus::ServingRun{});
   if (options.port == 0) options.port = FreePort(options.host);

@@ -72,6 +72,7 @@ class ServerImpl final : public Server {
   std::unique_ptr<grpc::Server> grpc_;
   std::unique_ptr<HttpEndpoint> metrics_;
   std::unique_ptr<HttpEndpoint> http_;
+  std::unique_ptr<IdleMemoryReleaser> memory_releaser_;
   int port_ = 0;
   std::once_flag shutdown_once_;
 };
@@ -102,6 +103,10 @@ Status ServerImpl::Initialize(const ServerOptions& options) {
   repository_ =
       std::make_unique<ModelRepository>(options.model_repository, manager_.get(), repository);
   CHORUS_RETURN_IF_ERROR(repository_->LoadAll());
+  NoteMemoryActivity();  // loading allocated and freed much
+  if (options.idle_memory_release.count() > 0) {
+    memory_releaser_ = std::make_unique<IdleMemoryReleaser>(options.idle_memory_release);
+  }
   background_ = std::make_unique<BackgroundRunner>();
   context_.repository = repository_.get();
   context_.manager = manager_.get();

@@ -4,9 +4,13 @@
 
 #include <sys/types.h>
 
+#include <atomic>
+#include <chrono>
 #include <cstdint>
+#include <thread>
 
 #include "chorus/common/status.h"
+#include "chorus/common/thread_annotations.h"
 
 namespace chorus {
 
@@ -24,6 +28,38 @@ StatusOr<double> DataMiB(pid_t pid = 0);
 // so that RSS shows what is in use; for after freeing much at once (a
 // training job). Takes milliseconds; any thread.
 void ReleaseFreeMemory();
+
+// Gives the allocator's free memory back once the process has gone quiet.
+// glibc keeps what threads free in their arenas: a burst of requests leaves
+// tens of MiB resident after it ends, which only malloc_trim returns. A
+// thread checks every `period` whether NoteMemoryActivity() was called since
+// its last look; after activity followed by one quiet period it releases once
+// (ReleaseFreeMemory), so a busy process never pays for it.
+class IdleMemoryReleaser {
+ public:
+  explicit IdleMemoryReleaser(std::chrono::milliseconds period);
+  // Stops and joins the thread.
+  ~IdleMemoryReleaser();
+  IdleMemoryReleaser(const IdleMemoryReleaser&) = delete;
+  IdleMemoryReleaser& operator=(const IdleMemoryReleaser&) = delete;
+
+  // Times it has released so far. Any thread.
+  int64_t releases() const { return releases_.load(); }
+
+ private:
+  void Run() CHORUS_EXCLUDES(mu_);
+
+  const std::chrono::milliseconds period_;
+  std::atomic<int64_t> releases_{0};
+  Mutex mu_;
+  CondVar stop_changed_;
+  bool stopping_ CHORUS_GUARDED_BY(mu_) = false;
+  std::thread thread_;
+};
+
+// Work that may have allocated and freed much happened (a model ran): any
+// thread, lock-free. IdleMemoryReleaser waits for these to stop.
+void NoteMemoryActivity();
 
 // Limits this process's private writable memory (RLIMIT_DATA) to `mib`:
 // allocations past it fail (torch raises RuntimeError, Python MemoryError)

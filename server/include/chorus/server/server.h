@@ -40,6 +40,9 @@ struct ServerOptions {
   // allocate past it fails with RESOURCE_EXHAUSTED instead of the kernel's
   // OOM killer ending the process. Mapped weights do not count.
   int64_t memory_limit_mib = 0;
+  // After requests stop for this long, the heap memory they freed goes back to
+  // the system (IdleMemoryReleaser); 0: never.
+  std::chrono::milliseconds idle_memory_release{1000};
   // Non-empty: serve and train only archives signed (chorus-package sign) by
   // one of the Ed25519 public keys (*.pem) in this directory.
   std::string trusted_keys_dir;
