@@ -10,7 +10,7 @@ import torch
 from torch import nn
 
 import data
-from chorus.generation import ModelShape
+from chorus.generation import Engine, ModelShape, SamplingParams
 
 
 class ByteTokenizer:
@@ -44,6 +44,19 @@ class Llama3Generator(nn.Module):
         return ModelShape(n_layers=args.n_layers, n_kv_heads=args.n_kv_heads or args.n_heads,
                           head_dim=args.dim // args.n_heads, vocab_size=args.vocab_size,
                           max_seq_len=args.max_seq_len)
+
+    def forward(self, text: List[str]) -> List[str]:
+        """Greedy continuations of `text` (16 tokens each): what a plain call does, and what
+        packaging records as the signature; chorus-server drives the engine itself."""
+        shape = self.model_shape()
+        engine = Engine(self, cache_blocks=len(text) * -(-shape.max_seq_len // 16))
+        for i, prompt in enumerate(text):
+            engine.add(str(i), prompt, SamplingParams(max_tokens=16, temperature=0))
+        answers = [""] * len(text)
+        while engine.has_work():
+            for out in engine.step():
+                answers[int(out.request_id)] += out.text
+        return answers
 
     def forward_step(self, tokens: torch.Tensor, positions: torch.Tensor,
                      attention) -> torch.Tensor:

@@ -22,6 +22,8 @@ class SamplingParams:
     @classmethod
     def from_dict(cls, values: dict) -> "SamplingParams":
         """From request parameters; ValueError naming an unknown or invalid one."""
+        if not isinstance(values, dict):
+            raise ValueError("sampling parameters must be an object of names and values")
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(values) - known)
         if unknown:

@@ -1,0 +1,40 @@
+"""The server's handle on one interpreter's Engine: one call per step, plain values
+across (chorus-server's GenerationScheduler drives it from C++)."""
+
+import json
+from typing import List, Sequence, Tuple
+
+from chorus.generation.engine import Engine
+from chorus.generation.sampling import SamplingParams
+
+
+class EngineHost:
+    def __init__(self, model, cache_blocks: int = 512, block_size: int = 16,
+                 max_running: int = 64, max_step_tokens: int = 512, prefill_chunk: int = 256):
+        self.engine = Engine(model, cache_blocks=cache_blocks, block_size=block_size,
+                             max_running=max_running, max_step_tokens=max_step_tokens,
+                             prefill_chunk=prefill_chunk)
+
+    def step(self, new: Sequence[Tuple[str, str, str]], aborted: Sequence[str]):
+        """Adds `new` requests (id, prompt, sampling parameters as JSON), drops `aborted`
+        ones, runs one step. Returns (refused [(id, why)], outputs [(id, text, tokens,
+        finish_reason or "", prompt_tokens, completion_tokens)], [running, waiting,
+        cache blocks used, cache blocks total])."""
+        refused: List[Tuple[str, str]] = []
+        for request_id, prompt, parameters in new:
+            try:
+                params = SamplingParams.from_dict(json.loads(parameters) if parameters else {})
+                self.engine.add(request_id, prompt, params)
+            except (ValueError, TypeError) as error:
+                refused.append((request_id, str(error)))
+        for request_id in aborted:
+            self.engine.abort(request_id)
+        outputs = []
+        if self.engine.has_work():
+            for out in self.engine.step():
+                outputs.append((out.request_id, out.text, len(out.token_ids),
+                                out.finish_reason or "", out.prompt_tokens,
+                                out.completion_tokens))
+        stats = self.engine.stats()
+        return refused, outputs, [stats["running"], stats["waiting"], stats["cache_blocks_used"],
+                                  stats["cache_blocks_total"]]

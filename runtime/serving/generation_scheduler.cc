@@ -1,0 +1,241 @@
+#include "chorus/serving/generation_scheduler.h"
+
+#include <ATen/core/ivalue.h>
+
+#include <algorithm>
+#include <utility>
+
+#include "chorus/common/logging.h"
+#include "chorus/common/process_stats.h"
+
+namespace chorus {
+
+using Clock = std::chrono::steady_clock;
+
+struct GenerationScheduler::Loop {
+  int index = 0;
+  Mutex mu;
+  CondVar changed;
+  std::vector<std::pair<std::string, GenerationRequest>> inbox CHORUS_GUARDED_BY(mu);
+  bool stopping CHORUS_GUARDED_BY(mu) = false;
+  GenerationStats stats CHORUS_GUARDED_BY(mu);
+  std::atomic<int> load{0};  // requests in the inbox or the engine
+  // The loop thread's own: requests the engine holds, and those to drop from it.
+  std::map<std::string, GenerationRequest> active;
+  std::vector<std::string> to_abort;
+  std::thread thread;
+};
+
+namespace {
+
+// The engine's step result, read from the IValue the host returned.
+struct StepResult {
+  std::vector<std::pair<std::string, std::string>> refused;
+  std::vector<std::pair<std::string, GenerationChunk>> outputs;
+  GenerationStats stats;
+};
+
+StatusOr<StepResult> ReadStep(const c10::IValue& value) {
+  if (!value.isTuple() || value.toTupleRef().elements().size() != 3) {
+    return InternalError("EngineHost.step returned " + std::string(value.tagKind()));
+  }
+  const auto& parts = value.toTupleRef().elements();
+  StepResult result;
+  for (const c10::IValue& item : parts[0].toListRef()) {
+    const auto& pair = item.toTupleRef().elements();
+    result.refused.emplace_back(pair[0].toStringRef(), pair[1].toStringRef());
+  }
+  for (const c10::IValue& item : parts[1].toListRef()) {
+    const auto& out = item.toTupleRef().elements();
+    GenerationChunk chunk;
+    chunk.text = out[1].toStringRef();
+    chunk.new_tokens = static_cast<int>(out[2].toInt());
+    chunk.finish_reason = out[3].toStringRef();
+    chunk.prompt_tokens = static_cast<int>(out[4].toInt());
+    chunk.completion_tokens = static_cast<int>(out[5].toInt());
+    result.outputs.emplace_back(out[0].toStringRef(), std::move(chunk));
+  }
+  const auto& stats = parts[2].toListRef();
+  result.stats =
+      GenerationStats{static_cast<int>(stats[0].toInt()), static_cast<int>(stats[1].toInt()),
+                      static_cast<int>(stats[2].toInt()), static_cast<int>(stats[3].toInt())};
+  return result;
+}
+
+// Why `request` must stop now, or OK.
+Status StopReason(const GenerationRequest& request, Clock::time_point now) {
+  if (request.cancelled != nullptr && request.cancelled->load()) {
+    return Status(StatusCode::kCancelled, "the client cancelled the request");
+  }
+  if (now >= request.deadline) return DeadlineExceededError("the request's deadline passed");
+  return OkStatus();
+}
+
+}  // namespace
+
+GenerationScheduler::GenerationScheduler(std::shared_ptr<Model> model, InterpreterManager* manager,
+                                         GenerationOptions options)
+    : model_(std::move(model)), manager_(manager), options_(options) {
+  std::shared_ptr<Model> shared = model_;
+  hosts_ = manager_->Replicate([shared, options](InterpreterSession& session) -> StatusOr<Object> {
+    CHORUS_ASSIGN_OR_RETURN(Object replica, shared->In(session));
+    CHORUS_ASSIGN_OR_RETURN(Object make, session.Global("chorus.generation.host", "EngineHost"));
+    std::vector<Object> args = {replica};
+    for (int value : {options.cache_blocks, options.block_size, options.max_running,
+                      options.max_step_tokens, options.prefill_chunk}) {
+      CHORUS_ASSIGN_OR_RETURN(Object arg, session.FromIValue(int64_t{value}));
+      args.push_back(std::move(arg));
+    }
+    return make.CallObjects(args);
+  });
+  const int engines = std::clamp(options_.engines, 1, manager_->size());
+  for (int i = 0; i < engines; ++i) {
+    auto loop = std::make_unique<Loop>();
+    loop->index = i;
+    loops_.push_back(std::move(loop));
+  }
+  for (auto& loop : loops_) loop->thread = std::thread([this, raw = loop.get()] { Run(*raw); });
+}
+
+GenerationScheduler::~GenerationScheduler() {
+  for (auto& loop : loops_) {
+    {
+      MutexLock lock(&loop->mu);
+      loop->stopping = true;
+    }
+    loop->changed.SignalAll();
+  }
+  for (auto& loop : loops_) loop->thread.join();
+}
+
+void GenerationScheduler::Submit(GenerationRequest request) {
+  Loop* least = loops_.front().get();
+  for (auto& loop : loops_) {
+    if (loop->load.load() < least->load.load()) least = loop.get();
+  }
+  const std::string id = "g" + std::to_string(next_id_.fetch_add(1));
+  {
+    MutexLock lock(&least->mu);
+    if (!least->stopping) {
+      least->inbox.emplace_back(id, std::move(request));
+      least->load.fetch_add(1);
+      request.done = nullptr;
+    }
+  }
+  if (request.done) return request.done(UnavailableError("the model is being unloaded"));
+  least->changed.Signal();
+}
+
+GenerationStats GenerationScheduler::Stats() const {
+  GenerationStats total;
+  for (const auto& loop : loops_) {
+    MutexLock lock(&loop->mu);
+    total.running += loop->stats.running;
+    total.waiting += loop->stats.waiting + static_cast<int>(loop->inbox.size());
+    total.cache_blocks_used += loop->stats.cache_blocks_used;
+    total.cache_blocks_total += loop->stats.cache_blocks_total;
+  }
+  return total;
+}
+
+void GenerationScheduler::Run(Loop& loop) {
+  std::vector<std::pair<std::string, GenerationRequest>> fresh;
+  while (true) {
+    {
+      MutexLock lock(&loop.mu);
+      while (loop.inbox.empty() && loop.active.empty() && !loop.stopping)
+        loop.changed.Wait(&loop.mu);
+      if (loop.stopping) {
+        fresh.swap(loop.inbox);
+        break;
+      }
+      fresh.swap(loop.inbox);
+    }
+    Step(loop, std::move(fresh));
+    fresh.clear();
+  }
+  const Status gone = UnavailableError("the model was unloaded while generating");
+  for (auto& [id, request] : fresh) request.done(gone);
+  for (auto& [id, request] : loop.active) request.done(gone);
+  loop.active.clear();
+}
+
+void GenerationScheduler::Step(Loop& loop,
+                               std::vector<std::pair<std::string, GenerationRequest>> fresh) {
+  auto finish = [&loop](GenerationRequest& request, const Status& status) {
+    request.done(status);
+    loop.load.fetch_sub(1);
+  };
+  const Clock::time_point now = Clock::now();
+  for (auto it = loop.active.begin(); it != loop.active.end();) {
+    if (Status why = StopReason(it->second, now); !why.ok()) {
+      loop.to_abort.push_back(it->first);
+      finish(it->second, why);
+      it = loop.active.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  c10::impl::GenericList added(c10::AnyType::get());
+  for (auto& [id, request] : fresh) {
+    if (Status why = StopReason(request, now); !why.ok()) {
+      finish(request, why);
+      continue;
+    }
+    added.push_back(c10::ivalue::Tuple::create({id, request.prompt, request.parameters_json}));
+    loop.active.emplace(id, std::move(request));
+  }
+  c10::List<std::string> aborted;
+  for (const std::string& id : loop.to_abort) aborted.push_back(id);
+  loop.to_abort.clear();
+
+  StatusOr<c10::IValue> value = [&]() -> StatusOr<c10::IValue> {
+    InterpreterSession session = manager_->Acquire(loop.index);
+    CHORUS_ASSIGN_OR_RETURN(Object host, hosts_.In(session));
+    CHORUS_ASSIGN_OR_RETURN(Object step, host.Attr("step"));
+    CHORUS_ASSIGN_OR_RETURN(Object result, step.Call({added, aborted}));
+    return result.ToIValue();
+  }();
+  NoteMemoryActivity();
+  StatusOr<StepResult> result = value.ok() ? ReadStep(*value) : value.status();
+  if (!result.ok()) {
+    // The engine may hold them still: drop them there on the next step.
+    if (result.status().python_error() != nullptr) {
+      Log().warn("generation step failed: {}\n{}", result.status().message(),
+                 result.status().python_error()->traceback);
+    }
+    for (auto& [id, request] : loop.active) {
+      loop.to_abort.push_back(id);
+      finish(request, result.status());
+    }
+    loop.active.clear();
+    return;
+  }
+  {
+    // Before any callback: a caller that saw its request end sees the cache it left.
+    MutexLock lock(&loop.mu);
+    loop.stats = result->stats;
+  }
+  for (auto& [id, why] : result->refused) {
+    auto it = loop.active.find(id);
+    if (it == loop.active.end()) continue;
+    finish(it->second, InvalidArgumentError(why));
+    loop.active.erase(it);
+  }
+  for (auto& [id, chunk] : result->outputs) {
+    auto it = loop.active.find(id);
+    if (it == loop.active.end()) continue;
+    const bool wanted = it->second.on_chunk(chunk);
+    if (!chunk.finish_reason.empty()) {
+      finish(it->second, OkStatus());
+    } else if (!wanted) {
+      loop.to_abort.push_back(id);
+      finish(it->second, Status(StatusCode::kCancelled, "the client went away"));
+    } else {
+      continue;
+    }
+    loop.active.erase(it);
+  }
+}
+
+}  // namespace chorus

@@ -1,0 +1,104 @@
+// Server-side text generation for a generative model (chorus.generation's
+// protocol): one engine per interpreter, each driven a step at a time by its
+// own loop thread, which batches every request it holds continuously (they
+// join at the next step and leave when done) and hands each its new text.
+//
+//   GenerationScheduler scheduler(model, manager, options);
+//   GenerationRequest request{...};      // prompt, sampling parameters, callbacks
+//   scheduler.Submit(std::move(request));
+//
+// A loop holds its interpreter only for the duration of a step, so other models
+// share it between steps. A request is cancelled (its cache freed) when its
+// `cancelled` flag is set, its deadline passes or on_chunk returns false.
+#ifndef CHORUS_SERVING_GENERATION_SCHEDULER_H_
+#define CHORUS_SERVING_GENERATION_SCHEDULER_H_
+
+#include <atomic>
+#include <chrono>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "chorus/common/status.h"
+#include "chorus/common/thread_annotations.h"
+#include "chorus/interpreter/interpreter_manager.h"
+#include "chorus/package/model.h"
+
+namespace chorus {
+
+struct GenerationOptions {
+  int engines = 1;         // interpreters that each run an engine (<= the manager's)
+  int cache_blocks = 512;  // per engine, of block_size tokens each
+  int block_size = 16;
+  int max_running = 64;  // sequences per engine's batch
+  int max_step_tokens = 512;
+  int prefill_chunk = 256;  // a longer prompt is prefilled over several steps
+};
+
+// What one step gave a request.
+struct GenerationChunk {
+  std::string text;  // new text (may be empty while held back)
+  int new_tokens = 0;
+  std::string finish_reason;  // "" while running; "stop" or "length" at the end
+  int prompt_tokens = 0;
+  int completion_tokens = 0;
+};
+
+struct GenerationRequest {
+  std::string prompt;
+  std::string parameters_json;  // sampling parameters (chorus.generation.SamplingParams)
+  std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max();
+  std::shared_ptr<std::atomic<bool>> cancelled;  // optional
+  // Each step's chunk, in order, on the loop thread; false cancels the request.
+  std::function<bool(const GenerationChunk&)> on_chunk;
+  // Exactly once, on the loop thread or in Submit: OK after the last chunk
+  // (finish_reason set); INVALID_ARGUMENT for a prompt or parameters the
+  // engine refuses; CANCELLED, DEADLINE_EXCEEDED; UNAVAILABLE when draining;
+  // the model's error.
+  std::function<void(Status)> done;
+};
+
+struct GenerationStats {
+  int running = 0;  // sequences in engines' batches
+  int waiting = 0;  // queued for cache blocks or not yet handed to an engine
+  int cache_blocks_used = 0;
+  int cache_blocks_total = 0;
+};
+
+class GenerationScheduler {
+ public:
+  // `model`'s replicas must implement chorus.generation's protocol (checked in
+  // each interpreter when its engine is made; requests then fail with why).
+  // `manager` outlives the scheduler.
+  GenerationScheduler(std::shared_ptr<Model> model, InterpreterManager* manager,
+                      GenerationOptions options);
+  // Fails what is queued or running (UNAVAILABLE) and joins the loops.
+  ~GenerationScheduler();
+  GenerationScheduler(const GenerationScheduler&) = delete;
+  GenerationScheduler& operator=(const GenerationScheduler&) = delete;
+
+  // Hands `request` to the engine with the least work. Thread-safe.
+  void Submit(GenerationRequest request);
+  // A snapshot over all engines. Thread-safe.
+  GenerationStats Stats() const;
+
+ private:
+  struct Loop;
+  void Run(Loop& loop);
+  // One step of `loop`'s engine with `fresh` requests added.
+  void Step(Loop& loop, std::vector<std::pair<std::string, GenerationRequest>> fresh);
+
+  const std::shared_ptr<Model> model_;
+  InterpreterManager* const manager_;
+  const GenerationOptions options_;
+  ReplicatedObject hosts_;  // an EngineHost per interpreter
+  std::atomic<uint64_t> next_id_{0};
+  std::vector<std::unique_ptr<Loop>> loops_;
+};
+
+}  // namespace chorus
+
+#endif  // CHORUS_SERVING_GENERATION_SCHEDULER_H_
