@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include <nlohmann/json.hpp>
+
 #include "server/src/infer_parameters.h"
 #include "server/src/model_repository.h"
 #include "server/src/tensor_codec.h"
@@ -60,6 +62,60 @@ inference::ModelStreamInferResponse StreamError(const inference::ModelInferReque
 
 void MarkFinal(inference::ModelInferResponse* response, bool final) {
   (*response->mutable_parameters())["triton_final_response"].set_bool_param(final);
+}
+
+// A generate request's sampling parameters as JSON: its parameters but
+// Triton's own (triton_*, stream), which the engine does not take.
+std::string SamplingParametersJson(const inference::ModelInferRequest& request) {
+  nlohmann::json out = nlohmann::json::object();
+  for (const auto& [name, value] : request.parameters()) {
+    if (name.rfind("triton_", 0) == 0 || name == "stream") continue;
+    switch (value.parameter_choice_case()) {
+      case inference::InferParameter::kBoolParam:
+        out[name] = value.bool_param();
+        break;
+      case inference::InferParameter::kInt64Param:
+        out[name] = value.int64_param();
+        break;
+      case inference::InferParameter::kDoubleParam:
+        out[name] = value.double_param();
+        break;
+      case inference::InferParameter::kUint64Param:
+        out[name] = value.uint64_param();
+        break;
+      default:
+        out[name] = value.string_param();
+        break;
+    }
+  }
+  return out.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
+// The one prompt of a generate request (its string input, Triton's text_input).
+StatusOr<std::string> PromptOf(const LoadedModel& model,
+                               const inference::ModelInferRequest& request) {
+  CHORUS_ASSIGN_OR_RETURN(std::vector<c10::IValue> inputs, DecodeInputs(request, model.manifest()));
+  StatusOr<StringTensor> text = StringTensorFromIValue(inputs.front());
+  if (!text.ok() || text->elements.size() != 1) {
+    return InvalidArgumentError("a generate request has one prompt: a BYTES input of one element");
+  }
+  return std::move(text->elements.front());
+}
+
+// A response carrying `text` as the model's string output.
+void FillText(const LoadedModel& model, const inference::ModelInferRequest& request,
+              const std::string& text, const std::string& finish_reason,
+              inference::ModelInferResponse* response) {
+  FillResponseHeader(model, request, response);
+  auto* out = response->add_outputs();
+  out->set_name(model.manifest().outputs.front().name);
+  out->set_datatype("BYTES");
+  out->add_shape(1);
+  response->add_raw_output_contents(StringsToRaw({text}));
+  MarkFinal(response, !finish_reason.empty());
+  if (!finish_reason.empty()) {
+    (*response->mutable_parameters())["finish_reason"].set_string_param(finish_reason);
+  }
 }
 
 }  // namespace
@@ -184,6 +240,13 @@ void InferenceCore::Infer(const inference::ModelInferRequest* request,
                           std::function<void(Status)> done) {
   StatusOr<std::shared_ptr<LoadedModel>> model = ServingModel(*request);
   if (!model.ok()) return done(model.status());
+  if ((*model)->generation() != nullptr) {
+    // The caller keeps `request` alive until done: an unowned shared_ptr.
+    std::shared_ptr<const inference::ModelInferRequest> unowned(
+        request, [](const inference::ModelInferRequest*) {});
+    return Generate(std::move(*model), std::move(unowned), response, deadline, std::move(cancelled),
+                    nullptr, std::move(done));
+  }
   if ((*model)->scheduling().decoupled) {
     return done(InvalidArgumentError("model \"" + (*model)->name() +
                                      "\" is decoupled (it streams responses): call "
@@ -225,6 +288,13 @@ void InferenceCore::StreamInfer(std::shared_ptr<const inference::ModelInferReque
   };
   StatusOr<std::shared_ptr<LoadedModel>> model = ServingModel(*request);
   if (!model.ok()) return fail(model.status());
+  if ((*model)->generation() != nullptr) {
+    return Generate(std::move(*model), request, nullptr, deadline, std::move(cancelled), respond,
+                    [request, respond, done](Status status) {
+                      if (!status.ok()) respond(StreamError(*request, status));
+                      done();
+                    });
+  }
   if (!(*model)->scheduling().decoupled) {  // one response, flagged final
     auto response = std::make_shared<inference::ModelInferResponse>();
     const inference::ModelInferRequest* raw = request.get();
@@ -269,6 +339,56 @@ void InferenceCore::StreamInfer(std::shared_ptr<const inference::ModelInferReque
         model->RecordRequest(result, Clock::now() - start);
         done();
       });
+}
+
+void InferenceCore::Generate(std::shared_ptr<LoadedModel> model,
+                             std::shared_ptr<const inference::ModelInferRequest> request,
+                             inference::ModelInferResponse* response, Clock::time_point deadline,
+                             std::shared_ptr<std::atomic<bool>> cancelled,
+                             std::function<void(inference::ModelStreamInferResponse)> respond,
+                             std::function<void(Status)> done) {
+  const Clock::time_point start = Clock::now();
+  auto record = [model, start](const Status& status) {
+    InferenceResult result;
+    result.status = status;
+    result.batch_size = 1;
+    model->RecordRequest(result, Clock::now() - start);
+  };
+  StatusOr<std::string> prompt = PromptOf(*model, *request);
+  if (!prompt.ok()) {
+    record(prompt.status());
+    return done(prompt.status());
+  }
+  GenerationRequest call;
+  call.prompt = std::move(*prompt);
+  call.parameters_json = SamplingParametersJson(*request);
+  call.deadline = deadline;
+  if (context_->request_timeout.count() > 0) {
+    call.deadline = std::min(deadline, start + context_->request_timeout);
+  }
+  call.cancelled = std::move(cancelled);
+  auto text = std::make_shared<std::string>();
+  auto finish_reason = std::make_shared<std::string>();
+  call.on_chunk = [model, request, respond, text, finish_reason](const GenerationChunk& chunk) {
+    *finish_reason = chunk.finish_reason;
+    if (!respond) {
+      *text += chunk.text;
+      return true;
+    }
+    inference::ModelStreamInferResponse answer;
+    FillText(*model, *request, chunk.text, chunk.finish_reason, answer.mutable_infer_response());
+    respond(std::move(answer));
+    return true;
+  };
+  call.done = [model, request, response, text, finish_reason, record,
+               done = std::move(done)](Status status) {
+    if (status.ok() && response != nullptr) {
+      FillText(*model, *request, *text, *finish_reason, response);
+    }
+    record(status);
+    done(status);
+  };
+  model->generation()->Submit(std::move(call));
 }
 
 }  // namespace chorus

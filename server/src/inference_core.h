@@ -88,6 +88,15 @@ class InferenceCore {
                  inference::ModelInferResponse* response, Clock::time_point deadline,
                  std::shared_ptr<std::atomic<bool>> cancelled, std::function<void(Status)> done);
   void ChangeRepository(std::function<Status()> change, std::function<void(Status)> done);
+  // A generative model's request: its text goes to the generation engines;
+  // each chunk becomes a response through `respond` (final flagged), or, with
+  // no `respond`, the whole text one response in `*response`.
+  void Generate(std::shared_ptr<LoadedModel> model,
+                std::shared_ptr<const inference::ModelInferRequest> request,
+                inference::ModelInferResponse* response, Clock::time_point deadline,
+                std::shared_ptr<std::atomic<bool>> cancelled,
+                std::function<void(inference::ModelStreamInferResponse)> respond,
+                std::function<void(Status)> done);
 
   ServiceContext* const context_;
 };

@@ -158,6 +158,28 @@ Status ParseScheduling(const Json& config, ModelConfig* out) {
     if (!config["decoupled"].is_boolean()) return KeyError("decoupled", "must be true or false");
     out->decoupled = config["decoupled"].get<bool>();
   }
+  if (config.contains("generation")) {
+    const Json& generation = config["generation"];
+    if (!generation.is_object()) return KeyError("generation", "must be an object");
+    CHORUS_RETURN_IF_ERROR(CheckKeys(generation, "generation.",
+                                     {"cache_blocks", "block_size", "max_running",
+                                      "max_step_tokens", "prefill_chunk", "engines"}));
+    GenerationOptions options;
+    options.engines = 0;  // one per interpreter unless given
+    for (auto [key, field] : {std::pair{"cache_blocks", &options.cache_blocks},
+                              std::pair{"block_size", &options.block_size},
+                              std::pair{"max_running", &options.max_running},
+                              std::pair{"max_step_tokens", &options.max_step_tokens},
+                              std::pair{"prefill_chunk", &options.prefill_chunk},
+                              std::pair{"engines", &options.engines}}) {
+      if (!generation.contains(key)) continue;
+      CHORUS_ASSIGN_OR_RETURN(int64_t value,
+                              IntAt(generation[key], std::string("generation.") + key, 1));
+      *field = static_cast<int>(std::min<int64_t>(value, 1 << 30));
+    }
+    out->generation = options;
+    out->decoupled = true;
+  }
   if (config.contains("max_queue")) {
     // 0: every request is refused (a model kept loaded but closed to traffic).
     CHORUS_ASSIGN_OR_RETURN(int64_t queue, IntAt(config["max_queue"], "max_queue", 0));
@@ -184,7 +206,7 @@ StatusOr<ModelConfig> ParseModelConfig(std::string_view json) {
       CheckKeys(config, "",
                 {"format", "default_model_filename", "entry_point", "inputs", "outputs",
                  "max_batch_size", "dynamic_batching", "max_queue_delay_us",
-                 "preferred_batch_sizes", "max_queue", "decoupled"}));
+                 "preferred_batch_sizes", "max_queue", "decoupled", "generation"}));
   ModelConfig out;
   if (config.contains("format")) {
     CHORUS_ASSIGN_OR_RETURN(out.format, FormatAt(config["format"]));

@@ -14,6 +14,7 @@
 
 #include "chorus/common/status.h"
 #include "chorus/package/manifest.h"
+#include "chorus/serving/generation_scheduler.h"
 
 namespace chorus {
 
@@ -53,6 +54,11 @@ struct ModelConfig {
   // The model streams (its call returns a generator): served by
   // ModelStreamInfer only, each request alone, zero or more responses each.
   bool decoupled = false;
+  // The model generates text (chorus.generation's protocol): served by an
+  // engine per interpreter with these settings ("generation": {...}, each key
+  // optional: cache_blocks, block_size, max_running, max_step_tokens,
+  // prefill_chunk, engines). Implies decoupled.
+  std::optional<GenerationOptions> generation;
 
   // True when the config gives a signature (inputs).
   bool has_signature() const { return !inputs.empty(); }

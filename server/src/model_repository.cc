@@ -176,16 +176,24 @@ Status CheckFormat(ModelFormat expected, const Model& model, const std::string& 
 }  // namespace
 
 LoadedModel::LoadedModel(std::string name, std::string version, std::shared_ptr<Model> model,
-                         const SchedulerOptions& options)
+                         const SchedulerOptions& options, InterpreterManager* manager,
+                         std::optional<GenerationOptions> generation)
     : name_(std::move(name)),
       version_(std::move(version)),
       model_(std::move(model)),
       scheduling_(options) {
   scheduler_ = std::make_unique<ModelScheduler>(
       model_, options, [this](const ExecutionStats& stats) { RecordExecution(stats); });
+  if (generation && manager != nullptr) {
+    if (generation->engines <= 0) generation->engines = manager->size();
+    generation_ = std::make_unique<GenerationScheduler>(model_, manager, *generation);
+  }
 }
 
-LoadedModel::~LoadedModel() { scheduler_.reset(); }
+LoadedModel::~LoadedModel() {
+  generation_.reset();
+  scheduler_.reset();
+}
 
 void LoadedModel::RecordExecution(const ExecutionStats& stats) {
   MutexLock lock(&mu_);
@@ -255,7 +263,8 @@ StatusOr<std::shared_ptr<LoadedModel>> ModelRepository::LoadVersion(const std::s
                           LoadModel(path, model_dir, config, name, version));
   SchedulerOptions scheduling = SchedulingFor(config, *model->manifest(), options_);
   scheduling.label = name + " version " + version;
-  return std::make_shared<LoadedModel>(name, version, std::move(model), scheduling);
+  return std::make_shared<LoadedModel>(name, version, std::move(model), scheduling, manager_,
+                                       config.generation);
 }
 
 StatusOr<std::shared_ptr<Model>> ModelRepository::LoadModel(const std::string& path,

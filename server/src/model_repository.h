@@ -11,6 +11,7 @@
 #include <chrono>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -18,6 +19,7 @@
 #include "chorus/common/thread_annotations.h"
 #include "chorus/interpreter/interpreter_manager.h"
 #include "chorus/package/model.h"
+#include "chorus/serving/generation_scheduler.h"
 #include "chorus/serving/scheduler.h"
 #include "server/src/model_config.h"
 
@@ -39,8 +41,11 @@ struct ModelStatsSnapshot {
 
 class LoadedModel {
  public:
+  // With `generation`, requests for text also go to a GenerationScheduler on
+  // `manager` (which outlives this).
   LoadedModel(std::string name, std::string version, std::shared_ptr<Model> model,
-              const SchedulerOptions& options);
+              const SchedulerOptions& options, InterpreterManager* manager = nullptr,
+              std::optional<GenerationOptions> generation = std::nullopt);
   ~LoadedModel();
 
   const std::string& name() const { return name_; }
@@ -50,6 +55,8 @@ class LoadedModel {
   // How it is scheduled (batching, workers, queue), as loaded.
   const SchedulerOptions& scheduling() const { return scheduling_; }
   ModelScheduler& scheduler() { return *scheduler_; }
+  // The generation engines of a generative model; nullptr for others.
+  GenerationScheduler* generation() { return generation_.get(); }
 
   // Records one answered request (from the server's completion path).
   void RecordRequest(const InferenceResult& result, std::chrono::nanoseconds total)
@@ -65,7 +72,8 @@ class LoadedModel {
   const SchedulerOptions scheduling_;
   mutable Mutex mu_;
   ModelStatsSnapshot stats_ CHORUS_GUARDED_BY(mu_);
-  std::unique_ptr<ModelScheduler> scheduler_;  // last: its workers record into stats_
+  std::unique_ptr<ModelScheduler> scheduler_;  // its workers record into stats_
+  std::unique_ptr<GenerationScheduler> generation_;
 };
 
 struct RepositoryOptions {
