@@ -12,16 +12,35 @@ namespace chorus {
 
 using Clock = std::chrono::steady_clock;
 
+void LatencyHistogram::Observe(double seconds) {
+  for (size_t i = 0; i < std::size(kBounds); ++i) buckets[i] += seconds <= kBounds[i];
+  count += 1;
+  sum += seconds;
+}
+
+void LatencyHistogram::Add(const LatencyHistogram& other) {
+  for (size_t i = 0; i < std::size(kBounds); ++i) buckets[i] += other.buckets[i];
+  count += other.count;
+  sum += other.sum;
+}
+
+struct GenerationScheduler::Held {
+  GenerationRequest request;
+  Clock::time_point submitted;
+  Clock::time_point last_token;
+  bool has_token = false;
+};
+
 struct GenerationScheduler::Loop {
   int index = 0;
   Mutex mu;
   CondVar changed;
-  std::vector<std::pair<std::string, GenerationRequest>> inbox CHORUS_GUARDED_BY(mu);
+  std::vector<std::pair<std::string, Held>> inbox CHORUS_GUARDED_BY(mu);
   bool stopping CHORUS_GUARDED_BY(mu) = false;
   GenerationStats stats CHORUS_GUARDED_BY(mu);
   std::atomic<int> load{0};  // requests in the inbox or the engine
   // The loop thread's own: requests the engine holds, and those to drop from it.
-  std::map<std::string, GenerationRequest> active;
+  std::map<std::string, Held> active;
   std::vector<std::string> to_abort;
   std::thread thread;
 };
@@ -117,7 +136,8 @@ void GenerationScheduler::Submit(GenerationRequest request) {
   {
     MutexLock lock(&least->mu);
     if (!least->stopping) {
-      least->inbox.emplace_back(id, std::move(request));
+      const Clock::time_point now = Clock::now();
+      least->inbox.emplace_back(id, Held{std::move(request), now, now, false});
       least->load.fetch_add(1);
       request.done = nullptr;
     }
@@ -134,17 +154,22 @@ GenerationStats GenerationScheduler::Stats() const {
     total.waiting += loop->stats.waiting + static_cast<int>(loop->inbox.size());
     total.cache_blocks_used += loop->stats.cache_blocks_used;
     total.cache_blocks_total += loop->stats.cache_blocks_total;
+    total.generated_tokens += loop->stats.generated_tokens;
+    total.time_to_first_token.Add(loop->stats.time_to_first_token);
+    total.inter_token_latency.Add(loop->stats.inter_token_latency);
   }
   return total;
 }
 
 void GenerationScheduler::Run(Loop& loop) {
-  std::vector<std::pair<std::string, GenerationRequest>> fresh;
+  std::vector<std::pair<std::string, Held>> fresh;
   while (true) {
     {
       MutexLock lock(&loop.mu);
-      while (loop.inbox.empty() && loop.active.empty() && !loop.stopping)
+      // Requests to drop still hold cache blocks in the engine: a step frees them.
+      while (loop.inbox.empty() && loop.active.empty() && loop.to_abort.empty() && !loop.stopping) {
         loop.changed.Wait(&loop.mu);
+      }
       if (loop.stopping) {
         fresh.swap(loop.inbox);
         break;
@@ -155,20 +180,19 @@ void GenerationScheduler::Run(Loop& loop) {
     fresh.clear();
   }
   const Status gone = UnavailableError("the model was unloaded while generating");
-  for (auto& [id, request] : fresh) request.done(gone);
-  for (auto& [id, request] : loop.active) request.done(gone);
+  for (auto& [id, held] : fresh) held.request.done(gone);
+  for (auto& [id, held] : loop.active) held.request.done(gone);
   loop.active.clear();
 }
 
-void GenerationScheduler::Step(Loop& loop,
-                               std::vector<std::pair<std::string, GenerationRequest>> fresh) {
-  auto finish = [&loop](GenerationRequest& request, const Status& status) {
-    request.done(status);
+void GenerationScheduler::Step(Loop& loop, std::vector<std::pair<std::string, Held>> fresh) {
+  auto finish = [&loop](Held& held, const Status& status) {
+    held.request.done(status);
     loop.load.fetch_sub(1);
   };
   const Clock::time_point now = Clock::now();
   for (auto it = loop.active.begin(); it != loop.active.end();) {
-    if (Status why = StopReason(it->second, now); !why.ok()) {
+    if (Status why = StopReason(it->second.request, now); !why.ok()) {
       loop.to_abort.push_back(it->first);
       finish(it->second, why);
       it = loop.active.erase(it);
@@ -177,13 +201,14 @@ void GenerationScheduler::Step(Loop& loop,
     }
   }
   c10::impl::GenericList added(c10::AnyType::get());
-  for (auto& [id, request] : fresh) {
-    if (Status why = StopReason(request, now); !why.ok()) {
-      finish(request, why);
+  for (auto& [id, held] : fresh) {
+    if (Status why = StopReason(held.request, now); !why.ok()) {
+      finish(held, why);
       continue;
     }
-    added.push_back(c10::ivalue::Tuple::create({id, request.prompt, request.parameters_json}));
-    loop.active.emplace(id, std::move(request));
+    added.push_back(
+        c10::ivalue::Tuple::create({id, held.request.prompt, held.request.parameters_json}));
+    loop.active.emplace(id, std::move(held));
   }
   c10::List<std::string> aborted;
   for (const std::string& id : loop.to_abort) aborted.push_back(id);
@@ -204,17 +229,39 @@ void GenerationScheduler::Step(Loop& loop,
       Log().warn("generation step failed: {}\n{}", result.status().message(),
                  result.status().python_error()->traceback);
     }
-    for (auto& [id, request] : loop.active) {
+    for (auto& [id, held] : loop.active) {
       loop.to_abort.push_back(id);
-      finish(request, result.status());
+      finish(held, result.status());
     }
     loop.active.clear();
     return;
   }
   {
-    // Before any callback: a caller that saw its request end sees the cache it left.
+    // Before any callback: a caller that saw its request end sees the cache it
+    // left, and the latencies of its tokens.
+    const Clock::time_point stepped = Clock::now();
     MutexLock lock(&loop.mu);
-    loop.stats = result->stats;
+    GenerationStats& stats = loop.stats;
+    stats.running = result->stats.running;
+    stats.waiting = result->stats.waiting;
+    stats.cache_blocks_used = result->stats.cache_blocks_used;
+    stats.cache_blocks_total = result->stats.cache_blocks_total;
+    for (auto& [id, chunk] : result->outputs) {
+      auto it = loop.active.find(id);
+      if (it == loop.active.end() || chunk.new_tokens == 0) continue;
+      Held& held = it->second;
+      const double since = std::chrono::duration<double>(
+                               stepped - (held.has_token ? held.last_token : held.submitted))
+                               .count();
+      if (held.has_token) {
+        stats.inter_token_latency.Observe(since / chunk.new_tokens);
+      } else {
+        stats.time_to_first_token.Observe(since);
+      }
+      held.has_token = true;
+      held.last_token = stepped;
+      stats.generated_tokens += chunk.new_tokens;
+    }
   }
   for (auto& [id, why] : result->refused) {
     auto it = loop.active.find(id);
@@ -225,7 +272,7 @@ void GenerationScheduler::Step(Loop& loop,
   for (auto& [id, chunk] : result->outputs) {
     auto it = loop.active.find(id);
     if (it == loop.active.end()) continue;
-    const bool wanted = it->second.on_chunk(chunk);
+    const bool wanted = it->second.request.on_chunk(chunk);
     if (!chunk.finish_reason.empty()) {
       finish(it->second, OkStatus());
     } else if (!wanted) {

@@ -1,6 +1,10 @@
 #include "server/src/metrics.h"
 
+#include <iterator>
+#include <memory>
 #include <sstream>
+#include <utility>
+#include <vector>
 
 #include "chorus/common/process_stats.h"
 
@@ -9,6 +13,60 @@ namespace {
 
 std::string Labels(const LoadedModel& model) {
   return "{model=\"" + model.name() + "\",version=\"" + model.version() + "\"}";
+}
+
+void AppendHistogram(std::ostream& out, const char* name, const std::string& labels,
+                     const LatencyHistogram& histogram) {
+  for (size_t i = 0; i < std::size(LatencyHistogram::kBounds); ++i) {
+    out << name << "_bucket{" << labels << ",le=\"" << LatencyHistogram::kBounds[i] << "\"} "
+        << histogram.buckets[i] << "\n";
+  }
+  out << name << "_bucket{" << labels << ",le=\"+Inf\"} " << histogram.count << "\n";
+  out << name << "_sum{" << labels << "} " << histogram.sum << "\n";
+  out << name << "_count{" << labels << "} " << histogram.count << "\n";
+}
+
+// Per generative model: sequences, KV cache use, tokens and their latencies.
+void AppendGenerationMetrics(std::ostream& out,
+                             const std::vector<std::shared_ptr<LoadedModel>>& models) {
+  std::vector<std::pair<std::string, GenerationStats>> generative;
+  for (const auto& model : models) {
+    if (GenerationScheduler* generation = model->generation()) {
+      generative.emplace_back(
+          "model=\"" + model->name() + "\",version=\"" + model->version() + "\"",
+          generation->Stats());
+    }
+  }
+  if (generative.empty()) return;
+  auto each = [&](const char* name, const char* type, const char* help, auto value) {
+    AppendMetricHeader(out, name, type, help);
+    for (const auto& [labels, stats] : generative) {
+      out << name << "{" << labels << "} " << value(stats) << "\n";
+    }
+  };
+  each("chorus_generation_running_sequences", "gauge", "Sequences in the engines' batches",
+       [](const GenerationStats& s) { return s.running; });
+  each("chorus_generation_waiting_sequences", "gauge",
+       "Sequences waiting for KV cache blocks or for their engine",
+       [](const GenerationStats& s) { return s.waiting; });
+  each("chorus_generation_kv_cache_blocks_used", "gauge", "KV cache blocks in use",
+       [](const GenerationStats& s) { return s.cache_blocks_used; });
+  each("chorus_generation_kv_cache_blocks", "gauge", "KV cache blocks in all",
+       [](const GenerationStats& s) { return s.cache_blocks_total; });
+  each("chorus_generation_tokens_total", "counter", "Tokens generated",
+       [](const GenerationStats& s) { return s.generated_tokens; });
+  AppendMetricHeader(out, "chorus_generation_time_to_first_token_seconds", "histogram",
+                     "From a request's arrival to its first token");
+  for (const auto& [labels, stats] : generative) {
+    AppendHistogram(out, "chorus_generation_time_to_first_token_seconds", labels,
+                    stats.time_to_first_token);
+  }
+  AppendMetricHeader(out, "chorus_generation_inter_token_latency_seconds", "histogram",
+                     "Between a request's successive tokens");
+  for (const auto& [labels, stats] : generative) {
+    AppendHistogram(out, "chorus_generation_inter_token_latency_seconds", labels,
+                    stats.inter_token_latency);
+  }
 }
 
 }  // namespace
@@ -104,6 +162,8 @@ std::string RenderMetrics(const ModelRepository& repository, const InterpreterMa
     out << "chorus_batch_size_sum{" << labels << "} " << sum << "\n";
     out << "chorus_batch_size_count{" << labels << "} " << total << "\n";
   }
+
+  AppendGenerationMetrics(out, models);
 
   const auto interpreters = manager.Stats();
   AppendMetricHeader(out, "chorus_interpreter_busy_seconds_total", "counter",

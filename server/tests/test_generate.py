@@ -15,7 +15,7 @@ import torch
 
 import tritonclient.grpc as triton_grpc
 from chorus.package import create_package
-from conftest import ServerProcess
+from conftest import ServerProcess, metric
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
 sys.path.insert(0, os.path.join(ROOT, "examples", "llama3"))
@@ -87,6 +87,15 @@ def test_a_stream_of_requests_generates_what_recomputation_does(llm_server):
     for i, prompt in enumerate(PROMPTS):
         assert texts[str(i)] == recompute_greedy(generator, prompt, 12), prompt
         assert reasons[str(i)] == "length" and chunks[str(i)] == 12
+    # What Prometheus sees: every token, one first-token latency per request and one
+    # inter-token latency per later token; an empty cache of 2 engines x 64 blocks.
+    metrics = server.metrics()
+    assert metric(metrics, "chorus_generation_tokens_total") >= 8 * 12
+    assert metric(metrics, "chorus_generation_time_to_first_token_seconds_count") >= 8
+    assert metric(metrics, "chorus_generation_inter_token_latency_seconds_count") >= 8 * 11
+    assert metric(metrics, "chorus_generation_kv_cache_blocks_used") == 0
+    assert metric(metrics, "chorus_generation_kv_cache_blocks") == 128
+    assert metric(metrics, "chorus_generation_running_sequences") == 0
 
 
 def test_model_infer_answers_the_whole_text(llm_server):

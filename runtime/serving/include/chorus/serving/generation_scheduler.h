@@ -16,6 +16,7 @@
 #include <atomic>
 #include <chrono>
 #include <functional>
+#include <iterator>
 #include <map>
 #include <memory>
 #include <string>
@@ -61,11 +62,25 @@ struct GenerationRequest {
   std::function<void(Status)> done;
 };
 
+// Seconds, in cumulative buckets (Prometheus' histogram).
+struct LatencyHistogram {
+  static constexpr double kBounds[] = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,
+                                       0.25,  0.5,    1,     2.5,  5,     10};
+  uint64_t buckets[std::size(kBounds)] = {};  // observations <= each bound
+  uint64_t count = 0;
+  double sum = 0;
+  void Observe(double seconds);
+  void Add(const LatencyHistogram& other);
+};
+
 struct GenerationStats {
   int running = 0;  // sequences in engines' batches
   int waiting = 0;  // queued for cache blocks or not yet handed to an engine
   int cache_blocks_used = 0;
   int cache_blocks_total = 0;
+  uint64_t generated_tokens = 0;         // since the scheduler started
+  LatencyHistogram time_to_first_token;  // from Submit to the first token
+  LatencyHistogram inter_token_latency;  // between a request's tokens
 };
 
 class GenerationScheduler {
@@ -86,10 +101,11 @@ class GenerationScheduler {
   GenerationStats Stats() const;
 
  private:
+  struct Held;  // a request with its timing
   struct Loop;
   void Run(Loop& loop);
   // One step of `loop`'s engine with `fresh` requests added.
-  void Step(Loop& loop, std::vector<std::pair<std::string, GenerationRequest>> fresh);
+  void Step(Loop& loop, std::vector<std::pair<std::string, Held>> fresh);
 
   const std::shared_ptr<Model> model_;
   InterpreterManager* const manager_;
