@@ -1,6 +1,7 @@
 #include "chorus/common/file_util.h"
 
 #include <fcntl.h>
+#include <ftw.h>
 #include <sys/stat.h>
 #include <sys/types.h>
 #include <unistd.h>
@@ -8,7 +9,6 @@
 #include <atomic>
 #include <cerrno>
 #include <cstdlib>
-#include <filesystem>
 #include <string>
 #include <utility>
 #include <vector>
@@ -95,20 +95,31 @@ Status SyncPath(const std::string& path) {
 }
 
 Status SyncTree(const std::string& dir) {
-  std::error_code error;
-  std::vector<std::string> directories = {dir};
-  for (std::filesystem::recursive_directory_iterator it(dir, error), end; !error && it != end;
-       it.increment(error)) {
-    if (it->is_symlink(error)) continue;
-    if (it->is_directory(error)) {
-      directories.push_back(it->path().string());
-    } else {
-      CHORUS_RETURN_IF_ERROR(SyncPath(it->path().string()));
-    }
-  }
-  if (error) return ErrnoError("list " + dir, error.value());
+  // nftw, not std::filesystem: torch's libraries export libstdc++'s filesystem
+  // symbols of their own, and a process that loads them may call those.
+  static thread_local std::vector<std::string>* directories = nullptr;
+  static thread_local Status* failed = nullptr;
+  std::vector<std::string> found;
+  Status status;
+  directories = &found;
+  failed = &status;
+  const int walked = ::nftw(
+      dir.c_str(),
+      [](const char* path, const struct stat*, int type, struct FTW*) {
+        if (type == FTW_D || type == FTW_DP) {
+          directories->push_back(path);
+        } else if (type == FTW_F) {
+          *failed = SyncPath(path);
+          if (!failed->ok()) return 1;
+        }
+        return 0;  // symbolic links (FTW_SL) are not followed nor synced
+      },
+      64, FTW_PHYS);
+  const int error = errno;
+  if (!status.ok()) return status;
+  if (walked != 0) return ErrnoError("list " + dir, error);
   // Children before parents: a directory's entries name synced objects.
-  for (auto it = directories.rbegin(); it != directories.rend(); ++it) {
+  for (auto it = found.rbegin(); it != found.rend(); ++it) {
     CHORUS_RETURN_IF_ERROR(SyncPath(*it));
   }
   return OkStatus();
@@ -142,9 +153,18 @@ Status RenameFile(const std::string& from, const std::string& to) {
 }
 
 Status RemoveTree(const std::string& path) {
-  std::error_code error;
-  std::filesystem::remove_all(path, error);
-  if (error) return ErrnoError("remove " + path, error.value());
+  // Children first (FTW_DEPTH), links themselves (FTW_PHYS); see SyncTree on nftw.
+  struct stat st;
+  if (::lstat(path.c_str(), &st) != 0) {
+    return errno == ENOENT ? OkStatus() : ErrnoError("remove " + path, errno);
+  }
+  const int walked = ::nftw(
+      path.c_str(),
+      [](const char* entry, const struct stat*, int type, struct FTW*) {
+        return (type == FTW_DP ? ::rmdir(entry) : ::unlink(entry)) == 0 || errno == ENOENT ? 0 : -1;
+      },
+      64, FTW_DEPTH | FTW_PHYS);
+  if (walked != 0) return ErrnoError("remove " + path, errno);
   return OkStatus();
 }
 
