@@ -133,16 +133,17 @@ void GenerationScheduler::Submit(GenerationRequest request) {
     if (loop->load.load() < least->load.load()) least = loop.get();
   }
   const std::string id = "g" + std::to_string(next_id_.fetch_add(1));
+  bool queued = false;
   {
     MutexLock lock(&least->mu);
     if (!least->stopping) {
       const Clock::time_point now = Clock::now();
       least->inbox.emplace_back(id, Held{std::move(request), now, now, false});
       least->load.fetch_add(1);
-      request.done = nullptr;
+      queued = true;
     }
   }
-  if (request.done) return request.done(UnavailableError("the model is being unloaded"));
+  if (!queued) return request.done(UnavailableError("the model is being unloaded"));
   least->changed.Signal();
 }
 

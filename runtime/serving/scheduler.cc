@@ -133,18 +133,26 @@ bool ModelScheduler::Compatible(const Pending& a, const Pending& b) const {
   const auto& y = b.request.inputs;
   if (x.size() != y.size()) return false;
   const int64_t dim = options_.batching.batch_dim;
-  for (size_t i = 0; i < x.size(); ++i) {
-    if (x[i].isTensor() != y[i].isTensor()) return false;
-    if (x[i].isTensor() && x[i].toTensor().scalar_type() != y[i].toTensor().scalar_type()) {
-      return false;
-    }
-    if (!x[i].isTensor() && dim != 0) return false;  // lists of str join along dim 0 only
-    const std::vector<int64_t> xs = ShapeOf(x[i]);
-    const std::vector<int64_t> ys = ShapeOf(y[i]);
-    // An input without the batch dimension cannot be concatenated along it.
+  // Equal but along the batch dimension, which both must have.
+  auto joinable = [dim](c10::IntArrayRef xs, c10::IntArrayRef ys) {
     if (xs.size() != ys.size() || static_cast<int64_t>(xs.size()) <= dim) return false;
     for (size_t d = 0; d < xs.size(); ++d) {
       if (static_cast<int64_t>(d) != dim && xs[d] != ys[d]) return false;
+    }
+    return true;
+  };
+  for (size_t i = 0; i < x.size(); ++i) {
+    if (x[i].isTensor() != y[i].isTensor()) return false;
+    if (x[i].isTensor()) {
+      // Under the queue's lock: the tensors' own sizes, nothing allocated.
+      const at::Tensor& a_tensor = x[i].toTensor();
+      const at::Tensor& b_tensor = y[i].toTensor();
+      if (a_tensor.scalar_type() != b_tensor.scalar_type() ||
+          !joinable(a_tensor.sizes(), b_tensor.sizes())) {
+        return false;
+      }
+    } else if (dim != 0 || !joinable(ShapeOf(x[i]), ShapeOf(y[i]))) {
+      return false;  // lists of str join along dim 0 only
     }
   }
   return true;
