@@ -27,6 +27,10 @@ class ModelArgs:
     ffn_dim_multiplier: Optional[float] = None
     norm_eps: float = 1e-5
     rope_theta: float = 500000.0
+    # Llama 3.1's long-context rope scaling ({factor, low_freq_factor, high_freq_factor,
+    # original_max_position_embeddings}), as a checkpoint's config.json gives it.
+    rope_scaling: Optional[dict] = None
+    ffn_hidden_dim: Optional[int] = None  # a checkpoint's size; else from multiple_of
     max_seq_len: int = 2048
     depth_init: bool = True  # init std of output projections shrinks with depth
 
@@ -61,8 +65,23 @@ def trunc_normal_(tensor, std, generator, a=-2.0, b=2.0):
     return tensor
 
 
-def precompute_freqs_cis(dim: int, end: int, theta: float) -> torch.Tensor:
+def scale_frequencies(freqs: torch.Tensor, scaling: dict) -> torch.Tensor:
+    """Llama 3.1's rope scaling: long wavelengths slowed by `factor`, short ones kept,
+    a smooth blend between."""
+    factor, old_context = scaling["factor"], scaling["original_max_position_embeddings"]
+    low, high = scaling["low_freq_factor"], scaling["high_freq_factor"]
+    wavelen = 2 * math.pi / freqs
+    smooth = (old_context / wavelen - low) / (high - low)
+    blended = (1 - smooth) * freqs / factor + smooth * freqs
+    scaled = torch.where(wavelen > old_context / low, freqs / factor, blended)
+    return torch.where(wavelen < old_context / high, freqs, scaled)
+
+
+def precompute_freqs_cis(dim: int, end: int, theta: float,
+                         scaling: Optional[dict] = None) -> torch.Tensor:
     freqs = 1.0 / (theta ** (torch.arange(0, dim, 2)[: dim // 2].float() / dim))
+    if scaling:
+        freqs = scale_frequencies(freqs, scaling)
     t = torch.arange(end, dtype=torch.float32)
     return torch.polar(torch.ones(end, dim // 2), torch.outer(t, freqs))
 
@@ -142,12 +161,13 @@ class Attention(nn.Module):
 
 class FeedForward(nn.Module):
     def __init__(self, dim: int, hidden_dim: int, multiple_of: int,
-                 ffn_dim_multiplier: Optional[float]):
+                 ffn_dim_multiplier: Optional[float], exact_hidden_dim: Optional[int] = None):
         super().__init__()
         hidden_dim = int(2 * hidden_dim / 3)
         if ffn_dim_multiplier is not None:
             hidden_dim = int(ffn_dim_multiplier * hidden_dim)
         hidden_dim = multiple_of * ((hidden_dim + multiple_of - 1) // multiple_of)
+        hidden_dim = exact_hidden_dim or hidden_dim
         self.w1 = nn.Linear(dim, hidden_dim, bias=False)
         self.w2 = nn.Linear(hidden_dim, dim, bias=False)
         self.w3 = nn.Linear(dim, hidden_dim, bias=False)
@@ -166,7 +186,7 @@ class TransformerBlock(nn.Module):
         super().__init__()
         self.attention = Attention(args)
         self.feed_forward = FeedForward(args.dim, 4 * args.dim, args.multiple_of,
-                                        args.ffn_dim_multiplier)
+                                        args.ffn_dim_multiplier, args.ffn_hidden_dim)
         self.attention_norm = RMSNorm(args.dim, eps=args.norm_eps)
         self.ffn_norm = RMSNorm(args.dim, eps=args.norm_eps)
         depth = layer_id + 1 if args.depth_init else args.n_layers
@@ -189,7 +209,8 @@ class Transformer(nn.Module):
         self.args = args
         self.tok_embeddings = nn.Embedding(args.vocab_size, args.dim)
         self.register_buffer("freqs_cis", precompute_freqs_cis(
-            args.dim // args.n_heads, args.max_seq_len * 2, args.rope_theta), persistent=False)
+            args.dim // args.n_heads, args.max_seq_len * 2, args.rope_theta, args.rope_scaling),
+            persistent=False)
         self.layers = nn.ModuleDict({str(i): TransformerBlock(i, args)
                                      for i in range(args.n_layers)})
         self.norm = RMSNorm(args.dim, eps=args.norm_eps)

@@ -207,8 +207,8 @@ void GenerationScheduler::Step(Loop& loop, std::vector<std::pair<std::string, He
       finish(held, why);
       continue;
     }
-    added.push_back(
-        c10::ivalue::Tuple::create({id, held.request.prompt, held.request.parameters_json}));
+    added.push_back(c10::ivalue::Tuple::create(
+        {id, held.request.prompt, held.request.parameters_json, held.request.messages_json}));
     loop.active.emplace(id, std::move(held));
   }
   c10::List<std::string> aborted;

@@ -20,6 +20,14 @@ void ReplyError(httplib::Response& response, const Status& status) {
   response.set_content(RenderError(status), kJson);
 }
 
+// An error on any route, in the shape its API's clients read.
+void ReplyRouteError(const httplib::Request& request, httplib::Response& response,
+                     const Status& status) {
+  if (!IsOpenAiPath(request.path)) return ReplyError(response, status);
+  response.status = HttpStatusCode(status.code());
+  response.set_content(RenderOpenAiError(status), kJson);
+}
+
 // Answers `status`'s error, or `body` when it is OK.
 void Reply(httplib::Response& response, const Status& status, const std::string& body) {
   if (!status.ok()) return ReplyError(response, status);
@@ -62,18 +70,20 @@ void HttpService::Register(httplib::Server* server, int64_t max_body_bytes) {
   // client's delayed ACK (Nagle).
   server->set_tcp_nodelay(true);
   server->set_payload_max_length(static_cast<size_t>(max_body_bytes));
-  server->set_error_handler(
-      [max_body_bytes](const httplib::Request& request, httplib::Response& response) {
-        if (!response.body.empty()) return;
-        std::string message =
-            response.status == 413 ? "the request body exceeds the server's limit of " +
-                                         std::to_string(max_body_bytes) + " bytes"
-            : response.status == 404 ? "no such endpoint: " + request.method + " " + request.path
-            : response.status == 400 ? "the request could not be read (a POST needs "
-                                       "Content-Length, 0 for no body)"
-                                     : "the request could not be served";
-        response.set_content(nlohmann::json{{"error", message}}.dump(), kJson);
-      });
+  server->set_error_handler([max_body_bytes](const httplib::Request& request,
+                                             httplib::Response& response) {
+    if (!response.body.empty()) return;
+    std::string message =
+        response.status == 413 ? "the request body exceeds the server's limit of " +
+                                     std::to_string(max_body_bytes) + " bytes"
+        : response.status == 404 ? "no such endpoint: " + request.method + " " + request.path
+        : response.status == 400 ? "the request could not be read (a POST needs "
+                                   "Content-Length, 0 for no body)"
+                                 : "the request could not be served";
+    response.set_content(IsOpenAiPath(request.path) ? RenderOpenAiError(message, response.status)
+                                                    : nlohmann::json{{"error", message}}.dump(),
+                         kJson);
+  });
   // Every route but the health probes needs the bearer token, when one is set.
   server->set_pre_routing_handler(
       [this](const httplib::Request& request, httplib::Response& response) {
@@ -81,7 +91,7 @@ void HttpService::Register(httplib::Server* server, int64_t max_body_bytes) {
           return httplib::Server::HandlerResponse::Unhandled;
         Status allowed = context_->Authorize(request.get_header_value("Authorization"));
         if (allowed.ok()) return httplib::Server::HandlerResponse::Unhandled;
-        ReplyError(response, allowed);
+        ReplyRouteError(request, response, allowed);
         return httplib::Server::HandlerResponse::Handled;
       });
 
@@ -144,6 +154,7 @@ void HttpService::Register(httplib::Server* server, int64_t max_body_bytes) {
                [this](const httplib::Request& request, httplib::Response& response) {
                  Repository(request, response);
                });
+  openai_.Register(server);
 }
 
 void HttpService::Infer(const httplib::Request& http_request, httplib::Response& http_response) {

@@ -1,5 +1,6 @@
 // The KServe v2 HTTP/REST endpoints (with Triton's extensions: binary tensor
-// data, model configuration, statistics, repository). Each handler is short:
+// data, model configuration, statistics, repository), and OpenAI's API for
+// generative models (openai_service.h) on the same port. Each handler is short:
 // authorize, convert the body (kserve_json.h), hand it to the core
 // (inference_core.h), convert back; errors are {"error": ...} with the status
 // of http_status.h. cpp-httplib runs each request on a thread of its pool, so
@@ -13,6 +14,7 @@
 #include <cstdint>
 
 #include "server/src/inference_core.h"
+#include "server/src/openai_service.h"
 #include "server/src/service_context.h"
 
 namespace chorus {
@@ -23,9 +25,11 @@ class HttpService {
   static constexpr int kRestThreads = 64;
 
   // Both outlive the service.
-  HttpService(ServiceContext* context, InferenceCore* core) : context_(context), core_(core) {}
+  HttpService(ServiceContext* context, InferenceCore* core)
+      : context_(context), core_(core), openai_(core) {}
 
-  // Adds the routes to `server`, which refuses bodies over `max_body_bytes`.
+  // Adds the routes (KServe's /v2 and OpenAI's /v1) to `server`, which
+  // refuses bodies over `max_body_bytes`.
   void Register(httplib::Server* server, int64_t max_body_bytes);
 
  private:
@@ -34,6 +38,7 @@ class HttpService {
 
   ServiceContext* const context_;
   InferenceCore* const core_;
+  OpenAiService openai_;
 };
 
 }  // namespace chorus

@@ -341,31 +341,63 @@ void InferenceCore::StreamInfer(std::shared_ptr<const inference::ModelInferReque
       });
 }
 
+void InferenceCore::GenerateText(const std::string& name, GenerationRequest call) {
+  if (!context_->ready.load()) return call.done(UnavailableError("the server is not ready"));
+  StatusOr<std::shared_ptr<LoadedModel>> model = context_->repository->Find(name, "");
+  if (!model.ok()) return call.done(model.status());
+  if ((*model)->generation() == nullptr) {
+    return call.done(
+        InvalidArgumentError("model \"" + name +
+                             "\" does not generate text (its package holds no chorus.generation "
+                             "model; call it with ModelInfer or /v2/models/" +
+                             name + "/infer)"));
+  }
+  SubmitGeneration(std::move(*model), std::move(call));
+}
+
+std::vector<std::shared_ptr<LoadedModel>> InferenceCore::GenerativeModels() const {
+  std::vector<std::shared_ptr<LoadedModel>> models;
+  if (!context_->ready.load()) return models;
+  for (std::shared_ptr<LoadedModel>& model : context_->repository->Loaded()) {
+    if (model->generation() != nullptr) models.push_back(std::move(model));
+  }
+  return models;
+}
+
+void InferenceCore::SubmitGeneration(std::shared_ptr<LoadedModel> model,
+                                     GenerationRequest call) const {
+  const Clock::time_point start = Clock::now();
+  if (context_->request_timeout.count() > 0) {
+    call.deadline = std::min(call.deadline, start + context_->request_timeout);
+  }
+  call.done = [model, start, done = std::move(call.done)](Status status) {
+    InferenceResult result;
+    result.status = status;
+    result.batch_size = 1;
+    model->RecordRequest(result, Clock::now() - start);
+    done(status);
+  };
+  GenerationScheduler* engines = model->generation();
+  engines->Submit(std::move(call));
+}
+
 void InferenceCore::Generate(std::shared_ptr<LoadedModel> model,
                              std::shared_ptr<const inference::ModelInferRequest> request,
                              inference::ModelInferResponse* response, Clock::time_point deadline,
                              std::shared_ptr<std::atomic<bool>> cancelled,
                              std::function<void(inference::ModelStreamInferResponse)> respond,
                              std::function<void(Status)> done) {
-  const Clock::time_point start = Clock::now();
-  auto record = [model, start](const Status& status) {
-    InferenceResult result;
-    result.status = status;
-    result.batch_size = 1;
-    model->RecordRequest(result, Clock::now() - start);
-  };
   StatusOr<std::string> prompt = PromptOf(*model, *request);
   if (!prompt.ok()) {
-    record(prompt.status());
+    InferenceResult result;
+    result.status = prompt.status();
+    model->RecordRequest(result, std::chrono::nanoseconds(0));
     return done(prompt.status());
   }
   GenerationRequest call;
   call.prompt = std::move(*prompt);
   call.parameters_json = SamplingParametersJson(*request);
   call.deadline = deadline;
-  if (context_->request_timeout.count() > 0) {
-    call.deadline = std::min(deadline, start + context_->request_timeout);
-  }
   call.cancelled = std::move(cancelled);
   auto text = std::make_shared<std::string>();
   auto finish_reason = std::make_shared<std::string>();
@@ -380,15 +412,14 @@ void InferenceCore::Generate(std::shared_ptr<LoadedModel> model,
     respond(std::move(answer));
     return true;
   };
-  call.done = [model, request, response, text, finish_reason, record,
+  call.done = [model, request, response, text, finish_reason,
                done = std::move(done)](Status status) {
     if (status.ok() && response != nullptr) {
       FillText(*model, *request, *text, *finish_reason, response);
     }
-    record(status);
     done(status);
   };
-  model->generation()->Submit(std::move(call));
+  SubmitGeneration(std::move(model), std::move(call));
 }
 
 }  // namespace chorus

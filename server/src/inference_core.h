@@ -11,6 +11,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "chorus/common/status.h"
 #include "chorus/inference/grpc_service.pb.h"
@@ -71,6 +72,16 @@ class InferenceCore {
                    std::function<void(inference::ModelStreamInferResponse)> respond,
                    std::function<void()> done);
 
+  // Hands `call` (prompt or chat messages, sampling parameters, callbacks) to
+  // the engines of generative model `name`'s newest version, its deadline
+  // capped by the server's request timeout. An unknown model (NOT_FOUND), one
+  // that does not generate (INVALID_ARGUMENT) or a server not ready
+  // (UNAVAILABLE) reach call.done at once.
+  void GenerateText(const std::string& name, GenerationRequest call);
+
+  // The generative models that serve now, by name (OpenAI's model list).
+  std::vector<std::shared_ptr<LoadedModel>> GenerativeModels() const;
+
  private:
   // The model `request` names, if the server serves and has it loaded.
   StatusOr<std::shared_ptr<LoadedModel>> ServingModel(
@@ -87,6 +98,8 @@ class InferenceCore {
   void InferOnce(std::shared_ptr<LoadedModel> model, const inference::ModelInferRequest* request,
                  inference::ModelInferResponse* response, Clock::time_point deadline,
                  std::shared_ptr<std::atomic<bool>> cancelled, std::function<void(Status)> done);
+  // `call` on `model`'s engines, recorded in its statistics.
+  void SubmitGeneration(std::shared_ptr<LoadedModel> model, GenerationRequest call) const;
   void ChangeRepository(std::function<Status()> change, std::function<void(Status)> done);
   // A generative model's request: its text goes to the generation engines;
   // each chunk becomes a response through `respond` (final flagged), or, with

@@ -5,55 +5,24 @@ the whole text from ModelInfer. Requests on one stream run together (continuous
 batching) and each streams exactly what greedy generation by full recomputation gives;
 a bad parameter is an in-stream error and the stream goes on."""
 
-import os
 import queue
-import sys
 
 import numpy as np
 import pytest
-import torch
 
 import tritonclient.grpc as triton_grpc
-from chorus.package import create_package
 from conftest import ServerProcess, metric
-
-ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
-sys.path.insert(0, os.path.join(ROOT, "examples", "llama3"))
-
-import generate  # noqa: E402
-import model as llama  # noqa: E402
+from llm_models import debug_generator, package_llm, recompute_greedy
 
 PROMPTS = ["chorus", "trains and serves Llama 3", "a", "the quick brown fox jumps over",
            "In the beginning", "0123456789", "serve", "continuous batching joins"]
 
 
-def debug_generator():
-    transformer = llama.build("debug", seed=3, vocab_size=256, max_seq_len=128).eval()
-    with torch.no_grad():  # attention that matters (python/tests/test_generation.py)
-        for layer in transformer.layers.values():
-            layer.attention.wo.weight.mul_(8)
-            layer.attention.wq.weight.mul_(8 ** 0.5)
-            layer.attention.wk.weight.mul_(8 ** 0.5)
-    return generate.Llama3Generator(transformer)
-
-
-def recompute_greedy(generator, prompt, max_tokens):
-    tokens = generator.tokenizer.encode(prompt)
-    with torch.inference_mode():
-        for _ in range(max_tokens):
-            tokens.append(int(generator.transformer(torch.tensor([tokens]))[0, -1].argmax()))
-    return generator.tokenizer.decode(tokens[len(prompt.encode()):])
-
-
 @pytest.fixture(scope="module")
 def llm_server(tmp_path_factory):
     repo = tmp_path_factory.mktemp("generate") / "repository"
-    (repo / "llama3" / "1").mkdir(parents=True)
     generator = debug_generator()
-    create_package(str(repo / "llama3" / "1" / "model.pt"), generator, (["chorus"],),
-                   name="llama3", batchable=False, input_names=["text_input"],
-                   output_names=["text_output"], progress=False)
-    (repo / "llama3" / "config.json").write_text('{"generation": {"cache_blocks": 64}}')
+    package_llm(repo, generator, {"cache_blocks": 64})
     process = ServerProcess(repo, interpreters=2)
     yield process, generator
     assert process.stop() == 0
@@ -143,3 +112,40 @@ def test_bad_parameters_are_errors_in_the_stream_and_it_goes_on(llm_server):
             break
     client.stop_stream()
     assert text == recompute_greedy(generator, PROMPTS[0], 5)
+
+
+def test_two_hundred_requests_against_a_small_cache_wait_their_turn(tmp_path):
+    """200 requests at once on engines whose caches hold a few sequences each: they
+    queue and all finish, each with what recomputation gives, and the caches end
+    empty."""
+    repo = tmp_path / "repository"
+    generator = debug_generator()
+    package_llm(repo, generator, {"cache_blocks": 8, "block_size": 8})
+    server = ServerProcess(repo, interpreters=2)
+    try:
+        client = triton_grpc.InferenceServerClient(server.address)
+        results = queue.Queue()
+        client.start_stream(callback=lambda result, error: results.put((result, error)))
+        prompts = [PROMPTS[i % len(PROMPTS)] for i in range(200)]
+        for i, prompt in enumerate(prompts):
+            client.async_stream_infer("llama3", [text_input(prompt)], request_id=str(i),
+                                      parameters={"max_tokens": 6, "temperature": 0.0})
+        texts, done = {}, set()
+        while len(done) < len(prompts):
+            result, error = results.get(timeout=120)
+            assert error is None, error
+            response = result.get_response()
+            texts[response.id] = texts.get(response.id, "") + result.as_numpy(
+                "text_output")[0].decode()
+            if response.parameters["triton_final_response"].bool_param:
+                done.add(response.id)
+        client.stop_stream()
+        expected = {p: recompute_greedy(generator, p, 6) for p in PROMPTS}
+        for i, prompt in enumerate(prompts):
+            assert texts[str(i)] == expected[prompt], (i, prompt)
+        metrics = server.metrics()
+        assert metric(metrics, "chorus_generation_kv_cache_blocks") == 16
+        assert metric(metrics, "chorus_generation_kv_cache_blocks_used") == 0
+        assert metric(metrics, "chorus_generation_waiting_sequences") == 0
+    finally:
+        assert server.stop() == 0

@@ -89,7 +89,7 @@ class Engine:
         if self.cache.blocks_for(len(ids) + 1) > self.cache.num_blocks:
             raise ValueError(f"the prompt has {len(ids)} tokens; the KV cache holds "
                              f"{self.cache.num_blocks * self.cache.block_size}")
-        request = Request(request_id, ids, params, min(params.max_tokens, room),
+        request = Request(request_id, ids, params, min(params.max_tokens or room, room),
                           params.generator())
         self._ids[request_id] = request
         self.waiting.append(request)

@@ -4,6 +4,7 @@ across (chorus-server's GenerationScheduler drives it from C++)."""
 import json
 from typing import List, Sequence, Tuple
 
+from chorus.generation.chat import render_chat
 from chorus.generation.engine import Engine
 from chorus.generation.sampling import SamplingParams
 
@@ -15,15 +16,20 @@ class EngineHost:
                              max_running=max_running, max_step_tokens=max_step_tokens,
                              prefill_chunk=prefill_chunk)
 
-    def step(self, new: Sequence[Tuple[str, str, str]], aborted: Sequence[str]):
-        """Adds `new` requests (id, prompt, sampling parameters as JSON), drops `aborted`
-        ones, runs one step. Returns (refused [(id, why)], outputs [(id, text, tokens,
-        finish_reason or "", prompt_tokens, completion_tokens)], [running, waiting,
-        cache blocks used, cache blocks total])."""
+    def step(self, new: Sequence[Tuple[str, str, str, str]], aborted: Sequence[str]):
+        """Adds `new` requests (id, prompt, sampling parameters as JSON, chat messages as
+        JSON or "": a chat request's prompt is its messages in the model's chat format),
+        drops `aborted` ones, runs one step. Returns (refused [(id, why)], outputs [(id,
+        text, tokens, finish_reason or "", prompt_tokens, completion_tokens)], [running,
+        waiting, cache blocks used, cache blocks total])."""
         refused: List[Tuple[str, str]] = []
-        for request_id, prompt, parameters in new:
+        for request_id, prompt, parameters, messages in new:
             try:
                 params = SamplingParams.from_dict(json.loads(parameters) if parameters else {})
+                if messages:
+                    prompt, stops = render_chat(self.engine.tokenizer,
+                                                json.loads(messages))
+                    params.stop = params.stop + [s for s in stops if s not in params.stop]
                 self.engine.add(request_id, prompt, params)
             except (ValueError, TypeError) as error:
                 refused.append((request_id, str(error)))

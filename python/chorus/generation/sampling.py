@@ -10,8 +10,9 @@ import torch
 @dataclass
 class SamplingParams:
     """How one request picks its tokens. temperature 0 is greedy; top_k 0 and top_p 1
-    keep every token; a seed makes sampling reproducible."""
-    max_tokens: int = 16
+    keep every token; a seed makes sampling reproducible; max_tokens None runs to the
+    end of the context (or a stop)."""
+    max_tokens: Optional[int] = 16
     temperature: float = 1.0
     top_k: int = 0
     top_p: float = 1.0
@@ -40,7 +41,9 @@ class SamplingParams:
         def need(ok, what):
             if not ok:
                 raise ValueError(what)
-        need(isinstance(self.max_tokens, int) and self.max_tokens >= 1,
+        need(self.max_tokens is None
+             or (isinstance(self.max_tokens, int) and not isinstance(self.max_tokens, bool)
+                 and self.max_tokens >= 1),
              f"max_tokens must be a positive integer (got {self.max_tokens!r})")
         need(isinstance(self.temperature, (int, float)) and self.temperature >= 0,
              f"temperature must be >= 0 (got {self.temperature!r})")

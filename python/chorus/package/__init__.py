@@ -10,7 +10,8 @@ Reader side (inside chorus interpreters): ``chorus.package.importer``.
 The format is specified in docs/package-format.md.
 """
 
-from chorus.package.create import PackagingError, create_package
+from chorus.package.create import PackagingError, PackagingRules, create_package
 from chorus.package.manifest import ManifestError, read_manifest
 
-__all__ = ["create_package", "read_manifest", "PackagingError", "ManifestError"]
+__all__ = ["create_package", "read_manifest", "PackagingError", "PackagingRules",
+           "ManifestError"]

@@ -51,6 +51,9 @@ struct GenerationChunk {
 struct GenerationRequest {
   std::string prompt;
   std::string parameters_json;  // sampling parameters (chorus.generation.SamplingParams)
+  // A chat request's messages (a JSON list of {role, content}), which the
+  // model's chat template turns into the prompt; "" for a plain prompt.
+  std::string messages_json;
   std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max();
   std::shared_ptr<std::atomic<bool>> cancelled;  // optional
   // Each step's chunk, in order, on the loop thread; false cancels the request.

@@ -1,0 +1,172 @@
+"""OpenAI's API on chorus' HTTP port, driven by the `openai` client unmodified:
+completions and chat completions, whole and streamed (server-sent events), with usage
+counts; greedy answers equal full recomputation, a seeded stream equals the seeded
+whole answer; bad requests get OpenAI's errors; a stream closed mid-way frees its
+cache; the server serves on through all of it."""
+
+import concurrent.futures
+import json
+import time
+import urllib.request
+
+import openai
+import pytest
+
+from chorus.generation.chat import llama3_prompt
+from conftest import ServerProcess, metric, package
+from llm_models import debug_generator, package_llm, recompute_greedy
+import servable_models
+import torch
+
+MIXED = ["a", "chorus", "serves many", "the quick brown fox jumps over the lazy dog",
+         "0123456789abcdef", "In the beginning was the word", "Llama 3", "x" * 60]
+
+
+@pytest.fixture(scope="module")
+def llm_server(tmp_path_factory):
+    repo = tmp_path_factory.mktemp("openai") / "repository"
+    generator = debug_generator(max_seq_len=256)  # room for chat prompts, byte by byte
+    package_llm(repo, generator, {"cache_blocks": 128})
+    (repo / "mlp" / "1").mkdir(parents=True)  # not generative: not in /v1/models
+    package(repo / "mlp" / "1" / "model.pt", servable_models.TwoLayer(), torch.randn(2, 4), "mlp")
+    process = ServerProcess(repo, interpreters=2)
+    yield process, generator
+    assert process.stop() == 0
+
+
+def client_of(server, **kwargs):
+    return openai.OpenAI(base_url=f"http://127.0.0.1:{server.http_port}/v1", api_key="unused",
+                         max_retries=0, **kwargs)
+
+
+def wait_for_empty_cache(server, timeout=30):
+    deadline = time.monotonic() + timeout
+    while True:
+        metrics = server.metrics()
+        if (metric(metrics, "chorus_generation_kv_cache_blocks_used") == 0
+                and metric(metrics, "chorus_generation_running_sequences") == 0):
+            return
+        assert time.monotonic() < deadline, "the KV cache did not empty"
+        time.sleep(0.05)
+
+
+def test_models_lists_the_generative_models(llm_server):
+    server, _ = llm_server
+    models = client_of(server).models.list()
+    assert [m.id for m in models.data] == ["llama3"]
+    assert models.data[0].owned_by == "chorus"
+
+
+def test_a_greedy_completion_equals_recomputation_with_usage(llm_server):
+    server, generator = llm_server
+    answer = client_of(server).completions.create(model="llama3", prompt=MIXED[3],
+                                                  max_tokens=20, temperature=0)
+    assert answer.object == "text_completion"
+    assert answer.choices[0].text == recompute_greedy(generator, MIXED[3], 20)
+    assert answer.choices[0].finish_reason == "length"
+    assert (answer.usage.prompt_tokens, answer.usage.completion_tokens,
+            answer.usage.total_tokens) == (len(MIXED[3]), 20, len(MIXED[3]) + 20)
+
+
+def test_sixteen_concurrent_streams_of_mixed_lengths_equal_recomputation(llm_server):
+    server, generator = llm_server
+    client = client_of(server)
+    prompts = [MIXED[i % len(MIXED)] + str(i) for i in range(16)]
+
+    def stream(i):
+        text = ""
+        for chunk in client.completions.create(model="llama3", prompt=prompts[i],
+                                               max_tokens=8 + i, temperature=0, stream=True):
+            text += chunk.choices[0].text
+        return text
+
+    with concurrent.futures.ThreadPoolExecutor(16) as pool:
+        texts = list(pool.map(stream, range(16)))
+    for i, text in enumerate(texts):
+        assert text == recompute_greedy(generator, prompts[i], 8 + i), prompts[i]
+
+
+def test_a_seeded_chat_streams_what_it_answers_whole(llm_server):
+    server, _ = llm_server
+    client = client_of(server)
+    messages = [{"role": "system", "content": "You are terse."},
+                {"role": "user", "content": "Name a colour."}]
+    whole = client.chat.completions.create(model="llama3", messages=messages, max_tokens=24,
+                                           temperature=0.8, top_p=0.95, seed=1234)
+    assert whole.object == "chat.completion"
+    assert whole.choices[0].message.role == "assistant"
+    pieces, roles, usage = [], [], None
+    for chunk in client.chat.completions.create(model="llama3", messages=messages,
+                                                max_tokens=24, temperature=0.8, top_p=0.95,
+                                                seed=1234, stream=True,
+                                                stream_options={"include_usage": True}):
+        if chunk.usage is not None:
+            usage = chunk.usage
+        for choice in chunk.choices:
+            roles += [choice.delta.role] if choice.delta.role else []
+            pieces.append(choice.delta.content or "")
+    assert roles == ["assistant"]
+    assert "".join(pieces) == whole.choices[0].message.content
+    assert len(whole.choices[0].message.content) > 0
+    assert usage.completion_tokens == whole.usage.completion_tokens
+    assert usage.prompt_tokens == whole.usage.prompt_tokens == len(llama3_prompt(messages))
+
+
+def test_a_greedy_chat_is_its_prompt_in_llama3s_format(llm_server):
+    server, generator = llm_server
+    messages = [{"role": "user", "content": "hi"}]
+    answer = client_of(server).chat.completions.create(model="llama3", messages=messages,
+                                                       max_tokens=10, temperature=0)
+    expected = recompute_greedy(generator, llama3_prompt(messages), 10)
+    assert answer.choices[0].message.content == expected.split("<|eot_id|>")[0]
+
+
+def test_bad_requests_get_openai_errors_and_the_server_goes_on(llm_server):
+    server, generator = llm_server
+    client = client_of(server)
+    with pytest.raises(openai.NotFoundError, match="nope"):
+        client.completions.create(model="nope", prompt="x")
+    with pytest.raises(openai.BadRequestError, match="does not generate text"):
+        client.completions.create(model="mlp", prompt="x")
+    with pytest.raises(openai.BadRequestError, match="max_tokens must be a positive integer"):
+        client.completions.create(model="llama3", prompt="x", max_tokens=-1)
+    with pytest.raises(openai.BadRequestError, match="the model's context is 256"):
+        client.completions.create(model="llama3", prompt="y" * 300, max_tokens=4, stream=True)
+    with pytest.raises(openai.BadRequestError, match="unrecognized request argument.*typo"):
+        client.completions.create(model="llama3", prompt="x", extra_body={"typo": 1})
+    with pytest.raises(openai.BadRequestError, match="'n' must be 1"):
+        client.chat.completions.create(model="llama3", n=2,
+                                       messages=[{"role": "user", "content": "x"}])
+    with pytest.raises(openai.BadRequestError, match="role must be one of"):
+        client.chat.completions.create(model="llama3", messages=[{"role": "robot",
+                                                                  "content": "x"}])
+    request = urllib.request.Request(f"http://127.0.0.1:{server.http_port}/v1/completions",
+                                     data=b"{not json", method="POST")
+    with pytest.raises(urllib.error.HTTPError) as error:
+        urllib.request.urlopen(request)
+    assert error.value.code == 400
+    assert "not a JSON object" in json.loads(error.value.read())["error"]["message"]
+    answer = client.completions.create(model="llama3", prompt="still", max_tokens=5,
+                                       temperature=0)
+    assert answer.choices[0].text == recompute_greedy(generator, "still", 5)
+
+
+def test_a_stream_closed_mid_way_frees_its_cache_at_once(llm_server):
+    server, _ = llm_server
+    client = client_of(server)
+    wait_for_empty_cache(server)
+    tokens_before = metric(server.metrics(), "chorus_generation_tokens_total")
+    stream = client.completions.create(model="llama3", prompt="long", max_tokens=120,
+                                       temperature=0, stream=True)
+    received = 0
+    for _ in stream:
+        received += 1
+        if received == 3:
+            break
+    stream.close()
+    wait_for_empty_cache(server, timeout=10)
+    # Run to its end, the request would have made 120 tokens.
+    made = metric(server.metrics(), "chorus_generation_tokens_total") - tokens_before
+    assert 3 <= made < 60
+    answer = client.completions.create(model="llama3", prompt="after", max_tokens=3)
+    assert answer.usage.completion_tokens == 3
