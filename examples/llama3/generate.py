@@ -7,6 +7,7 @@ model, and this reuses its modules and weights as they are.
 from typing import List, Sequence
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 import data
@@ -33,11 +34,30 @@ def rotate(x: torch.Tensor, freqs: torch.Tensor) -> torch.Tensor:
     return torch.view_as_real(pairs * freqs[:, None, :]).flatten(2).type_as(x)
 
 
+def fuse_linears(linears: Sequence[nn.Linear]) -> torch.Tensor:
+    """One weight for Linear layers that read the same input (one matmul where there were
+    several, as vLLM's fused QKV and gate-up projections). The layers' weights become
+    views of it: no second copy, and the model's own forward is unchanged."""
+    fused = torch.cat([linear.weight.detach() for linear in linears])
+    start = 0
+    for linear in linears:
+        rows = linear.weight.shape[0]
+        linear.weight = nn.Parameter(fused[start:start + rows], requires_grad=False)
+        start += rows
+    return fused
+
+
 class Llama3Generator(nn.Module):
     def __init__(self, transformer: nn.Module, tokenizer=None):
         super().__init__()
         self.transformer = transformer
         self.tokenizer = tokenizer or ByteTokenizer()
+        # Per layer: q, k and v in one projection, the feed-forward's gate and up in one.
+        self.qkv, self.gate_up = [], []
+        for layer in transformer.layers.values():
+            block, ffn = layer.attention, layer.feed_forward
+            self.qkv.append(fuse_linears([block.wq, block.wk, block.wv]))
+            self.gate_up.append(fuse_linears([ffn.w1, ffn.w3]))
 
     def model_shape(self) -> ModelShape:
         args = self.transformer.args
@@ -64,12 +84,13 @@ class Llama3Generator(nn.Module):
         h = model.tok_embeddings(tokens)
         freqs = model.freqs_cis[positions]
         for index, layer in enumerate(model.layers.values()):
-            block = layer.attention
-            x = layer.attention_norm(h)
-            q = block.wq(x).view(len(tokens), -1, block.head_dim)
-            k = block.wk(x).view(len(tokens), -1, block.head_dim)
-            v = block.wv(x).view(len(tokens), -1, block.head_dim)
+            block, ffn = layer.attention, layer.feed_forward
+            q_rows, kv_rows = block.wq.out_features, block.wk.out_features
+            qkv = F.linear(layer.attention_norm(h), self.qkv[index])
+            q, k, v = (part.view(len(tokens), -1, block.head_dim)
+                       for part in qkv.split([q_rows, kv_rows, kv_rows], dim=-1))
             out = attention(index, rotate(q, freqs), rotate(k, freqs), v)
             h = h + block.wo(out.reshape(len(tokens), -1))
-            h = h + layer.feed_forward(layer.ffn_norm(h))
+            gate, up = F.linear(layer.ffn_norm(h), self.gate_up[index]).chunk(2, dim=-1)
+            h = h + ffn.w2(F.silu(gate) * up)
         return model.output(model.norm(h[attention.last_token_index])).float()

@@ -6,7 +6,7 @@
 CHECKPOINT_DIR holds config.json, model.safetensors (or its shards) and tokenizer.json
 (with tokenizer_config.json for the chat template, generation_config.json for EOS).
 A chorus-trained model is written in that layout by hf_checkpoint.save_checkpoint.
-The model's directory needs a config.json with a "generation" section (docs/serving.md).
+The model's directory needs a config.json with a "generation" section (docs/server.md).
 """
 
 import argparse

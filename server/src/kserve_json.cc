@@ -186,6 +186,28 @@ bool JsonBoolParameter(const Json& object, const char* key) {
   return value != nullptr && value->is_boolean() && value->get<bool>();
 }
 
+// The request's "parameters" object into `parameters` (what the core reads:
+// sampling parameters of a generate request, Triton's flags). Each value is a
+// bool, an integer, a number or a string, as KServe's parameters are.
+Status ReadParameters(const Json& object, InferParameters* parameters) {
+  if (!object.is_object()) return InvalidArgumentError("\"parameters\" is not an object");
+  for (const auto& [name, value] : object.items()) {
+    inference::InferParameter& parameter = (*parameters)[name];
+    if (value.is_boolean()) {
+      parameter.set_bool_param(value.get<bool>());
+    } else if (value.is_number_integer()) {
+      parameter.set_int64_param(value.get<int64_t>());
+    } else if (value.is_number()) {
+      parameter.set_double_param(value.get<double>());
+    } else if (value.is_string()) {
+      parameter.set_string_param(value.get<std::string>());
+    } else {
+      return InvalidArgumentError("parameter \"" + name + "\" is not a bool, a number or a string");
+    }
+  }
+  return OkStatus();
+}
+
 // One input's name, datatype and shape; its values go to `raw` (from "data"
 // or from `binary`, which is advanced past them).
 Status ParseInput(const Json& input, inference::ModelInferRequest::InferInputTensor* tensor,
@@ -323,8 +345,8 @@ StatusOr<inference::ModelInferRequest> ParseInferRequest(std::string_view body,
       }
     }
   }
-  if (JsonBoolParameter(doc, "binary_data_output")) {
-    SetBoolParameter(request.mutable_parameters(), "binary_data_output");
+  if (const Json* parameters = Member(doc, "parameters"); parameters != nullptr) {
+    CHORUS_RETURN_IF_ERROR(ReadParameters(*parameters, request.mutable_parameters()));
   }
   return request;
 }

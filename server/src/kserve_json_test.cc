@@ -106,6 +106,24 @@ TEST(KserveJsonTest, EachMalformedBodyIsRefusedWithWhatIsWrong) {
   EXPECT_THAT(Parse("{}", 3), StatusIs(StatusCode::kInvalidArgument, HasSubstr("exceeds")));
 }
 
+TEST(KserveJsonTest, RequestParametersReachTheCoreTyped) {
+  ASSERT_OK_AND_ASSIGN(inference::ModelInferRequest request, Parse(R"({
+      "inputs": [{"name": "t", "datatype": "BYTES", "shape": [1], "data": ["hi"]}],
+      "parameters": {"max_tokens": 8, "temperature": 0.5, "stop": "\n", "stream": false}})"));
+  const auto& parameters = request.parameters();
+  EXPECT_EQ(parameters.at("max_tokens").int64_param(), 8);
+  EXPECT_DOUBLE_EQ(parameters.at("temperature").double_param(), 0.5);
+  EXPECT_EQ(parameters.at("stop").string_param(), "\n");
+  EXPECT_FALSE(parameters.at("stream").bool_param());
+  EXPECT_EQ(parameters.at("stream").parameter_choice_case(), inference::InferParameter::kBoolParam);
+
+  StatusOr<inference::ModelInferRequest> nested = Parse(R"({
+      "inputs": [{"name": "t", "datatype": "BYTES", "shape": [1], "data": ["hi"]}],
+      "parameters": {"stop": ["a", "b"]}})");
+  EXPECT_EQ(nested.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(nested.status().message(), HasSubstr("\"stop\" is not a bool, a number or a string"));
+}
+
 TEST(KserveJsonTest, ResponsesRenderValuesOrBinaryAsAsked) {
   inference::ModelInferRequest request;
   request.add_outputs()->set_name("b");

@@ -1,7 +1,7 @@
 // OpenAI's completions and chat completions API, as JSON: request bodies
 // parsed into what chorus' generation engines take, answers and server-sent
 // event chunks rendered. No transport here (openai_service.h serves it over
-// HTTP). docs/serving.md lists the fields and what chorus does with each.
+// HTTP). docs/server.md lists the fields and what chorus does with each.
 #ifndef CHORUS_SERVER_OPENAI_API_H_
 #define CHORUS_SERVER_OPENAI_API_H_
 

@@ -149,3 +149,18 @@ def test_two_hundred_requests_against_a_small_cache_wait_their_turn(tmp_path):
         assert metric(metrics, "chorus_generation_waiting_sequences") == 0
     finally:
         assert server.stop() == 0
+
+
+def test_rest_infer_takes_sampling_parameters(llm_server):
+    """KServe v2 REST: the request's "parameters" reach the engine as over gRPC."""
+    import json
+    import urllib.request
+    server, generator = llm_server
+    body = {"inputs": [{"name": "text_input", "datatype": "BYTES", "shape": [1],
+                        "data": [PROMPTS[3]]}],
+            "parameters": {"max_tokens": 9, "temperature": 0.0}}
+    request = urllib.request.Request(
+        f"http://127.0.0.1:{server.http_port}/v2/models/llama3/infer",
+        data=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
+    answer = json.loads(urllib.request.urlopen(request).read())
+    assert answer["outputs"][0]["data"] == [recompute_greedy(generator, PROMPTS[3], 9)]

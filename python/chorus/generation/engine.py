@@ -130,11 +130,14 @@ class Engine:
         with torch.inference_mode():
             logits = self.model.forward_step(tokens, positions, attention)
         outputs = []
+        # Greedy picks for every row at once (one argmax, one copy out).
+        greedy = logits.argmax(-1).tolist()
         for row, (request, piece) in enumerate(zip(batch, slices)):
             request.cached = piece.end
             if piece.end < len(request.tokens):
                 continue  # a prompt chunk: its next token comes from a later step
-            token = sample(logits[row].float(), request.params, request.generator)
+            token = (greedy[row] if request.params.greedy
+                     else sample(logits[row].float(), request.params, request.generator))
             request.output.append(token)
             outputs.append(self._progress(request, token))
         return outputs

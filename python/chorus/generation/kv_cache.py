@@ -86,38 +86,62 @@ class BatchAttention:
         lengths = [s.end - s.start for s in slices]
         offsets = torch.tensor([0] + lengths).cumsum(0)
         self.last_token_index = offsets[1:] - 1
-        self.write_slots = torch.cat([cache.slots(s.block_table, s.start, s.end) for s in slices])
         self._singles = [i for i, n in enumerate(lengths) if n == 1]
         self._multis = [i for i, n in enumerate(lengths) if n > 1]
         self._offsets = offsets.tolist()
+        self.write_slots = torch.empty(self._offsets[-1], dtype=torch.long)
         if self._singles:
-            longest = max(slices[i].end for i in self._singles)
-            padded = torch.zeros(len(self._singles), longest, dtype=torch.long)
-            mask = torch.zeros(len(self._singles), 1, 1, longest, dtype=torch.bool)
-            for row, i in enumerate(self._singles):
-                s = slices[i]
-                padded[row, :s.end] = cache.slots(s.block_table, 0, s.end)
-                mask[row, 0, 0, :s.end] = True
-            self._single_rows = torch.tensor([self._offsets[i] for i in self._singles])
-            self._single_slots, self._single_mask = padded, mask
-        self._multi_context = {i: cache.slots(slices[i].block_table, 0, slices[i].end)
-                               for i in self._multis}
+            self._index_decodes([slices[i] for i in self._singles])
+        self._multi_context = {}
+        for i in self._multis:
+            s, first = slices[i], self._offsets[i]
+            context = cache.slots(s.block_table, 0, s.end)
+            self._multi_context[i] = context
+            self.write_slots[first:first + s.end - s.start] = context[s.start:]
+
+    def _index_decodes(self, singles: List[SequenceSlice]) -> None:
+        """The one-token sequences' contexts as whole blocks, [B, width] (one row per
+        sequence, padded), and the mask of their positions: a decode step is mostly these,
+        and whole blocks are gathered many times faster than single slots."""
+        block_size = self.cache.block_size
+        ends = torch.tensor([s.end for s in singles])
+        width = -(-int(ends.max()) // block_size)
+        table = torch.tensor([s.block_table[:width] + [0] * (width - len(s.block_table[:width]))
+                              for s in singles])
+        self._single_blocks = table.flatten()
+        self._single_width = width
+        positions = torch.arange(width * block_size)
+        self._single_mask = (positions[None, :] < ends[:, None])[:, None, None, :]
+        self._single_rows = torch.tensor([self._offsets[i] for i in self._singles])
+        last = ends - 1
+        self.write_slots[self._single_rows] = (
+            table[torch.arange(len(singles)), last // block_size] * block_size
+            + last % block_size)
+
+    def _gather_decodes(self, cache: torch.Tensor) -> torch.Tensor:
+        """[B, width * block_size, kv_heads, head_dim] from one layer's cache."""
+        blocks = cache.view(self.cache.num_blocks, -1).index_select(0, self._single_blocks)
+        return blocks.view(len(self._singles), self._single_width * self.cache.block_size,
+                           *cache.shape[1:])
 
     def __call__(self, layer: int, q: torch.Tensor, k: torch.Tensor,
                  v: torch.Tensor) -> torch.Tensor:
         keys, values = self.cache.k[layer], self.cache.v[layer]
-        keys[self.write_slots] = k.to(keys.dtype)
-        values[self.write_slots] = v.to(values.dtype)
-        out = torch.empty_like(q)
+        keys.index_copy_(0, self.write_slots, k.to(keys.dtype))
+        values.index_copy_(0, self.write_slots, v.to(values.dtype))
         rep = q.shape[1] // k.shape[1]
+        decode_only = not self._multis  # the rows are the batch, in order
+        out = None if decode_only else torch.empty_like(q)
         if self._singles:
             # [B, heads, 1, head_dim] against [B, heads, longest, head_dim], padding masked.
-            query = q[self._single_rows].unsqueeze(2)
-            key = _repeat(keys[self._single_slots], rep).transpose(1, 2)
-            value = _repeat(values[self._single_slots], rep).transpose(1, 2)
+            query = (q if decode_only else q[self._single_rows]).unsqueeze(2)
+            key = _repeat(self._gather_decodes(keys), rep).transpose(1, 2)
+            value = _repeat(self._gather_decodes(values), rep).transpose(1, 2)
             attended = F.scaled_dot_product_attention(query, key, value,
-                                                      attn_mask=self._single_mask)
-            out[self._single_rows] = attended.squeeze(2).to(out.dtype)
+                                                      attn_mask=self._single_mask).squeeze(2)
+            if decode_only:
+                return attended.to(q.dtype)
+            out[self._single_rows] = attended.to(out.dtype)
         for i in self._multis:
             s, first = self.slices[i], self._offsets[i]
             n = s.end - s.start
