@@ -124,24 +124,28 @@ class BatchAttention:
         return blocks.view(len(self._singles), self._single_width * self.cache.block_size,
                            *cache.shape[1:])
 
+    def _attend_decodes(self, q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor,
+                        rep: int) -> torch.Tensor:
+        """The one-token sequences' attention: q [B, heads, head_dim] against their
+        padded contexts, [B, heads, 1, head_dim] by [B, heads, width, head_dim], masked."""
+        key = _repeat(self._gather_decodes(keys), rep).transpose(1, 2)
+        value = _repeat(self._gather_decodes(values), rep).transpose(1, 2)
+        attended = F.scaled_dot_product_attention(q.unsqueeze(2), key, value,
+                                                  attn_mask=self._single_mask)
+        return attended.squeeze(2).to(q.dtype)
+
     def __call__(self, layer: int, q: torch.Tensor, k: torch.Tensor,
                  v: torch.Tensor) -> torch.Tensor:
         keys, values = self.cache.k[layer], self.cache.v[layer]
         keys.index_copy_(0, self.write_slots, k.to(keys.dtype))
         values.index_copy_(0, self.write_slots, v.to(values.dtype))
         rep = q.shape[1] // k.shape[1]
-        decode_only = not self._multis  # the rows are the batch, in order
-        out = None if decode_only else torch.empty_like(q)
+        if not self._multis:  # a decode step: the rows are the batch, in order
+            return self._attend_decodes(q, keys, values, rep)
+        out = torch.empty_like(q)
         if self._singles:
-            # [B, heads, 1, head_dim] against [B, heads, longest, head_dim], padding masked.
-            query = (q if decode_only else q[self._single_rows]).unsqueeze(2)
-            key = _repeat(self._gather_decodes(keys), rep).transpose(1, 2)
-            value = _repeat(self._gather_decodes(values), rep).transpose(1, 2)
-            attended = F.scaled_dot_product_attention(query, key, value,
-                                                      attn_mask=self._single_mask).squeeze(2)
-            if decode_only:
-                return attended.to(q.dtype)
-            out[self._single_rows] = attended.to(out.dtype)
+            out[self._single_rows] = self._attend_decodes(q[self._single_rows], keys, values,
+                                                          rep)
         for i in self._multis:
             s, first = self.slices[i], self._offsets[i]
             n = s.end - s.start
