@@ -30,22 +30,23 @@ def apply_tp(model, tp):
         parallelize_module(block, tp, TP_PLAN)
 
 
-def apply_fsdp(model, dp, mp_policy=None):
+def apply_fsdp(model, dp, mp_policy=None, replicate=None):
     if mp_policy is None:
         mp_policy = MixedPrecision()
     for block in model.layers.values():
-        fully_shard(block, dp, mp_policy=mp_policy)
-    fully_shard(model, dp, mp_policy=mp_policy)
+        fully_shard(block, dp, mp_policy=mp_policy, replicate=replicate)
+    fully_shard(model, dp, mp_policy=mp_policy, replicate=replicate)
 
 
-def parallelize(model, dp=None, tp=None, mp_policy=None):
-    """Applies TP (if `tp`) then FSDP (if `dp`) in place; returns the model."""
+def parallelize(model, dp=None, tp=None, mp_policy=None, replicate=None):
+    """Applies TP (if `tp`) then FSDP (if `dp`; HSDP with `replicate`) in place; returns
+    the model."""
     if mp_policy is None:
         mp_policy = MixedPrecision()
     if tp is not None and tp.size > 1:
         apply_tp(model, tp)
     if dp is not None:
-        apply_fsdp(model, dp, mp_policy)
+        apply_fsdp(model, dp, mp_policy, replicate)
     return model
 
 

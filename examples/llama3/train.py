@@ -57,17 +57,28 @@ def job_spec(config: TrainConfig, param_dtype: str = "") -> JobSpec:
                    param_dtype=param_dtype)
 
 
-def run_rank(dp_handle, tp_handle, config: dict, param_dtype: str = ""):
+def run_rank(dp_handle, tp_handle, config: dict, param_dtype: str = "", shard_handle=None,
+             replicate_handle=None):
     """Trains on this rank; returns {"losses": [global loss per step], "weights": full params,
     "step_s": [seconds per step]}.
 
     `dp_handle` / `tp_handle`: the host's communicators (None: no such parallelism).
+    HSDP: with `shard_handle` and `replicate_handle`, parameters are sharded across the
+    first (a host's ranks) and gradients averaged across the second (one rank per
+    host); `dp_handle` (every rank) still splits the data and averages the loss.
     """
     config = TrainConfig(**config)
     dp = Communicator(dp_handle) if dp_handle is not None else None
     tp = Communicator(tp_handle) if tp_handle is not None else None
+    parallelize = llama_parallelize.parallelize_for_job
+    if shard_handle is not None:
+        shard, replicate = Communicator(shard_handle), Communicator(replicate_handle)
+
+        def parallelize(model, dp, tp, mp_policy):
+            llama_parallelize.parallelize(model, dp=shard, tp=tp, mp_policy=mp_policy,
+                                          replicate=replicate)
     job = Job(job_spec(config, param_dtype), dp, tp, model_factory=llama.build,
-              parallelize=llama_parallelize.parallelize_for_job)
+              parallelize=parallelize)
     losses, step_s = [], []
     for tokens in synthetic_batches(job.model.args.vocab_size, config):
         metrics = job.step(tokens)

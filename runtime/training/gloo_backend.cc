@@ -8,9 +8,14 @@
 // it and fails cleanly, on every rank, on any disagreement.
 #include <ATen/ATen.h>
 #include <torch/csrc/distributed/c10d/FileStore.hpp>
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+
+#include <functional>
 
 #include "chorus/training/communicator.h"
+#include "chorus/training/hierarchical.h"
 
 namespace chorus {
 namespace {
@@ -18,15 +23,15 @@ namespace {
 // Runs a c10d call, turning its exceptions into Status. Timeouts surface as
 // DEADLINE_EXCEEDED, anything else from the transport as ABORTED.
 template <typename Body>
-Status Guard(const char* what, Body&& body) {
+Status Guard(const std::string& what, Body&& body) {
   std::string message;
   try {
     body();
     return OkStatus();
   } catch (const c10::Error& e) {
-    message = std::string(what) + " failed: " + e.what_without_backtrace();
+    message = what + " failed: " + e.what_without_backtrace();
   } catch (const std::exception& e) {
-    message = std::string(what) + " failed: " + e.what();
+    message = what + " failed: " + e.what();
   }
   if (message.find("imeout") != std::string::npos ||
       message.find("imed out") != std::string::npos) {
@@ -152,23 +157,86 @@ class GlooCommunicator final : public Communicator {
   const int size_;
 };
 
+// Joins `size` ranks over `store` (FileStore, or a TCPStore under a prefix).
+StatusOr<std::shared_ptr<Communicator>> JoinGloo(
+    std::function<c10::intrusive_ptr<c10d::Store>()> store, int rank, int size,
+    const CommunicatorOptions& options) {
+  if (rank < 0 || rank >= size) return InvalidArgumentError("rank out of range");
+  c10::intrusive_ptr<c10d::ProcessGroupGloo> group;
+  Status made = Guard("joining the Gloo group", [&] {
+    c10::intrusive_ptr<c10d::Store> joined = store();
+    joined->setTimeout(options.timeout);
+    auto gloo_options = c10d::ProcessGroupGloo::Options::create(options.timeout);
+    gloo_options->devices.push_back(
+        c10d::ProcessGroupGloo::createDeviceForHostname(options.gloo_host));
+    group = c10::make_intrusive<c10d::ProcessGroupGloo>(joined, rank, size, gloo_options);
+  });
+  if (!made.ok()) return made;
+  return std::shared_ptr<Communicator>(std::make_shared<GlooCommunicator>(group, rank, size));
+}
+
+// c10d's TCPStore client serializes its calls, and a Gloo group's rendezvous
+// blocks in them: each group gets a connection of its own, so the groups of
+// one host's ranks can form at once. The serving store lives as long as this.
+class TcpRendezvous final : public Rendezvous {
+ public:
+  TcpRendezvous(std::string host, c10::intrusive_ptr<c10d::TCPStore> store,
+                std::chrono::milliseconds timeout)
+      : host_(std::move(host)), store_(std::move(store)), timeout_(timeout) {}
+  int port() const override { return store_->getPort(); }
+
+  // A new connection to the store (throws as c10d does).
+  c10::intrusive_ptr<c10d::Store> Connection() const {
+    c10d::TCPStoreOptions options;
+    options.port = static_cast<std::uint16_t>(port());
+    options.waitWorkers = false;
+    options.timeout = timeout_;
+    return c10::make_intrusive<c10d::TCPStore>(host_, options);
+  }
+
+ private:
+  const std::string host_;
+  const c10::intrusive_ptr<c10d::TCPStore> store_;
+  const std::chrono::milliseconds timeout_;
+};
+
 }  // namespace
+
+StatusOr<std::shared_ptr<Rendezvous>> Rendezvous::Connect(const std::string& host, int port,
+                                                          bool serve,
+                                                          std::chrono::milliseconds timeout) {
+  if (port < 0 || port > 65535) return InvalidArgumentError("port out of range");
+  c10::intrusive_ptr<c10d::TCPStore> store;
+  Status made = Guard("reaching the rendezvous at " + host + ":" + std::to_string(port), [&] {
+    c10d::TCPStoreOptions options;
+    options.port = static_cast<std::uint16_t>(port);
+    options.isServer = serve;
+    options.waitWorkers = false;
+    options.timeout = timeout;
+    store = c10::make_intrusive<c10d::TCPStore>(host, options);
+  });
+  if (!made.ok()) {
+    return made.code() == StatusCode::kDeadlineExceeded ? made : UnavailableError(made.message());
+  }
+  return std::shared_ptr<Rendezvous>(
+      std::make_shared<TcpRendezvous>(host, std::move(store), timeout));
+}
+
+StatusOr<std::shared_ptr<Communicator>> CreateGlooCommunicator(Rendezvous& rendezvous,
+                                                               const std::string& name, int rank,
+                                                               int size,
+                                                               const CommunicatorOptions& options) {
+  auto* tcp = dynamic_cast<TcpRendezvous*>(&rendezvous);
+  if (tcp == nullptr) return InvalidArgumentError("not a rendezvous Rendezvous::Connect made");
+  return JoinGloo([&] { return c10::make_intrusive<c10d::PrefixStore>(name, tcp->Connection()); },
+                  rank, size, options);
+}
 
 StatusOr<std::shared_ptr<Communicator>> CreateGlooCommunicator(const std::string& store_path,
                                                                int rank, int size,
                                                                const CommunicatorOptions& options) {
-  if (rank < 0 || rank >= size) return InvalidArgumentError("rank out of range");
-  c10::intrusive_ptr<c10d::ProcessGroupGloo> group;
-  Status made = Guard("joining the Gloo group", [&] {
-    auto store = c10::make_intrusive<c10d::FileStore>(store_path, size);
-    store->setTimeout(options.timeout);
-    auto gloo_options = c10d::ProcessGroupGloo::Options::create(options.timeout);
-    gloo_options->devices.push_back(
-        c10d::ProcessGroupGloo::createDeviceForHostname(options.gloo_host));
-    group = c10::make_intrusive<c10d::ProcessGroupGloo>(store, rank, size, gloo_options);
-  });
-  if (!made.ok()) return made;
-  return std::shared_ptr<Communicator>(std::make_shared<GlooCommunicator>(group, rank, size));
+  return JoinGloo([&] { return c10::make_intrusive<c10d::FileStore>(store_path, size); }, rank,
+                  size, options);
 }
 
 }  // namespace chorus

@@ -14,6 +14,7 @@
 #include "chorus/interpreter/interpreter_manager.h"
 #include "chorus/training/bindings.h"
 #include "chorus/training/communicator.h"
+#include "chorus/training/hierarchical.h"
 
 namespace chorus {
 namespace {
@@ -53,20 +54,37 @@ class ParallelTest : public ::testing::Test {
 
   // Trains with `dp` x `tp` ranks (rank = dp_rank * tp + tp_rank); returns rank 0's result.
   static Result Run(int dp, int tp, const std::string& param_dtype = "") {
-    const int world = dp * tp;
-    std::vector<MeshRank> mesh = CreateInProcessMesh(dp, tp);
+    std::vector<RankComms> ranks;
+    for (const MeshRank& rank : CreateInProcessMesh(dp, tp)) ranks.push_back({rank.dp, rank.tp});
+    return RunRanks(ranks, param_dtype);
+  }
+
+  // One rank's communicators: data parallel, tensor parallel, and for HSDP the
+  // groups that shard the parameters and that replicate them.
+  struct RankComms {
+    std::shared_ptr<Communicator> dp, tp, shard, replicate;
+  };
+
+  // Trains with one rank per entry of `comms`; returns rank 0's result.
+  static Result RunRanks(const std::vector<RankComms>& comms, const std::string& param_dtype = "") {
+    const int world = static_cast<int>(comms.size());
     std::vector<Result> results(world);
     std::vector<std::thread> ranks;
     for (int rank = 0; rank < world; ++rank) {
       ranks.emplace_back([&, rank] {
-        c10::IValue dp_comm = CommunicatorToIValue(mesh[rank].dp);
-        c10::IValue tp_comm = CommunicatorToIValue(mesh[rank].tp);
+        c10::IValue dp_comm = CommunicatorToIValue(comms[rank].dp);
+        c10::IValue tp_comm = CommunicatorToIValue(comms[rank].tp);
+        c10::IValue shard_comm = CommunicatorToIValue(comms[rank].shard);
+        c10::IValue replicate_comm = CommunicatorToIValue(comms[rank].replicate);
         c10::Dict<std::string, int64_t> config;
         config.insert("n_kv_heads", 4);
         config.insert("steps", 10);
         InterpreterSession session = manager_->Acquire(rank);
         StatusOr<Object> run = session.Global("train", "run_rank");
-        StatusOr<Object> out = run.ok() ? run->Call({dp_comm, tp_comm, config, param_dtype}) : run;
+        StatusOr<Object> out =
+            run.ok()
+                ? run->Call({dp_comm, tp_comm, config, param_dtype, shard_comm, replicate_comm})
+                : run;
         StatusOr<c10::IValue> value = out.ok() ? out->ToIValue() : out.status();
         Result& result = results[rank];
         if (!value.ok()) {
@@ -139,6 +157,53 @@ TEST_F(ParallelTest, SingleRankLossFalls) {
 TEST_F(ParallelTest, FsdpOnTwoRanksMatchesOneRank) { ExpectMatchesSingleRank(Run(2, 1), "fsdp2"); }
 
 TEST_F(ParallelTest, FsdpOnFourRanksMatchesOneRank) { ExpectMatchesSingleRank(Run(4, 1), "fsdp4"); }
+
+// 2 hosts x 2 interpreters, the hosts simulated in this process (an in-process
+// group each, Gloo over loopback between them): FSDP over all four ranks.
+TEST_F(ParallelTest, FsdpAcrossTwoHostsOfTwoRanksMatchesOneRank) {
+  auto hosts = CreateSimulatedHosts(2, 2);
+  ASSERT_TRUE(hosts.ok()) << hosts.status().ToString();
+  std::vector<RankComms> ranks;
+  for (const auto& rank : *hosts) ranks.push_back({rank, nullptr});
+  ExpectMatchesSingleRank(RunRanks(ranks), "fsdp_2_hosts_x_2");
+  EXPECT_GT((*hosts)[0]->cross_host_bytes(), 0);
+}
+
+// HSDP, 2 x 2 in process: parameters sharded over ranks {0, 1} and {2, 3},
+// gradients averaged over {0, 2} and {1, 3}; the data split over all four.
+TEST_F(ParallelTest, HsdpTwoByTwoMatchesOneRank) {
+  std::vector<MeshRank> mesh = CreateInProcessMesh(2, 2);
+  auto flat = InProcessGroup::Create(4);
+  std::vector<RankComms> ranks;
+  for (int r = 0; r < 4; ++r) ranks.push_back({flat->Rank(r), nullptr, mesh[r].tp, mesh[r].dp});
+  ExpectMatchesSingleRank(RunRanks(ranks), "hsdp_2x2");
+}
+
+// HSDP across 2 simulated hosts: shard inside each host, replicate across.
+// Across hosts only gradients move (one reduction of each shard per step),
+// less than FSDP over all four ranks moves.
+TEST_F(ParallelTest, HsdpAcrossTwoHostsMatchesOneRankAndMovesLessThanFsdp) {
+  auto hsdp = CreateSimulatedHosts(2, 2);
+  ASSERT_TRUE(hsdp.ok()) << hsdp.status().ToString();
+  std::vector<RankComms> ranks;
+  for (const auto& rank : *hsdp) ranks.push_back({rank, nullptr, rank->local(), rank->cross()});
+  ExpectMatchesSingleRank(RunRanks(ranks), "hsdp_2_hosts_x_2");
+
+  auto fsdp = CreateSimulatedHosts(2, 2);
+  ASSERT_TRUE(fsdp.ok()) << fsdp.status().ToString();
+  ranks.clear();
+  for (const auto& rank : *fsdp) ranks.push_back({rank, nullptr});
+  ASSERT_EQ(RunRanks(ranks).error, "");
+  // Per step FSDP moves parameters twice (all-gathers in forward and
+  // backward) and gradients once across hosts; HSDP only gradients, each
+  // shard once: about half (and the loss averaging, a few bytes).
+  const int64_t fsdp_bytes = (*fsdp)[0]->cross_host_bytes();
+  const int64_t hsdp_bytes = (*hsdp)[0]->cross_host_bytes();
+  RecordProperty("fsdp_cross_host_bytes", std::to_string(fsdp_bytes));
+  RecordProperty("hsdp_cross_host_bytes", std::to_string(hsdp_bytes));
+  EXPECT_GT(hsdp_bytes, 0);
+  EXPECT_LT(hsdp_bytes, fsdp_bytes * 6 / 10);
+}
 
 TEST_F(ParallelTest, TensorParallelOnTwoRanksMatchesOneRank) {
   ExpectMatchesSingleRank(Run(1, 2), "tp2");

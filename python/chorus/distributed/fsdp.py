@@ -14,6 +14,10 @@ all-gathers them again where autograd needs them, then reduce-scatters the
 gradients (averaged, in `reduce_dtype`) into the shard's .grad. Layout and
 collectives are C++ (torch.classes.chorus.FlatShard); this module only hooks
 modules and autograd.
+
+HSDP: with `replicate` (the ranks that hold the same shard: one per host when
+`comm` joins a host's ranks), each shard's gradient is then averaged across it,
+so parameters never cross hosts, only one gradient reduction per step.
 """
 
 import dataclasses
@@ -64,12 +68,16 @@ class _Unshard(torch.autograd.Function):
                       torch.zeros(shape, dtype=unit.reduce_dtype)
                       for g, shape in zip(grads, unit.shapes)]
         shard_grad = unit.layout.reduce_gradients(unit.comm.handle, full_grads, "avg")
+        if unit.replicate is not None:
+            shard_grad = shard_grad.contiguous()
+            unit.replicate.all_reduce(shard_grad, "avg")
         return None, shard_grad.to(unit.flat.dtype)
 
 
 class _Unit:
-    def __init__(self, module: nn.Module, comm, mp: MixedPrecision):
+    def __init__(self, module: nn.Module, comm, mp: MixedPrecision, replicate=None):
         self.comm = comm
+        self.replicate = replicate
         self.mp = mp
         self.entries = []  # (owner module, attribute, name relative to `module`)
         params = []
@@ -145,11 +153,13 @@ class _Unit:
         return self.regathered[saved.index].as_strided(saved.size, saved.stride, saved.offset)
 
 
-def fully_shard(module: nn.Module, comm, *, mp_policy: MixedPrecision = MixedPrecision()):
-    """Shards `module`'s own parameters (those no inner unit took) across `comm`."""
+def fully_shard(module: nn.Module, comm, *, mp_policy: MixedPrecision = MixedPrecision(),
+                replicate=None):
+    """Shards `module`'s own parameters (those no inner unit took) across `comm`; with
+    `replicate`, their gradients are also averaged across it (HSDP)."""
     if hasattr(module, "_fsdp_unit"):
         raise ValueError("fully_shard: module is already sharded")
-    module._fsdp_unit = _Unit(module, comm, mp_policy)
+    module._fsdp_unit = _Unit(module, comm, mp_policy, replicate)
     return module
 
 
