@@ -16,6 +16,8 @@ packages=(
   libfmt-dev libspdlog-dev libcpp-httplib-dev
   # peers the tests drive: perf_analyzer (tools/install-perf-analyzer.sh) links libb64; curl (REST)
   libb64-0d curl
+  # network namespaces and veth pairs for the multi-host tests
+  iproute2
 )
 
 missing=()
