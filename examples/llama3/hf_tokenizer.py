@@ -69,8 +69,9 @@ class HfTokenizer:
         def raise_exception(message):
             raise ValueError(message)
 
+        # As transformers renders chat templates.
         environment = jinja2.sandbox.ImmutableSandboxedEnvironment(
-            trim_blocks=True, lstrip_blocks=True)
+            trim_blocks=True, lstrip_blocks=True, extensions=["jinja2.ext.loopcontrols"])
         environment.globals["raise_exception"] = raise_exception
         environment.globals["strftime_now"] = lambda fmt: datetime.now().strftime(fmt)
         environment.filters["tojson"] = lambda value, indent=None: json.dumps(value,

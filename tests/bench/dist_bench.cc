@@ -20,6 +20,7 @@
 #include "chorus/interpreter/interpreter_manager.h"
 #include "chorus/training/bindings.h"
 #include "chorus/training/communicator.h"
+#include "chorus/training/hierarchical.h"
 #include "tests/bench/bench_util.h"
 
 namespace chorus::bench {
@@ -71,21 +72,27 @@ nlohmann::json MeasureAllReduce(int rounds) {
   return result;
 }
 
-// Median step time (steps after the first) of the Llama 3 debug model on
-// `dp` ranks (interpreters 0..dp-1).
-double StepSeconds(InterpreterManager& manager, int dp, int steps) {
-  auto group = InProcessGroup::Create(dp);
+// One rank's communicators: data parallel, and for HSDP the groups that shard
+// and that replicate the parameters (null: plain FSDP over `dp`).
+struct RankComms {
+  std::shared_ptr<Communicator> dp, shard, replicate;
+};
+
+double StepSeconds(InterpreterManager& manager, const std::vector<RankComms>& comms, int steps) {
+  const int dp = static_cast<int>(comms.size());
   std::vector<double> step_medians(dp);
   std::vector<std::thread> ranks;
   for (int r = 0; r < dp; ++r) {
     ranks.emplace_back([&, r] {
-      c10::IValue comm = dp > 1 ? CommunicatorToIValue(group->Rank(r)) : c10::IValue();
       c10::Dict<std::string, int64_t> config;
       config.insert("steps", steps);
       config.insert("n_kv_heads", 4);
       InterpreterSession session = manager.Acquire(r);
       auto run = session.Global("train", "run_rank");
-      auto out = run.ok() ? run->Call({comm, c10::IValue(), config}) : run;
+      auto out = run.ok() ? run->Call({CommunicatorToIValue(comms[r].dp), c10::IValue(), config,
+                                       std::string(), CommunicatorToIValue(comms[r].shard),
+                                       CommunicatorToIValue(comms[r].replicate)})
+                          : run;
       auto value = out.ok() ? out->ToIValue() : out.status();
       if (!value.ok()) {
         std::cerr << value.status().ToString() << "\n";
@@ -99,6 +106,52 @@ double StepSeconds(InterpreterManager& manager, int dp, int steps) {
   }
   for (auto& t : ranks) t.join();
   return *std::max_element(step_medians.begin(), step_medians.end());
+}
+
+// Median step time (steps after the first) of the Llama 3 debug model on
+// `dp` ranks (interpreters 0..dp-1).
+double StepSeconds(InterpreterManager& manager, int dp, int steps) {
+  auto group = InProcessGroup::Create(dp);
+  std::vector<RankComms> comms;
+  for (int r = 0; r < dp; ++r) comms.push_back({dp > 1 ? group->Rank(r) : nullptr});
+  return StepSeconds(manager, comms, steps);
+}
+
+// 2 hosts x 2 interpreters, the hosts simulated in this process (an
+// in-process group each, Gloo over loopback between), FSDP over all four and
+// HSDP (shard inside a host, replicate across), against 1 host x 2
+// interpreters with the same global batch. On one 2-core machine this
+// measures the hierarchy's overhead, not a speed-up.
+nlohmann::json MeasureMultiHost(InterpreterManager& manager, int rounds, int steps) {
+  auto fsdp = CreateSimulatedHosts(2, 2);
+  auto hsdp = CreateSimulatedHosts(2, 2);
+  if (!fsdp.ok() || !hsdp.ok()) {
+    std::cerr << (fsdp.ok() ? hsdp.status() : fsdp.status()).ToString() << "\n";
+    std::exit(1);
+  }
+  std::vector<RankComms> fsdp_comms, hsdp_comms;
+  for (const auto& rank : *fsdp) fsdp_comms.push_back({rank});
+  for (const auto& rank : *hsdp) hsdp_comms.push_back({rank, rank->local(), rank->cross()});
+  std::vector<double> step =
+      InterleavedMedians(rounds, {[&] { return StepSeconds(manager, 2, steps); },
+                                  [&] { return StepSeconds(manager, fsdp_comms, steps); },
+                                  [&] { return StepSeconds(manager, hsdp_comms, steps); }});
+  // Bytes per step: one more run of each, counted.
+  auto per_step_mib = [&](const std::vector<std::shared_ptr<HierarchicalCommunicator>>& ranks,
+                          const std::vector<RankComms>& comms) {
+    const int64_t before = ranks[0]->cross_host_bytes();
+    StepSeconds(manager, comms, steps);
+    return static_cast<double>(ranks[0]->cross_host_bytes() - before) / steps / (1 << 20);
+  };
+  nlohmann::json out;
+  out["simulated_hosts"] = true;
+  out["hosts"] = 2;
+  out["interpreters_per_host"] = 2;
+  out["step_s"] = {{"one_host_x2", step[0]}, {"fsdp_2x2", step[1]}, {"hsdp_2x2", step[2]}};
+  out["tokens_per_s_vs_one_host"] = {{"fsdp", step[0] / step[1]}, {"hsdp", step[0] / step[2]}};
+  out["cross_host_mib_per_step"] = {{"fsdp", per_step_mib(*fsdp, fsdp_comms)},
+                                    {"hsdp", per_step_mib(*hsdp, hsdp_comms)}};
+  return out;
 }
 
 }  // namespace
@@ -117,7 +170,7 @@ int main(int argc, char** argv) {
   nlohmann::json result = MeasureAllReduce(rounds);
 
   InterpreterManagerOptions options;
-  options.num_interpreters = 2;
+  options.num_interpreters = 4;
   options.cache_dir = cache;
   options.intra_op_threads = 1;
   auto manager = InterpreterManager::Create(options);
@@ -125,7 +178,7 @@ int main(int argc, char** argv) {
     std::cerr << manager.status().ToString() << "\n";
     return 1;
   }
-  for (int i = 0; i < 2; ++i) {
+  for (int i = 0; i < 4; ++i) {
     InterpreterSession session = (*manager)->Acquire(i);
     session
         .Exec(std::string("import sys\nsys.path.insert(0, '") + CHORUS_SOURCE_DIR +
@@ -138,6 +191,7 @@ int main(int argc, char** argv) {
   result["step_s"] = {{"single_rank", step[0]}, {"fsdp2", step[1]}};
   result["fsdp2_step_over_single_rank"] = step[1] / step[0];
   result["intra_op_threads_per_rank"] = 1;
+  result["multi_host"] = MeasureMultiHost(**manager, std::max(1, rounds / 2), steps);
 
   std::printf("\nin-process all-reduce, 2 ranks (bus GB/s vs one-thread memcpy GB/s)\n");
   for (const char* size : {"1MB", "16MB", "256MB"}) {
@@ -146,7 +200,15 @@ int main(int argc, char** argv) {
                 result["memcpy_gbps"][size].get<double>(),
                 result["allreduce_gbps_vs_memcpy"][size].get<double>());
   }
-  std::printf("Llama 3 debug step: one rank %.3f s, FSDP on 2 ranks %.3f s (%.2fx)\n\n", step[0],
+  std::printf("Llama 3 debug step: one rank %.3f s, FSDP on 2 ranks %.3f s (%.2fx)\n", step[0],
               step[1], step[1] / step[0]);
+  const nlohmann::json& multi = result["multi_host"];
+  std::printf(
+      "2 simulated hosts x 2 vs 1 host x 2 (tokens/s): FSDP %.2fx, HSDP %.2fx; "
+      "cross-host MiB/step per rank: FSDP %.1f, HSDP %.1f\n\n",
+      multi["tokens_per_s_vs_one_host"]["fsdp"].get<double>(),
+      multi["tokens_per_s_vs_one_host"]["hsdp"].get<double>(),
+      multi["cross_host_mib_per_step"]["fsdp"].get<double>(),
+      multi["cross_host_mib_per_step"]["hsdp"].get<double>());
   return WriteJson(out, result) ? 0 : 1;
 }
