@@ -5,6 +5,7 @@
 #include <optional>
 #include <string>
 
+#include "server/src/generation_stream.h"
 #include "server/src/http_status.h"
 #include "server/src/kserve_json.h"
 
@@ -142,6 +143,14 @@ void HttpService::Register(httplib::Server* server, int64_t max_body_bytes) {
                [this](const httplib::Request& request, httplib::Response& response) {
                  Infer(request, response);
                });
+  server->Post(CHORUS_MODEL_PATH "/generate",
+               [this](const httplib::Request& request, httplib::Response& response) {
+                 Generate(request, response, /*stream=*/false);
+               });
+  server->Post(CHORUS_MODEL_PATH "/generate_stream",
+               [this](const httplib::Request& request, httplib::Response& response) {
+                 Generate(request, response, /*stream=*/true);
+               });
   server->Post("/v2/repository/index",
                [this](const httplib::Request& request, httplib::Response& response) {
                  const auto body = nlohmann::json::parse(request.body, nullptr, false);
@@ -176,6 +185,33 @@ void HttpService::Infer(const httplib::Request& http_request, httplib::Response&
   } else {
     http_response.set_content(std::move(body.content), kJson);
   }
+}
+
+void HttpService::Generate(const httplib::Request& http_request, httplib::Response& http_response,
+                           bool stream) {
+  StatusOr<GenerateRequest> request = ParseGenerateRequest(http_request.body);
+  if (!request.ok()) return ReplyError(http_response, request.status());
+  const std::string model = ModelName(http_request);
+  inference::ModelMetadataResponse metadata;
+  Status found = core_->ModelMetadata(model, ModelVersion(http_request), &metadata);
+  if (!found.ok()) return ReplyError(http_response, found);
+  const std::string version = metadata.versions_size() > 0 ? metadata.versions(0) : "";
+  auto queue = std::make_shared<ChunkQueue>();
+  core_->GenerateText(model, ChunkQueue::Request(queue, std::move(request->prompt), "",
+                                                 std::move(request->parameters_json)));
+  if (!stream) {
+    GenerationChunk last;
+    StatusOr<std::string> text = queue->WholeText(&last);
+    if (!text.ok()) return ReplyError(http_response, text.status());
+    return http_response.set_content(RenderGenerateResponse(model, version, *text), kJson);
+  }
+  EventRenderer events;
+  events.chunk = [model, version](const GenerationChunk& chunk) {
+    return "data: " + RenderGenerateResponse(model, version, chunk.text) + "\n\n";
+  };
+  events.close = [](const GenerationChunk&) { return std::string(); };
+  events.error = [](const Status& status) { return "data: " + RenderError(status) + "\n\n"; };
+  ServeEvents(queue, std::move(events), http_response, ReplyError);
 }
 
 void HttpService::Repository(const httplib::Request& request, httplib::Response& response) {

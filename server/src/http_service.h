@@ -34,6 +34,9 @@ class HttpService {
 
  private:
   void Infer(const httplib::Request& request, httplib::Response& response);
+  // Triton's generate extension: the whole text, or (`stream`) server-sent
+  // events of each step's text.
+  void Generate(const httplib::Request& request, httplib::Response& response, bool stream);
   void Repository(const httplib::Request& request, httplib::Response& response);
 
   ServiceContext* const context_;

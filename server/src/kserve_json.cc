@@ -1,5 +1,7 @@
 #include "server/src/kserve_json.h"
 
+#include <algorithm>
+
 #include <c10/util/BFloat16.h>
 #include <c10/util/Half.h>
 #include <google/protobuf/util/json_util.h>
@@ -349,6 +351,46 @@ StatusOr<inference::ModelInferRequest> ParseInferRequest(std::string_view body,
     CHORUS_RETURN_IF_ERROR(ReadParameters(*parameters, request.mutable_parameters()));
   }
   return request;
+}
+
+StatusOr<GenerateRequest> ParseGenerateRequest(std::string_view body) {
+  const Json doc = Json::parse(body, nullptr, false);
+  if (doc.is_discarded() || !doc.is_object()) {
+    return InvalidArgumentError("the request body is not a JSON object");
+  }
+  const Json* text = Member(doc, "text_input");
+  if (text == nullptr || !text->is_string()) {
+    return InvalidArgumentError("a generate request needs \"text_input\", a string");
+  }
+  Json parameters = Json::object();
+  for (const auto& [name, value] : doc.items()) {
+    if (name == "text_input" || name == "id" || name == "stream") continue;
+    if (name == "parameters") {
+      if (!value.is_object()) return InvalidArgumentError("\"parameters\" is not an object");
+      for (const auto& [key, parameter] : value.items()) parameters[key] = parameter;
+    } else {
+      parameters[name] = value;
+    }
+  }
+  for (const auto& [name, value] : parameters.items()) {
+    // Lists of strings too ("stop"): these go to the engine as JSON, not as
+    // the protocol's scalar parameters.
+    const bool strings =
+        value.is_array() &&
+        std::all_of(value.begin(), value.end(), [](const Json& v) { return v.is_string(); });
+    if (!value.is_boolean() && !value.is_number() && !value.is_string() && !strings) {
+      return InvalidArgumentError("parameter \"" + name +
+                                  "\" is not a bool, a number, a string or a list of strings");
+    }
+  }
+  return GenerateRequest{text->get<std::string>(),
+                         parameters.dump(-1, ' ', false, Json::error_handler_t::replace)};
+}
+
+std::string RenderGenerateResponse(const std::string& model, const std::string& version,
+                                   const std::string& text) {
+  return Json{{"model_name", model}, {"model_version", version}, {"text_output", text}}.dump(
+      -1, ' ', false, Json::error_handler_t::replace);
 }
 
 RestBody RenderInferResponse(const inference::ModelInferRequest& request,

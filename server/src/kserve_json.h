@@ -29,6 +29,21 @@ StatusOr<inference::ModelInferRequest> ParseInferRequest(std::string_view body,
                                                          const std::string& model,
                                                          const std::string& version);
 
+// Triton's generate extension (/generate, /generate_stream): the prompt
+// ("text_input") and the sampling parameters: the "parameters" object and
+// every other top-level key, as Triton reads them. INVALID_ARGUMENT for a body
+// that is not a JSON object, no "text_input" string, or a parameter that is
+// not a bool, a number, a string or a list of strings.
+struct GenerateRequest {
+  std::string prompt;
+  std::string parameters_json;
+};
+StatusOr<GenerateRequest> ParseGenerateRequest(std::string_view body);
+
+// A generate response (or one event of a stream): model, version, text.
+std::string RenderGenerateResponse(const std::string& model, const std::string& version,
+                                   const std::string& text);
+
 // An infer response body. `json_length` is set when binary data follows the
 // JSON (the request asked for binary outputs), else left empty.
 struct RestBody {

@@ -124,6 +124,21 @@ TEST(KserveJsonTest, RequestParametersReachTheCoreTyped) {
   EXPECT_THAT(nested.status().message(), HasSubstr("\"stop\" is not a bool, a number or a string"));
 }
 
+TEST(KserveJsonTest, AGenerateRequestIsAPromptAndItsParameters) {
+  ASSERT_OK_AND_ASSIGN(GenerateRequest request, ParseGenerateRequest(R"({
+      "text_input": "Once", "max_tokens": 4, "stream": true,
+      "parameters": {"temperature": 0.5, "stop": ["\n", "."]}})"));
+  EXPECT_EQ(request.prompt, "Once");
+  EXPECT_EQ(Json::parse(request.parameters_json),
+            Json::parse(R"({"max_tokens": 4, "temperature": 0.5, "stop": ["\n", "."]})"));
+  EXPECT_THAT(ParseGenerateRequest(R"({"max_tokens": 4})").status().message(),
+              HasSubstr("text_input"));
+  EXPECT_THAT(ParseGenerateRequest(R"({"text_input": "x", "top_k": {"a": 1}})").status().message(),
+              HasSubstr("\"top_k\" is not"));
+  EXPECT_EQ(Json::parse(RenderGenerateResponse("m", "1", "hi")),
+            Json::parse(R"({"model_name": "m", "model_version": "1", "text_output": "hi"})"));
+}
+
 TEST(KserveJsonTest, ResponsesRenderValuesOrBinaryAsAsked) {
   inference::ModelInferRequest request;
   request.add_outputs()->set_name("b");

@@ -164,3 +164,37 @@ def test_rest_infer_takes_sampling_parameters(llm_server):
         data=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
     answer = json.loads(urllib.request.urlopen(request).read())
     assert answer["outputs"][0]["data"] == [recompute_greedy(generator, PROMPTS[3], 9)]
+
+
+def test_triton_generate_endpoints_answer_whole_and_streamed(llm_server):
+    """Triton's HTTP generate extension: /generate answers the whole text, /generate_stream
+    one server-sent event per step; parameters top-level or under "parameters"."""
+    import json
+    import urllib.error
+    import urllib.request
+    server, generator = llm_server
+    url = f"http://127.0.0.1:{server.http_port}/v2/models/llama3"
+
+    def post(path, body):
+        request = urllib.request.Request(url + path, data=json.dumps(body).encode(),
+                                         headers={"Content-Type": "application/json"})
+        return urllib.request.urlopen(request)
+
+    expected = recompute_greedy(generator, PROMPTS[1], 10)
+    body = {"text_input": PROMPTS[1], "max_tokens": 10, "parameters": {"temperature": 0}}
+    answer = json.loads(post("/generate", body).read())
+    assert answer["model_name"] == "llama3" and answer["model_version"] == "1"
+    assert answer["text_output"] == expected
+    events = [json.loads(line[len("data: "):]) for line in
+              post("/generate_stream", body).read().decode().splitlines()
+              if line.startswith("data: ")]
+    assert len(events) == 10
+    assert "".join(event["text_output"] for event in events) == expected
+    for bad, status, message in [({"text_input": 3}, 400, "text_input"),
+                                 ({"text_input": "x", "max_tokens": -1}, 400,
+                                  "max_tokens must be a positive integer")]:
+        for path in ("/generate", "/generate_stream"):
+            with pytest.raises(urllib.error.HTTPError) as error:
+                post(path, bad)
+            assert error.value.code == status
+            assert message in json.loads(error.value.read())["error"]
