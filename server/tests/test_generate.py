@@ -34,17 +34,17 @@ def text_input(prompt):
     return tensor
 
 
-def test_a_stream_of_requests_generates_what_recomputation_does(llm_server):
-    server, generator = llm_server
-    client = triton_grpc.InferenceServerClient(server.address)
+def stream_all(client, prompts, max_tokens, timeout=60):
+    """Sends every prompt on one stream (request id = its index); returns, per id, the
+    text, the number of responses and the finish reason."""
     results = queue.Queue()
     client.start_stream(callback=lambda result, error: results.put((result, error)))
-    for i, prompt in enumerate(PROMPTS):
+    for i, prompt in enumerate(prompts):
         client.async_stream_infer("llama3", [text_input(prompt)], request_id=str(i),
-                                  parameters={"max_tokens": 12, "temperature": 0.0})
+                                  parameters={"max_tokens": max_tokens, "temperature": 0.0})
     texts, chunks, reasons = {}, {}, {}
-    while len(reasons) < len(PROMPTS):
-        result, error = results.get(timeout=60)
+    while len(reasons) < len(prompts):
+        result, error = results.get(timeout=timeout)
         assert error is None, error
         response = result.get_response()
         texts[response.id] = texts.get(response.id, "") + result.as_numpy(
@@ -53,6 +53,13 @@ def test_a_stream_of_requests_generates_what_recomputation_does(llm_server):
         if response.parameters["triton_final_response"].bool_param:
             reasons[response.id] = response.parameters["finish_reason"].string_param
     client.stop_stream()
+    return texts, chunks, reasons
+
+
+def test_a_stream_of_requests_generates_what_recomputation_does(llm_server):
+    server, generator = llm_server
+    client = triton_grpc.InferenceServerClient(server.address)
+    texts, chunks, reasons = stream_all(client, PROMPTS, 12)
     for i, prompt in enumerate(PROMPTS):
         assert texts[str(i)] == recompute_greedy(generator, prompt, 12), prompt
         assert reasons[str(i)] == "length" and chunks[str(i)] == 12
@@ -124,22 +131,8 @@ def test_two_hundred_requests_against_a_small_cache_wait_their_turn(tmp_path):
     server = ServerProcess(repo, interpreters=2)
     try:
         client = triton_grpc.InferenceServerClient(server.address)
-        results = queue.Queue()
-        client.start_stream(callback=lambda result, error: results.put((result, error)))
         prompts = [PROMPTS[i % len(PROMPTS)] for i in range(200)]
-        for i, prompt in enumerate(prompts):
-            client.async_stream_infer("llama3", [text_input(prompt)], request_id=str(i),
-                                      parameters={"max_tokens": 6, "temperature": 0.0})
-        texts, done = {}, set()
-        while len(done) < len(prompts):
-            result, error = results.get(timeout=120)
-            assert error is None, error
-            response = result.get_response()
-            texts[response.id] = texts.get(response.id, "") + result.as_numpy(
-                "text_output")[0].decode()
-            if response.parameters["triton_final_response"].bool_param:
-                done.add(response.id)
-        client.stop_stream()
+        texts, _, _ = stream_all(client, prompts, 6, timeout=120)
         expected = {p: recompute_greedy(generator, p, 6) for p in PROMPTS}
         for i, prompt in enumerate(prompts):
             assert texts[str(i)] == expected[prompt], (i, prompt)
