@@ -50,6 +50,7 @@ def parallelize(model, dp=None, tp=None, mp_policy=None, replicate=None):
     return model
 
 
-def parallelize_for_job(model, dp, tp, mp_policy):
-    """The signature chorus.training jobs call (see chorus/training/trainer.py)."""
-    parallelize(model, dp=dp, tp=tp, mp_policy=mp_policy)
+def parallelize_for_job(model, dp, tp, mp_policy, replicate=None):
+    """The signature chorus.training jobs call (see chorus/training/trainer.py); HSDP
+    jobs across servers pass `replicate`."""
+    parallelize(model, dp=dp, tp=tp, mp_policy=mp_policy, replicate=replicate)

@@ -50,11 +50,6 @@ bool IsDirectory(const std::string& path) {
   return ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
 }
 
-bool IsRegularFile(const std::string& path) {
-  struct stat st;
-  return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
-}
-
 }  // namespace
 
 double CpuMatmulPeakFlops() {
@@ -89,6 +84,16 @@ StatusOr<std::unique_ptr<TrainingJob>> TrainingJob::Create(InterpreterManager* m
     return InvalidArgumentError("global_batch " + std::to_string(options.spec.global_batch) +
                                 " does not divide among dp_shard " + std::to_string(options.dp));
   }
+  if (options.hosts < 1 || options.host < 0 || options.host >= options.hosts) {
+    return InvalidArgumentError("host " + std::to_string(options.host) + " of " +
+                                std::to_string(options.hosts) + " hosts");
+  }
+  const int data_ranks = options.hosts * options.dp;
+  if (options.spec.global_batch > 0 && options.spec.global_batch % data_ranks != 0) {
+    return InvalidArgumentError("global_batch " + std::to_string(options.spec.global_batch) +
+                                " does not divide among " + std::to_string(data_ranks) +
+                                " data-parallel ranks (hosts x dp_shard)");
+  }
   if (static_cast<int>(options.interpreters.size()) != world) {
     return InvalidArgumentError("dp_shard x tp = " + std::to_string(world) +
                                 " ranks need as many "
@@ -99,29 +104,107 @@ StatusOr<std::unique_ptr<TrainingJob>> TrainingJob::Create(InterpreterManager* m
     options.peak_flops_per_rank = CpuMatmulPeakFlops() / std::max(1, world);
   }
   std::unique_ptr<TrainingJob> job(new TrainingJob(manager, std::move(options)));
-  const int dp = job->options_.dp, tp = job->options_.tp;
-  for (const MeshRank& rank : CreateInProcessMesh(dp, tp)) {
-    job->dp_comms_.push_back(CommunicatorToIValue(rank.dp));
-    job->tp_comms_.push_back(CommunicatorToIValue(rank.tp));
-  }
+  CHORUS_RETURN_IF_ERROR(job->ConnectRanks());
   TrainingJob* raw = job.get();
   StatusOr<std::vector<c10::IValue>> created = job->OnRanks("create_rank", [raw](int rank) {
     return std::vector<c10::IValue>{ArchiveToIValue(raw->options_.archive),
-                                    raw->options_.spec.ToJson(), raw->dp_comms_[rank],
-                                    raw->tp_comms_[rank]};
+                                    raw->options_.spec.ToJson(),
+                                    raw->dp_comms_[rank],
+                                    raw->tp_comms_[rank],
+                                    raw->shard_comms_[rank],
+                                    raw->replicate_comms_[rank]};
   });
   if (!created.ok()) {
     // The message is the spec's problem, as Python reported it.
     return InvalidArgumentError("cannot create the job: " + created.status().message());
   }
   const std::string& checkpoints = job->options_.checkpoint_dir;
-  if (!checkpoints.empty() && IsRegularFile(checkpoints + "/latest")) {
+  std::string resume = job->options_.resume_from;
+  if (resume.empty() && !checkpoints.empty()) resume = LatestCheckpoint(checkpoints);
+  if (!resume.empty()) {
     MutexLock lock(&job->mu_);
-    StatusOr<int64_t> step = job->LoadLocked(checkpoints);
+    StatusOr<int64_t> step = job->LoadLocked(checkpoints + "/" + resume);
     if (!step.ok()) return step.status().Annotate("resuming from " + checkpoints);
-    Log().info("training job {} resumed from {} at step {}", job->options_.id, checkpoints, *step);
+    Log().info("training job {} resumed from {} at step {} ({})", job->options_.id, checkpoints,
+               *step, resume);
   }
   return job;
+}
+
+Status TrainingJob::ConnectRanks() {
+  const int world = world_size();
+  CommunicatorOptions comm_options;
+  comm_options.timeout = options_.collective_timeout;
+  comm_options.gloo_host = options_.gloo_host;
+  std::vector<MeshRank> mesh = CreateInProcessMesh(options_.dp, options_.tp, comm_options);
+  const c10::IValue none;
+  shard_comms_.assign(world, none);
+  replicate_comms_.assign(world, none);
+  if (options_.hosts <= 1) {
+    for (const MeshRank& rank : mesh) {
+      dp_comms_.push_back(CommunicatorToIValue(rank.dp));
+      tp_comms_.push_back(CommunicatorToIValue(rank.tp));
+    }
+    return OkStatus();
+  }
+  if (options_.layout != "fsdp" && options_.layout != "hsdp") {
+    return InvalidArgumentError("layout must be \"fsdp\" or \"hsdp\", not \"" + options_.layout +
+                                "\"");
+  }
+  if (!options_.rendezvous) return InvalidArgumentError("a job across hosts needs a rendezvous");
+  // Rank r meets rank r of every other host; the groups form concurrently,
+  // since each blocks until all its members have joined.
+  std::vector<StatusOr<std::shared_ptr<Communicator>>> cross(
+      world, InternalError("rank did not join the other hosts"));
+  std::vector<std::thread> joining;
+  for (int rank = 0; rank < world; ++rank) {
+    joining.emplace_back([&, rank] {
+      cross[rank] = CreateGlooCommunicator(*options_.rendezvous,
+                                           options_.id + "/cross/" + std::to_string(rank),
+                                           options_.host, options_.hosts, comm_options);
+    });
+  }
+  for (auto& thread : joining) thread.join();
+  for (int rank = 0; rank < world; ++rank) {
+    if (!cross[rank].ok()) {
+      return cross[rank].status().Annotate("host " + std::to_string(options_.host) +
+                                           " joining the other hosts");
+    }
+    std::shared_ptr<Communicator> local =
+        mesh[rank].dp ? mesh[rank].dp : InProcessGroup::Create(1, comm_options)->Rank(0);
+    CHORUS_ASSIGN_OR_RETURN(std::shared_ptr<HierarchicalCommunicator> data,
+                            CreateHierarchicalCommunicator(local, *cross[rank]));
+    cross_host_.push_back(data);
+    // The hierarchy splits the data and averages the loss over every rank;
+    // FSDP shards over it too, HSDP over the host's group only.
+    dp_comms_.push_back(CommunicatorToIValue(data));
+    tp_comms_.push_back(CommunicatorToIValue(mesh[rank].tp));
+    if (options_.layout == "hsdp") {
+      shard_comms_[rank] = CommunicatorToIValue(data->local());
+      replicate_comms_[rank] = CommunicatorToIValue(data->cross());
+    }
+  }
+  return OkStatus();
+}
+
+int64_t TrainingJob::CrossHostBytes() const {
+  int64_t bytes = 0;
+  for (const auto& rank : cross_host_) bytes += rank->cross_host_bytes();
+  return bytes;
+}
+
+StatusOr<bool> TrainingJob::AllHostsAgree(bool ok) {
+  CHORUS_ASSIGN_OR_RETURN(std::vector<c10::IValue> votes,
+                          OnRanks("agree", [ok](int) { return std::vector<c10::IValue>{ok}; }));
+  return votes[0].isBool() && votes[0].toBool();
+}
+
+std::string TrainingJob::LatestCheckpoint(const std::string& root) {
+  StatusOr<std::string> latest = ReadFile(root + "/latest");
+  if (!latest.ok()) return "";
+  std::string name = *latest;
+  while (!name.empty() && (name.back() == '\n' || name.back() == ' ')) name.pop_back();
+  return name;
 }
 
 TrainingJob::~TrainingJob() { Shutdown(); }
@@ -225,6 +308,7 @@ StatusOr<std::vector<StepMetrics>> TrainingJob::Step(int steps,
                               std::to_string(i) + " of " + std::to_string(count) + " steps");
     }
     auto start = std::chrono::steady_clock::now();
+    const int64_t sent_before = CrossHostBytes();
     CHORUS_ASSIGN_OR_RETURN(
         std::vector<c10::IValue> results, OnRanks("step", [&](int) {
           return std::vector<c10::IValue>{batch ? c10::IValue(*batch) : c10::IValue()};
@@ -245,12 +329,14 @@ StatusOr<std::vector<StepMetrics>> TrainingJob::Step(int steps,
     CHORUS_ASSIGN_OR_RETURN(metrics.loss, NumberIn(results[0], "loss"));
     CHORUS_ASSIGN_OR_RETURN(metrics.lr, NumberIn(results[0], "lr"));
     metrics.step_seconds = wall;
-    // Tensor-parallel ranks of a group process the same tokens.
-    const double unique_tokens = tokens / options_.tp;
+    // Tensor-parallel ranks of a group process the same tokens; every host
+    // as many as this one.
+    const double unique_tokens = tokens / options_.tp * options_.hosts;
     metrics.tokens_per_second = unique_tokens / wall;
-    metrics.tokens_per_second_per_rank = metrics.tokens_per_second / world_size();
+    metrics.tokens_per_second_per_rank = metrics.tokens_per_second / global_world_size();
     metrics.mfu_pct = 100.0 * metrics.tokens_per_second * flops_per_token /
-                      (options_.peak_flops_per_rank * world_size());
+                      (options_.peak_flops_per_rank * global_world_size());
+    metrics.cross_host_bytes = CrossHostBytes() - sent_before;
     Record(metrics);
     done.push_back(metrics);
     const int64_t interval = options_.checkpoint_interval;
@@ -282,10 +368,19 @@ StatusOr<std::string> TrainingJob::SaveLocked(const std::string& root) {
   CHORUS_RETURN_IF_ERROR(CheckOpen());
   CHORUS_RETURN_IF_ERROR(MakeDirectories(root));
   const int64_t step = CurrentStep();
-  const std::string final_path = root + "/" + StepFolder(step);
-  const std::string partial = TemporarySiblingPath(root + "/." + StepFolder(step));
-  CHORUS_RETURN_IF_ERROR(MakeDirectories(partial));
-  Status saved = OnRanks("save", [&](int) { return std::vector<c10::IValue>{partial}; }).status();
+  const bool across_hosts = options_.hosts > 1;
+  const std::string step_path = root + "/" + StepFolder(step);
+  // What this host writes: the step folder, or its own folder inside it.
+  const std::string host_folder = "host-" + std::to_string(options_.host);
+  const std::string parent = across_hosts ? step_path : root;
+  const std::string final_path = across_hosts ? step_path + "/" + host_folder : step_path;
+  Status saved = MakeDirectories(parent);
+  const std::string partial =
+      TemporarySiblingPath(parent + "/." + (across_hosts ? host_folder : StepFolder(step)));
+  if (saved.ok()) saved = MakeDirectories(partial);
+  if (saved.ok()) {
+    saved = OnRanks("save", [&](int) { return std::vector<c10::IValue>{partial}; }).status();
+  }
   nlohmann::json manifest = {{"format", "chorus-checkpoint"},
                              {"format_version", 1},
                              {"job", options_.id},
@@ -294,19 +389,33 @@ StatusOr<std::string> TrainingJob::SaveLocked(const std::string& root) {
                              {"tp", options_.tp},
                              {"ranks", world_size()},
                              {"spec", nlohmann::json::parse(options_.spec.ToJson())}};
+  if (across_hosts) {
+    manifest["hosts"] = options_.hosts;
+    manifest["host"] = options_.host;
+    manifest["layout"] = options_.layout;
+  }
   if (saved.ok()) saved = WriteFileAtomically(partial + "/manifest.json", manifest.dump(2));
-  // Every shard on the disk before the step folder gets its name, and the
-  // name before `latest` points to it: a power loss leaves the previous one.
+  // Every shard on the disk before the folder gets its name, and the name
+  // before `latest` points to it: a power loss leaves the previous one.
   if (saved.ok()) saved = SyncTree(partial);
   if (saved.ok()) saved = RemoveTree(final_path);  // re-saving the same step
   if (saved.ok()) saved = RenameFile(partial, final_path);
-  if (saved.ok()) saved = SyncPath(root);
-  if (saved.ok()) saved = WriteFileAtomically(root + "/latest", StepFolder(step) + "\n");
-  if (!saved.ok()) {
-    (void)RemoveTree(partial);
-    return saved;
+  if (saved.ok()) saved = SyncPath(parent);
+  if (saved.ok() && across_hosts) saved = SyncPath(root);
+  if (!saved.ok()) (void)RemoveTree(partial);
+  if (across_hosts) {
+    // Two phases: every host has committed its folder before `latest` moves;
+    // a host that could not, or was lost, leaves the previous checkpoint.
+    StatusOr<bool> everyone = AllHostsAgree(saved.ok());
+    if (!everyone.ok()) return everyone.status().Annotate("agreeing on checkpoint " + step_path);
+    if (saved.ok() && !*everyone) {
+      saved = Status(StatusCode::kAborted, "another host could not write its part of " + step_path);
+    }
+    if (saved.ok() && options_.host != 0) return step_path;
   }
-  return final_path;
+  if (saved.ok()) saved = WriteFileAtomically(root + "/latest", StepFolder(step) + "\n");
+  if (!saved.ok()) return saved;
+  return step_path;
 }
 
 StatusOr<int64_t> TrainingJob::Load(const std::string& path) {
@@ -318,11 +427,9 @@ StatusOr<int64_t> TrainingJob::LoadLocked(const std::string& path) {
   CHORUS_RETURN_IF_ERROR(CheckOpen());
   std::string folder = path;
   if (!IsDirectory(path)) return NotFoundError("no checkpoint at " + path);
-  if (StatusOr<std::string> latest = ReadFile(path + "/latest"); latest.ok()) {
-    std::string name = *latest;
-    while (!name.empty() && (name.back() == '\n' || name.back() == ' ')) name.pop_back();
-    folder = path + "/" + name;
-  }
+  if (std::string latest = LatestCheckpoint(path); !latest.empty()) folder = path + "/" + latest;
+  // Across hosts, this host's part of the step.
+  if (options_.hosts > 1) folder += "/host-" + std::to_string(options_.host);
   CHORUS_ASSIGN_OR_RETURN(std::string text, ReadFile(folder + "/manifest.json"));
   const nlohmann::json manifest = nlohmann::json::parse(text, nullptr, false);
   // Typed lookups only: nlohmann's value() throws on a field of another type.
@@ -337,11 +444,19 @@ StatusOr<int64_t> TrainingJob::LoadLocked(const std::string& path) {
   if (!is_checkpoint || !integer("dp") || !integer("tp") || !integer("step")) {
     return DataLossError(folder + "/manifest.json is not a chorus checkpoint manifest");
   }
-  if (*integer("dp") != options_.dp || *integer("tp") != options_.tp) {
-    return FailedPreconditionError("checkpoint layout dp=" + std::to_string(*integer("dp")) +
-                                   " tp=" + std::to_string(*integer("tp")) +
-                                   " differs from the job's dp=" + std::to_string(options_.dp) +
-                                   " tp=" + std::to_string(options_.tp));
+  const int64_t hosts = integer("hosts").value_or(1);
+  const std::string layout = manifest.value("layout", std::string("fsdp"));
+  if (*integer("dp") != options_.dp || *integer("tp") != options_.tp || hosts != options_.hosts ||
+      (hosts > 1 && layout != options_.layout)) {
+    auto describe = [](int64_t hosts, int64_t dp, int64_t tp, const std::string& layout) {
+      std::string text = "dp=" + std::to_string(dp) + " tp=" + std::to_string(tp);
+      if (hosts > 1) text += " on " + std::to_string(hosts) + " hosts (" + layout + ")";
+      return text;
+    };
+    return FailedPreconditionError(
+        "checkpoint layout " + describe(hosts, *integer("dp"), *integer("tp"), layout) +
+        " differs from the job's " +
+        describe(options_.hosts, options_.dp, options_.tp, options_.layout));
   }
   CHORUS_RETURN_IF_ERROR(
       OnRanks("load", [&](int) { return std::vector<c10::IValue>{folder}; }).status());

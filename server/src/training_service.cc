@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstring>
 #include <deque>
+#include <random>
 #include <sstream>
 
 #include "chorus/common/file_util.h"
@@ -46,6 +47,7 @@ void ToProto(const std::string& job, const StepMetrics& m, training::StepMetrics
   out->set_tokens_per_second_per_rank(m.tokens_per_second_per_rank);
   out->set_mfu_pct(m.mfu_pct);
   out->set_memory_mib(m.memory_mib);
+  out->set_cross_host_bytes_per_host(m.cross_host_bytes);
 }
 
 // The request's spec: its fields where set, the spec's defaults elsewhere
@@ -83,6 +85,34 @@ TrainingSpec SpecOf(const training::JobSpec& from) {
   return spec;
 }
 
+// A job across servers: every host named once, with a port; a layout.
+Status ValidateHosts(const training::JobSpec& spec) {
+  const std::string& layout = spec.layout();
+  if (!layout.empty() && layout != "fsdp" && layout != "hsdp") {
+    return InvalidArgumentError("layout must be \"fsdp\" or \"hsdp\", not \"" + layout + "\"");
+  }
+  if (spec.hosts_size() == 0) {
+    if (layout == "hsdp") return InvalidArgumentError("layout \"hsdp\" needs hosts");
+    return OkStatus();
+  }
+  if (spec.hosts_size() == 1) {
+    return InvalidArgumentError(
+        "hosts names one server: list every server of the job (this one first), or none");
+  }
+  std::set<std::string> seen;
+  for (const std::string& host : spec.hosts()) {
+    if (host.empty() || host.find(':') == std::string::npos || !seen.insert(host).second) {
+      return InvalidArgumentError("hosts must be distinct host:port addresses; \"" + host +
+                                  "\" is not");
+    }
+  }
+  if (spec.rendezvous_port() < 0 || spec.rendezvous_port() > 65535 ||
+      spec.collective_timeout_ms() < 0) {
+    return InvalidArgumentError("rendezvous_port must be a port, collective_timeout_ms >= 0");
+  }
+  return OkStatus();
+}
+
 // The request's spec as the service takes it: the training spec's checks,
 // and a checkpoint directory the server can find again after a restart.
 Status ValidateJobSpec(const training::JobSpec& spec) {
@@ -96,7 +126,38 @@ Status ValidateJobSpec(const training::JobSpec& spec) {
     return InvalidArgumentError(
         "checkpoint_interval must be >= 0, and > 0 only with checkpoint_dir");
   }
-  return OkStatus();
+  return ValidateHosts(spec);
+}
+
+// How long the job's collectives wait for the other ranks.
+std::chrono::milliseconds CollectiveTimeout(const training::JobSpec& spec) {
+  return std::chrono::milliseconds(spec.collective_timeout_ms() > 0 ? spec.collective_timeout_ms()
+                                                                    : 60000);
+}
+
+// The codes an operation across servers ends with when its hosts may be out
+// of step (a collective that failed or timed out, a host lost or cancelled):
+// the job cannot go on.
+bool BreaksTheJob(const Status& status) {
+  switch (status.code()) {
+    case StatusCode::kAborted:
+    case StatusCode::kDeadlineExceeded:
+    case StatusCode::kUnavailable:
+    case StatusCode::kCancelled:
+    case StatusCode::kInternal:
+    case StatusCode::kUnknown:
+    case StatusCode::kDataLoss:
+      return true;
+    default:
+      return false;
+  }
+}
+
+std::string NewInstanceId() {
+  std::random_device random;
+  char id[24];
+  std::snprintf(id, sizeof(id), "%08x%08x", random(), random());
+  return id;
 }
 
 int64_t NextVersion(const std::string& model_dir) {
@@ -196,13 +257,47 @@ void FillStats(const std::string& id, const JobEntry& entry, training::JobStats*
   for (int i : job.options().interpreters) out->add_interpreters(i);
   out->set_peak_flops_per_rank(job.options().peak_flops_per_rank);
   out->set_checkpoint_dir(job.options().checkpoint_dir);
-  out->set_state("READY");
+  const Status failure = entry.failure();
+  out->set_state(failure.ok() ? "READY" : "FAILED");
+  out->set_reason(failure.message());
   out->set_step(job.CurrentStep());
+  if (job.options().hosts > 1) {
+    out->set_host(job.options().host);
+    out->set_layout(job.options().layout);
+  }
+  if (entry.others) {
+    for (const std::string& host : entry.others->hosts()) out->add_hosts(host);
+  }
   auto history = job.History();
   if (!history.empty()) ToProto(id, history.back(), out->mutable_last());
 }
 
 }  // namespace
+
+Status JobEntry::failure() const {
+  MutexLock lock(&mu_);
+  return failure_;
+}
+
+bool JobEntry::Fail(Status why) {
+  MutexLock lock(&mu_);
+  if (!failure_.ok()) return false;
+  failure_ = std::move(why);
+  return true;
+}
+
+bool JobEntry::TakeInterpreters() {
+  MutexLock lock(&mu_);
+  return !std::exchange(interpreters_taken_, true);
+}
+
+TrainingService::TrainingService(ServiceContext* context, JobRegistry* jobs, JobJournal* journal,
+                                 std::string model_repository)
+    : context_(context),
+      jobs_(jobs),
+      journal_(journal),
+      model_repository_(std::move(model_repository)),
+      instance_id_(NewInstanceId()) {}
 
 JobRegistry::~JobRegistry() {
   std::map<std::string, std::shared_ptr<JobEntry>> jobs;
@@ -323,6 +418,7 @@ grpc::ServerUnaryReactor* TrainingService::OnJob(
   if (Status auth = context_->Authorize(*ctx); !auth.ok()) return Finish(ctx, auth);
   StatusOr<std::shared_ptr<JobEntry>> entry = jobs_->Find(job_id);
   if (!entry.ok()) return Finish(ctx, entry.status());
+  if (Status caller = CheckCaller(*ctx, job_id, **entry); !caller.ok()) return Finish(ctx, caller);
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
   std::shared_ptr<JobEntry> job = *entry;
   StopConditions stop;
@@ -330,6 +426,8 @@ grpc::ServerUnaryReactor* TrainingService::OnJob(
   stop.cancelled = [ctx] { return ctx->IsCancelled(); };
   if (!job->runner.Post([job, reactor, stop, work = std::move(work)] {
         Status status = stop.Check();
+        // It may have failed while this call waited.
+        if (status.ok()) status = job->failure();
         reactor->Finish(ToGrpcStatus(status.ok() ? work(*job, stop) : status));
       })) {
     reactor->Finish(ToGrpcStatus(NotFoundError("training job \"" + job_id + "\" was deleted")));
@@ -337,8 +435,57 @@ grpc::ServerUnaryReactor* TrainingService::OnJob(
   return reactor;
 }
 
+Status TrainingService::CheckCaller(const grpc::CallbackServerContext& ctx, const std::string& id,
+                                    const JobEntry& entry) const {
+  if (Status failure = entry.failure(); !failure.ok()) return failure;
+  if (entry.driver.empty() || ctx.client_metadata().count(kDriverMetadata) > 0) return OkStatus();
+  return FailedPreconditionError("training job " + id + " spans servers: call its driver, " +
+                                 entry.driver);
+}
+
+Status TrainingService::FailJob(const std::string& id, JobEntry& entry, const Status& why) {
+  const std::string checkpoints = entry.job->options().checkpoint_dir;
+  const std::string latest = checkpoints.empty() ? "" : TrainingJob::LatestCheckpoint(checkpoints);
+  const std::string resume = latest.empty()
+                                 ? "it has no checkpoint"
+                                 : "its last checkpoint is " + checkpoints + "/" + latest +
+                                       ": a new job with the same checkpoint_dir resumes from it";
+  const Status failed(why.code(), "training job " + id + " failed (its ranks are freed; " + resume +
+                                      "): " + why.message());
+  if (!entry.Fail(FailedPreconditionError(failed.message()))) return failed;
+  Log().error("{}", failed.message());
+  entry.job->Shutdown();
+  if (entry.TakeInterpreters()) jobs_->Release(entry.job->options().interpreters);
+  if (entry.others) {
+    // The other hosts' collectives fail too; freeing theirs now is a courtesy,
+    // after this answer (a host cut off would hold it for the call's timeout).
+    (void)context_->background->Post([others = entry.others, id] {
+      Status told = others->OnOthers(
+          [&id](int, JobHosts::Stub& stub, grpc::ClientContext& context) {
+            training::DeleteJobRequest request;
+            request.set_job_id(id);
+            training::DeleteJobResponse response;
+            return stub.DeleteJob(&context, request, &response);
+          },
+          std::chrono::seconds(5));
+      if (!told.ok())
+        Log().warn("training job {}: telling the other hosts: {}", id, told.ToString());
+    });
+  }
+  return failed;
+}
+
+Status TrainingService::OnEveryHost(const std::string& id, JobEntry& entry,
+                                    const std::function<Status()>& local,
+                                    const JobHosts::RemoteCall& remote) {
+  Status status = entry.others ? entry.others->Run(local, remote) : local();
+  if (status.ok() || !entry.spans_hosts() || !BreaksTheJob(status)) return status;
+  return FailJob(id, entry, status);
+}
+
 StatusOr<std::shared_ptr<JobEntry>> TrainingService::BuildJob(const std::string& id,
-                                                              const training::JobSpec& spec) {
+                                                              const training::JobSpec& spec,
+                                                              const Placement& placement) {
   const int dp = std::max(1, spec.dp_shard()), tp = std::max(1, spec.tp());
   CHORUS_ASSIGN_OR_RETURN(std::vector<int> held, jobs_->Reserve(dp * tp));
   auto release_on_error = [&](Status status) {
@@ -364,20 +511,85 @@ StatusOr<std::shared_ptr<JobEntry>> TrainingService::BuildJob(const std::string&
   options.metrics_log = spec.metrics_log();
   options.checkpoint_dir = spec.checkpoint_dir();
   options.checkpoint_interval = spec.checkpoint_interval();
+  options.collective_timeout = CollectiveTimeout(spec);
+  const bool across_hosts = spec.hosts_size() > 1;
+  if (across_hosts) {
+    options.hosts = spec.hosts_size();
+    options.host = placement.host;
+    options.rendezvous = placement.rendezvous;
+    options.gloo_host = HostOfAddress(spec.hosts(placement.host));
+    options.layout = spec.layout().empty() ? "fsdp" : spec.layout();
+    options.resume_from = placement.resume_from;
+  }
   StatusOr<std::unique_ptr<TrainingJob>> job = TrainingJob::Create(context_->manager, options);
   if (!job.ok()) return release_on_error(job.status());
-  if (!spec.checkpoint_dir().empty()) {
+  if (!spec.checkpoint_dir().empty() && !across_hosts) {
     if (Status recorded = journal_->Put(id, spec); !recorded.ok()) {
       (*job)->Shutdown();
       return release_on_error(
           recorded.Annotate("cannot record the job to resume it after a crash"));
     }
   }
-  auto entry = std::make_shared<JobEntry>(spec.name(), std::move(*job));
-  jobs_->Add(id, entry);
-  Log().info("training job {} ({}): dp {} x tp {} on {} interpreters, at step {}", id, spec.name(),
-             dp, tp, held.size(), entry->job->CurrentStep());
+  auto entry = std::make_shared<JobEntry>(spec.name(), std::move(*job), placement.others,
+                                          placement.host > 0 ? spec.hosts(0) : "");
+  Log().info("training job {} ({}): dp {} x tp {} on {} interpreters{}, at step {}", id,
+             spec.name(), dp, tp, held.size(),
+             across_hosts ? ", host " + std::to_string(placement.host) + " of " +
+                                std::to_string(spec.hosts_size())
+                          : "",
+             entry->job->CurrentStep());
   return entry;
+}
+
+StatusOr<std::shared_ptr<JobEntry>> TrainingService::BuildAcrossHosts(
+    const std::string& id, const training::JobSpec& spec) {
+  const std::chrono::milliseconds timeout = CollectiveTimeout(spec);
+  const std::string rendezvous_host = HostOfAddress(spec.hosts(0));
+  StatusOr<std::shared_ptr<Rendezvous>> rendezvous =
+      Rendezvous::Connect(rendezvous_host, spec.rendezvous_port(), /*serve=*/true, timeout);
+  if (!rendezvous.ok()) return rendezvous.status().Annotate("serving the job's rendezvous");
+  Placement placement;
+  placement.rendezvous = *rendezvous;
+  placement.others =
+      std::make_shared<JobHosts>(std::vector<std::string>(spec.hosts().begin(), spec.hosts().end()),
+                                 context_->auth_token, timeout);
+  if (!spec.checkpoint_dir().empty()) {
+    placement.resume_from = TrainingJob::LatestCheckpoint(spec.checkpoint_dir());
+  }
+  StatusOr<std::shared_ptr<JobEntry>> built = InternalError("not built");
+  Status joined = placement.others->Run(
+      [&] {
+        built = BuildJob(id, spec, placement);
+        return built.status();
+      },
+      [&](int host, JobHosts::Stub& stub, grpc::ClientContext& context) {
+        training::JoinJobRequest request;
+        request.set_job_id(id);
+        *request.mutable_spec() = spec;
+        request.set_host(host);
+        request.set_rendezvous_host(rendezvous_host);
+        request.set_rendezvous_port((*rendezvous)->port());
+        request.set_driver_instance(instance_id_);
+        request.set_resume_from(placement.resume_from);
+        training::JoinJobResponse response;
+        return stub.JoinJob(&context, request, &response);
+      });
+  if (joined.ok()) return built;
+  // Whoever did join frees its ranks again.
+  if (built.ok()) {
+    (*built)->job->Shutdown();
+    jobs_->Release((*built)->job->options().interpreters);
+  }
+  (void)placement.others->OnOthers(
+      [&id](int, JobHosts::Stub& stub, grpc::ClientContext& context) {
+        training::DeleteJobRequest request;
+        request.set_job_id(id);
+        training::DeleteJobResponse response;
+        return stub.DeleteJob(&context, request, &response);
+      },
+      std::chrono::seconds(5));
+  return joined.Annotate("creating training job " + id + " across " +
+                         std::to_string(spec.hosts_size()) + " servers");
 }
 
 grpc::ServerUnaryReactor* TrainingService::CreateJob(grpc::CallbackServerContext* ctx,
@@ -395,8 +607,13 @@ grpc::ServerUnaryReactor* TrainingService::CreateJob(grpc::CallbackServerContext
       reactor->Finish(ToGrpcStatus(id.status().Annotate("cannot record a new job id")));
       return;
     }
-    StatusOr<std::shared_ptr<JobEntry>> entry = BuildJob(*id, spec);
+    const bool across_hosts = spec.hosts_size() > 1;
+    // Unique on every host of the job, not only here.
+    if (across_hosts) *id += "-" + instance_id_.substr(0, 8);
+    StatusOr<std::shared_ptr<JobEntry>> entry =
+        across_hosts ? BuildAcrossHosts(*id, spec) : BuildJob(*id, spec, Placement{});
     if (entry.ok()) {
+      jobs_->Add(*id, *entry);
       response->set_job_id(*id);
       for (int i : (*entry)->job->options().interpreters) response->add_interpreters(i);
       response->set_step((*entry)->job->CurrentStep());
@@ -427,8 +644,11 @@ Status TrainingService::ResumeJournaledJobs(const std::map<std::string, std::str
         id, entry.spec.name(),
         UnavailableError("training job " + id + " is being resumed from its checkpoint; retry"));
     const bool posted = context_->background->Post([this, id, spec = std::move(entry.spec)] {
-      StatusOr<std::shared_ptr<JobEntry>> job = BuildJob(id, spec);
-      if (job.ok()) return;
+      StatusOr<std::shared_ptr<JobEntry>> job = BuildJob(id, spec, Placement{});
+      if (job.ok()) {
+        jobs_->Add(id, *job);
+        return;
+      }
       Log().error("training job {} could not be resumed: {}", id, job.status().ToString());
       jobs_->Hold(id, spec.name(),
                   FailedPreconditionError("training job " + id +
@@ -450,22 +670,48 @@ grpc::ServerUnaryReactor* TrainingService::Step(grpc::CallbackServerContext* ctx
     if (!tokens.ok()) return Finish(ctx, tokens.status());
     batch = *tokens;
   }
-  return OnJob(ctx, request->job_id(), [=](JobEntry& entry, const StopConditions& stop) -> Status {
+  const std::string id = request->job_id();
+  return OnJob(ctx, id, [=](JobEntry& entry, const StopConditions& stop) -> Status {
+    const TrainingJobOptions& options = entry.job->options();
     if (batch) {
-      const int64_t rows = entry.job->options().spec.global_batch;
-      const int64_t columns = entry.job->options().spec.seq_len;
+      const int64_t rows = options.spec.global_batch;
+      const int64_t columns = options.spec.seq_len;
       if (batch->dim() != 2 || batch->scalar_type() != at::kLong ||
           (rows > 0 && batch->size(0) != rows) || (columns > 0 && batch->size(1) != columns + 1) ||
-          batch->size(0) % entry.job->options().dp != 0) {
+          batch->size(0) % (options.hosts * options.dp) != 0) {
         return InvalidArgumentError("batch must be INT64 [global_batch, seq_len + 1] = [" +
                                     std::to_string(rows) + ", " + std::to_string(columns + 1) +
                                     "], divisible among the data-parallel ranks");
       }
     }
-    StatusOr<std::vector<StepMetrics>> steps =
-        entry.job->Step(std::max(1, request->steps()), batch, stop);
-    if (!steps.ok()) return steps.status();
-    for (const StepMetrics& m : *steps) ToProto(request->job_id(), m, response->add_steps());
+    const int count = batch ? 1 : std::max(1, request->steps());
+    // Across servers, step by step: every host takes each step, and the
+    // client's deadline or cancellation is seen here, between steps.
+    const int per_call = entry.others ? 1 : count;
+    for (int done = 0; done < count; done += per_call) {
+      if (Status stopped = stop.Check(); !stopped.ok() && entry.others) {
+        return stopped.Annotate("training job " + id + " stopped after " + std::to_string(done) +
+                                " of " + std::to_string(count) + " steps");
+      }
+      std::vector<StepMetrics> steps;
+      CHORUS_RETURN_IF_ERROR(OnEveryHost(
+          id, entry,
+          [&]() -> Status {
+            StatusOr<std::vector<StepMetrics>> ran =
+                entry.job->Step(per_call, batch, entry.others ? StopConditions{} : stop);
+            if (ran.ok()) steps = std::move(*ran);
+            return ran.status();
+          },
+          [&](int, JobHosts::Stub& stub, grpc::ClientContext& context) {
+            training::StepRequest forwarded;
+            forwarded.set_job_id(id);
+            forwarded.set_steps(per_call);
+            if (request->has_batch()) *forwarded.mutable_batch() = request->batch();
+            training::StepResponse answer;
+            return stub.Step(&context, forwarded, &answer);
+          }));
+      for (const StepMetrics& m : steps) ToProto(id, m, response->add_steps());
+    }
     return OkStatus();
   });
 }
@@ -473,10 +719,22 @@ grpc::ServerUnaryReactor* TrainingService::Step(grpc::CallbackServerContext* ctx
 grpc::ServerUnaryReactor* TrainingService::SaveCheckpoint(
     grpc::CallbackServerContext* ctx, const training::SaveCheckpointRequest* request,
     training::SaveCheckpointResponse* response) {
-  return OnJob(ctx, request->job_id(), [=](JobEntry& entry, const StopConditions&) -> Status {
-    CHORUS_ASSIGN_OR_RETURN(std::string path, request->directory().empty()
-                                                  ? entry.job->SaveToCheckpointDir()
-                                                  : entry.job->Save(request->directory()));
+  const std::string id = request->job_id();
+  return OnJob(ctx, id, [=](JobEntry& entry, const StopConditions&) -> Status {
+    std::string path;
+    CHORUS_RETURN_IF_ERROR(OnEveryHost(
+        id, entry,
+        [&]() -> Status {
+          StatusOr<std::string> saved = request->directory().empty()
+                                            ? entry.job->SaveToCheckpointDir()
+                                            : entry.job->Save(request->directory());
+          if (saved.ok()) path = *saved;
+          return saved.status();
+        },
+        [&](int, JobHosts::Stub& stub, grpc::ClientContext& context) {
+          training::SaveCheckpointResponse answer;
+          return stub.SaveCheckpoint(&context, *request, &answer);
+        }));
     response->set_path(path);
     response->set_step(entry.job->CurrentStep());
     return OkStatus();
@@ -486,10 +744,19 @@ grpc::ServerUnaryReactor* TrainingService::SaveCheckpoint(
 grpc::ServerUnaryReactor* TrainingService::LoadCheckpoint(
     grpc::CallbackServerContext* ctx, const training::LoadCheckpointRequest* request,
     training::LoadCheckpointResponse* response) {
-  return OnJob(ctx, request->job_id(), [=](JobEntry& entry, const StopConditions&) -> Status {
-    CHORUS_ASSIGN_OR_RETURN(int64_t step, entry.job->Load(request->path()));
-    response->set_step(step);
-    return OkStatus();
+  const std::string id = request->job_id();
+  return OnJob(ctx, id, [=](JobEntry& entry, const StopConditions&) -> Status {
+    return OnEveryHost(
+        id, entry,
+        [&]() -> Status {
+          CHORUS_ASSIGN_OR_RETURN(int64_t step, entry.job->Load(request->path()));
+          response->set_step(step);
+          return OkStatus();
+        },
+        [&](int, JobHosts::Stub& stub, grpc::ClientContext& context) {
+          training::LoadCheckpointResponse answer;
+          return stub.LoadCheckpoint(&context, *request, &answer);
+        });
   });
 }
 
@@ -498,16 +765,31 @@ grpc::ServerUnaryReactor* TrainingService::Export(grpc::CallbackServerContext* c
                                                   training::ExportResponse* response) {
   ModelRepository* repository = context_->repository;
   const std::string root = model_repository_;
-  return OnJob(ctx, request->job_id(), [=](JobEntry& entry, const StopConditions&) -> Status {
+  const std::string id = request->job_id();
+  return OnJob(ctx, id, [=](JobEntry& entry, const StopConditions&) -> Status {
     const std::string& name = request->model_name();
     CHORUS_RETURN_IF_ERROR(CheckModelName(name));
+    const int64_t example_length = request->example_length() > 0 ? request->example_length() : 8;
+    if (!entry.driver.empty()) {
+      // Another host of the job: its ranks take part in gathering the
+      // weights; the driver's first rank writes them.
+      return OnEveryHost(
+          id, entry,
+          [&] { return entry.job->Export("", name, request->version(), example_length); }, nullptr);
+    }
     const int64_t version =
         request->version() > 0 ? request->version() : NextVersion(root + "/" + name);
     const std::string dir = root + "/" + name + "/" + std::to_string(version);
     CHORUS_RETURN_IF_ERROR(MakeDirectories(dir));
     const std::string path = dir + "/model.pt";
-    CHORUS_RETURN_IF_ERROR(entry.job->Export(
-        path, name, version, request->example_length() > 0 ? request->example_length() : 8));
+    CHORUS_RETURN_IF_ERROR(OnEveryHost(
+        id, entry, [&] { return entry.job->Export(path, name, version, example_length); },
+        [&](int, JobHosts::Stub& stub, grpc::ClientContext& context) {
+          training::ExportRequest forwarded = *request;
+          forwarded.set_version(version);
+          training::ExportResponse answer;
+          return stub.Export(&context, forwarded, &answer);
+        }));
     CHORUS_RETURN_IF_ERROR(repository->Load(name));
     response->set_path(path);
     response->set_version(version);
@@ -521,10 +803,19 @@ grpc::ServerUnaryReactor* TrainingService::Evaluate(grpc::CallbackServerContext*
   StatusOr<at::Tensor> tokens = FromProto(request->tokens());
   if (!tokens.ok()) return Finish(ctx, tokens.status());
   at::Tensor input = *tokens;
-  return OnJob(ctx, request->job_id(), [=](JobEntry& entry, const StopConditions&) -> Status {
-    CHORUS_ASSIGN_OR_RETURN(at::Tensor output, entry.job->Evaluate(input));
-    ToProto(output, response->mutable_output());
-    return OkStatus();
+  const std::string id = request->job_id();
+  return OnJob(ctx, id, [=](JobEntry& entry, const StopConditions&) -> Status {
+    return OnEveryHost(
+        id, entry,
+        [&]() -> Status {
+          CHORUS_ASSIGN_OR_RETURN(at::Tensor output, entry.job->Evaluate(input));
+          ToProto(output, response->mutable_output());
+          return OkStatus();
+        },
+        [&](int, JobHosts::Stub& stub, grpc::ClientContext& context) {
+          training::EvaluateResponse answer;
+          return stub.Evaluate(&context, *request, &answer);
+        });
   });
 }
 
@@ -574,6 +865,11 @@ grpc::ServerUnaryReactor* TrainingService::DeleteJob(grpc::CallbackServerContext
                                                      const training::DeleteJobRequest* request,
                                                      training::DeleteJobResponse*) {
   if (Status auth = context_->Authorize(*ctx); !auth.ok()) return Finish(ctx, auth);
+  if (StatusOr<std::shared_ptr<JobEntry>> found = jobs_->Find(request->job_id()); found.ok()) {
+    // Another host's part of a job across servers goes with the job, unless it failed.
+    Status caller = CheckCaller(*ctx, request->job_id(), **found);
+    if (!caller.ok() && (*found)->failure().ok()) return Finish(ctx, caller);
+  }
   StatusOr<std::shared_ptr<JobEntry>> removed = jobs_->Remove(request->job_id());
   if (!removed.ok()) return Finish(ctx, removed.status());
   // The job is not recreated after a restart from now on (its checkpoints stay).
@@ -585,14 +881,77 @@ grpc::ServerUnaryReactor* TrainingService::DeleteJob(grpc::CallbackServerContext
   JobRegistry* jobs = jobs_;
   // Tearing down waits for the job's running operation: off the reactor. Who
   // still holds the entry (a stats call, a stream) keeps a valid, shut job.
-  auto tear_down = [entry, reactor, jobs] {
+  const std::string id = request->job_id();
+  auto tear_down = [entry, reactor, jobs, id] {
     entry->runner.Stop();                         // finishes queued operations
     entry->job->Close(std::chrono::seconds(10));  // ends metric streams
     entry->job->Shutdown();                       // frees its interpreters' state
-    jobs->Release(entry->job->options().interpreters);
+    if (entry->TakeInterpreters()) jobs->Release(entry->job->options().interpreters);
+    if (entry->others && entry->failure().ok()) {
+      Status told = entry->others->OnOthers(
+          [&id](int, JobHosts::Stub& stub, grpc::ClientContext& context) {
+            training::DeleteJobRequest request;
+            request.set_job_id(id);
+            training::DeleteJobResponse response;
+            return stub.DeleteJob(&context, request, &response);
+          },
+          std::chrono::seconds(10));
+      if (!told.ok())
+        Log().warn("training job {}: deleting it on the other hosts: {}", id, told.ToString());
+    }
     reactor->Finish(grpc::Status::OK);
   };
   if (!context_->background->Post(tear_down)) tear_down();  // shutting down: do it here
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* TrainingService::JoinJob(grpc::CallbackServerContext* ctx,
+                                                   const training::JoinJobRequest* request,
+                                                   training::JoinJobResponse* response) {
+  if (Status auth = context_->Authorize(*ctx); !auth.ok()) return Finish(ctx, auth);
+  const training::JobSpec& spec = request->spec();
+  if (Status valid = ValidateJobSpec(spec); !valid.ok()) return Finish(ctx, valid);
+  const int host = request->host();
+  if (spec.hosts_size() < 2 || host < 1 || host >= spec.hosts_size()) {
+    return Finish(ctx, InvalidArgumentError("JoinJob: host " + std::to_string(host) +
+                                            " of a job on " + std::to_string(spec.hosts_size()) +
+                                            " hosts (the driver is host 0)"));
+  }
+  if (request->driver_instance() == instance_id_) {
+    return Finish(ctx,
+                  InvalidArgumentError("hosts[" + std::to_string(host) + "] (" + spec.hosts(host) +
+                                       ") is the driver itself: list every server once, "
+                                       "the one called first"));
+  }
+  if (jobs_->Find(request->job_id()).ok()) {
+    return Finish(ctx, Status(StatusCode::kAlreadyExists,
+                              "training job " + request->job_id() + " exists on this server"));
+  }
+  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+  const training::JoinJobRequest join = *request;
+  const bool posted = context_->background->Post([this, reactor, join, response] {
+    const std::chrono::milliseconds timeout = CollectiveTimeout(join.spec());
+    StatusOr<std::shared_ptr<Rendezvous>> rendezvous = Rendezvous::Connect(
+        join.rendezvous_host(), join.rendezvous_port(), /*serve=*/false, timeout);
+    if (!rendezvous.ok()) {
+      reactor->Finish(ToGrpcStatus(rendezvous.status().Annotate(
+          "reaching the driver's rendezvous at " + join.rendezvous_host() + ":" +
+          std::to_string(join.rendezvous_port()))));
+      return;
+    }
+    Placement placement;
+    placement.host = join.host();
+    placement.rendezvous = *rendezvous;
+    placement.resume_from = join.resume_from();
+    StatusOr<std::shared_ptr<JobEntry>> entry = BuildJob(join.job_id(), join.spec(), placement);
+    if (entry.ok()) {
+      jobs_->Add(join.job_id(), *entry);
+      for (int i : (*entry)->job->options().interpreters) response->add_interpreters(i);
+      response->set_step((*entry)->job->CurrentStep());
+    }
+    reactor->Finish(ToGrpcStatus(entry.status()));
+  });
+  if (!posted) reactor->Finish(ToGrpcStatus(UnavailableError("the server is shutting down")));
   return reactor;
 }
 

@@ -13,6 +13,7 @@
 #include "chorus/common/thread_annotations.h"
 #include "chorus/training/training_job.h"
 #include "chorus/training/training_service.grpc.pb.h"
+#include "server/src/job_hosts.h"
 #include "server/src/job_journal.h"
 #include "server/src/service_context.h"
 
@@ -22,12 +23,34 @@ namespace chorus {
 // never emptied afterwards: whoever holds an entry may use its job and runner,
 // even after the job was deleted (whose operations then fail).
 struct JobEntry {
-  JobEntry(std::string name, std::unique_ptr<TrainingJob> job)
-      : name(std::move(name)), job(std::move(job)) {}
+  JobEntry(std::string name, std::unique_ptr<TrainingJob> job,
+           std::shared_ptr<const JobHosts> others = nullptr, std::string driver = "")
+      : name(std::move(name)),
+        job(std::move(job)),
+        others(std::move(others)),
+        driver(std::move(driver)) {}
 
   const std::string name;
   const std::unique_ptr<TrainingJob> job;
+  // A job across servers: on its driver, the other hosts, which run each of
+  // its operations too; on another host, the driver's address (only the
+  // driver's calls are taken there).
+  const std::shared_ptr<const JobHosts> others;
+  const std::string driver;
   BackgroundRunner runner;  // the job's operations, in order; stopped on delete
+
+  bool spans_hosts() const { return others != nullptr || !driver.empty(); }
+  // Why the job FAILED (OK while it works).
+  Status failure() const CHORUS_EXCLUDES(mu_);
+  // Records the first failure; true for the one caller that recorded it.
+  bool Fail(Status why) CHORUS_EXCLUDES(mu_);
+  // True once: for whoever gives the job's interpreters back.
+  bool TakeInterpreters() CHORUS_EXCLUDES(mu_);
+
+ private:
+  mutable Mutex mu_;
+  Status failure_ CHORUS_GUARDED_BY(mu_);
+  bool interpreters_taken_ CHORUS_GUARDED_BY(mu_) = false;
 };
 
 // The server's jobs, and which interpreters they hold. Thread-safe.
@@ -76,11 +99,7 @@ class TrainingService final : public chorus::training::TrainingService::Callback
  public:
   // `journal` records the jobs created with a checkpoint directory.
   TrainingService(ServiceContext* context, JobRegistry* jobs, JobJournal* journal,
-                  std::string model_repository)
-      : context_(context),
-        jobs_(jobs),
-        journal_(journal),
-        model_repository_(std::move(model_repository)) {}
+                  std::string model_repository);
 
   // Recreates the journal's jobs under their ids, each resuming from its
   // latest checkpoint, on the background runner; until one is built, calls
@@ -117,23 +136,53 @@ class TrainingService final : public chorus::training::TrainingService::Callback
   grpc::ServerUnaryReactor* DeleteJob(grpc::CallbackServerContext* ctx,
                                       const training::DeleteJobRequest* request,
                                       training::DeleteJobResponse* response) override;
+  grpc::ServerUnaryReactor* JoinJob(grpc::CallbackServerContext* ctx,
+                                    const training::JoinJobRequest* request,
+                                    training::JoinJobResponse* response) override;
 
  private:
+  // Where a job's ranks are: this server alone, or host `host` of its spec's
+  // hosts, met at `rendezvous` (`others`: the driver's view of the rest).
+  struct Placement {
+    int host = 0;
+    std::shared_ptr<Rendezvous> rendezvous;
+    std::string resume_from;
+    std::shared_ptr<const JobHosts> others;
+  };
+
   // Finds the job and runs `work` on its thread, finishing the call with its
   // status; `work` gets the call's deadline and cancellation, and is not run
   // at all when the call ended while it waited for the job.
   grpc::ServerUnaryReactor* OnJob(grpc::CallbackServerContext* ctx, const std::string& job_id,
                                   std::function<Status(JobEntry&, const StopConditions&)> work);
 
-  // Builds job `id` of `spec` on interpreters it reserves, records it in the
-  // journal when it has a checkpoint directory, and publishes it. Blocking.
-  StatusOr<std::shared_ptr<JobEntry>> BuildJob(const std::string& id,
-                                               const training::JobSpec& spec);
+  // Builds job `id` of `spec` on interpreters it reserves and records it in
+  // the journal when it has a checkpoint directory (one server only); the
+  // caller publishes it. Blocking.
+  StatusOr<std::shared_ptr<JobEntry>> BuildJob(const std::string& id, const training::JobSpec& spec,
+                                               const Placement& placement);
+  // The driver's side of CreateJob for a job across servers: serves the
+  // rendezvous, builds host 0 while every other host joins. Blocking.
+  StatusOr<std::shared_ptr<JobEntry>> BuildAcrossHosts(const std::string& id,
+                                                       const training::JobSpec& spec);
+  // Runs an operation of a job: here, and on its other hosts when this is
+  // its driver. An error that leaves the hosts out of step (a lost host, a
+  // timeout, a failed collective) fails the job: FAILED, its ranks freed.
+  Status OnEveryHost(const std::string& id, JobEntry& entry, const std::function<Status()>& local,
+                     const JobHosts::RemoteCall& remote);
+  // Marks the job FAILED with `why` (once), frees its ranks here and asks its
+  // other hosts to free theirs; returns the error the operation answers.
+  Status FailJob(const std::string& id, JobEntry& entry, const Status& why);
+  // A job across servers takes calls on its other hosts from its driver only.
+  Status CheckCaller(const grpc::CallbackServerContext& ctx, const std::string& id,
+                     const JobEntry& entry) const;
 
   ServiceContext* const context_;
   JobRegistry* const jobs_;
   JobJournal* const journal_;
   const std::string model_repository_;
+  // This server, among the hosts of a job: a driver never joins itself.
+  const std::string instance_id_;
 };
 
 }  // namespace chorus

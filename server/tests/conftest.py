@@ -28,12 +28,14 @@ def package(path, model, example, name, **kwargs):
 class ServerProcess:
     """A chorus-server subprocess on a free port; stopped with SIGTERM."""
 
-    def __init__(self, repository, *args, interpreters=2):
+    def __init__(self, repository, *args, interpreters=2, host="127.0.0.1", prefix=()):
+        """`host`: the address it listens on; `prefix`: what runs it (e.g. `ip netns exec NS`)."""
         self.log = open(os.path.join(str(repository), "..", f"server-{time.time_ns()}.log"), "w+")
-        command = [os.path.join(BIN_DIR, "chorus-server"), "--model-repository", str(repository),
+        command = [*prefix, os.path.join(BIN_DIR, "chorus-server"),
+                   "--model-repository", str(repository),
                    "--port", "0", "--metrics-port", "0", "--http-port", "0",
                    "--interpreters", str(interpreters),
-                   "--host", "127.0.0.1", *args]
+                   "--host", host, *args]
         self.process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=self.log, text=True)
         line = self.process.stdout.readline()
         match = re.search(r"port (\d+) \(metrics (-?\d+)\), http (-?\d+)", line)
@@ -42,14 +44,15 @@ class ServerProcess:
             self.log.seek(0)
             raise RuntimeError(f"chorus-server did not start: {line!r}\n{self.log.read()}")
         self.port, self.metrics_port, self.http_port = (int(g) for g in match.groups())
-        self.address = f"127.0.0.1:{self.port}"
+        self.host = host
+        self.address = f"{host}:{self.port}"
 
     def client(self, **kwargs):
         return Client(self.address, **kwargs)
 
     def metrics(self):
         import urllib.request
-        with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics") as response:
+        with urllib.request.urlopen(f"http://{self.host}:{self.metrics_port}/metrics") as response:
             return response.read().decode()
 
     def serving_pid(self):

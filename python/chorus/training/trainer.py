@@ -3,7 +3,8 @@
 Everything model-specific comes from the job's archive (a chorus package):
   model_factory   "module:function" -> nn.Module, called with model_config and seed
   parallelize     "module:function"(model, dp, tp, mp_policy) applying TP/FSDP
-                  (optional: FSDP over each block-like child then the root)
+                  (optional: FSDP over each block-like child then the root); for
+                  HSDP across hosts it is called with replicate=<the group across hosts>
   data_loader     "module:function"(step, global_batch, seq_len, seed) ->
                   int64 tokens [global_batch, seq_len + 1] for that step
 Jobs live in this interpreter's `_JOBS`, keyed by job id.
@@ -33,7 +34,7 @@ def _resolve(importer, spec_name, what):
     return getattr(importer.import_module(module), function)
 
 
-def _default_parallelize(model, dp, tp, mp_policy):
+def _default_parallelize(model, dp, tp, mp_policy, replicate=None):
     if tp is not None and tp.size > 1:
         raise ValueError("tensor parallelism needs the archive's parallelize function")
     if dp is None:
@@ -41,8 +42,8 @@ def _default_parallelize(model, dp, tp, mp_policy):
     for child in model.modules():
         if isinstance(child, (torch.nn.ModuleList, torch.nn.ModuleDict)):
             for block in child.children():
-                fully_shard(block, dp, mp_policy=mp_policy)
-    fully_shard(model, dp, mp_policy=mp_policy)
+                fully_shard(block, dp, mp_policy=mp_policy, replicate=replicate)
+    fully_shard(model, dp, mp_policy=mp_policy, replicate=replicate)
 
 
 def _rank_device(devices, rank, world):
@@ -86,11 +87,14 @@ class Job:
     `parallelize(model, dp, tp, mp_policy)` shards it (default: FSDP over each
     block-like child, then the root); `data_loader(step, global_batch, seq_len,
     seed)` makes a step's tokens when step() is given none. `importer` is the
-    archive the pieces came from (needed by export).
+    archive the pieces came from (needed by export). HSDP: with `shard` and
+    `replicate`, parameters are sharded over the first (a host's ranks) and
+    gradients averaged over the second (across hosts); `dp` (every rank) still
+    splits the data and averages the loss.
     """
 
     def __init__(self, spec, dp, tp, model_factory, parallelize=None, data_loader=None,
-                 importer=None):
+                 importer=None, shard=None, replicate=None):
         self.spec = spec
         self.dp, self.tp = dp, tp
         self.rank = (dp.rank if dp else 0) * (tp.size if tp else 1) + (tp.rank if tp else 0)
@@ -104,7 +108,10 @@ class Job:
         param_dtype = spec.param_dtype
         mp = MixedPrecision(param_dtype=getattr(torch, param_dtype) if param_dtype else None,
                             reduce_dtype=torch.float32)
-        (parallelize or _default_parallelize)(self.model, dp, tp, mp)
+        if replicate is None:
+            (parallelize or _default_parallelize)(self.model, dp, tp, mp)
+        else:
+            (parallelize or _default_parallelize)(self.model, shard, tp, mp, replicate=replicate)
         # FSDP casts parameters itself; without it, autocast gives the same
         # low-precision compute with fp32 master weights.
         self.autocast_dtype = mp.param_dtype if dp is None else None
@@ -123,7 +130,7 @@ class Job:
         self.step_count = 0
 
     @classmethod
-    def from_archive(cls, archive, spec, dp, tp):
+    def from_archive(cls, archive, spec, dp, tp, shard=None, replicate=None):
         """The job whose pieces are the spec's "module:function" names in `archive`."""
         importer = ChorusImporter(archive)
 
@@ -132,7 +139,8 @@ class Job:
         return cls(spec, dp, tp,
                    model_factory=_resolve(importer, spec.model_factory, "model_factory"),
                    parallelize=piece(spec.parallelize, "parallelize"),
-                   data_loader=piece(spec.data_loader, "data_loader"), importer=importer)
+                   data_loader=piece(spec.data_loader, "data_loader"), importer=importer,
+                   shard=shard, replicate=replicate)
 
     def _flops_per_token(self):
         """torchtitan's: 6 (N - N_embedding) + 12 L H head_dim seq_len, on the full model."""
@@ -222,11 +230,25 @@ def _memory_mib(device):
 
 # --- What the host calls on every rank ------------------------------------
 
-def create_rank(job_id, archive, spec_json, dp_handle, tp_handle):
+def create_rank(job_id, archive, spec_json, dp_handle, tp_handle, shard_handle=None,
+                replicate_handle=None):
+    def group(handle):
+        return Communicator(handle) if handle is not None else None
     spec = JobSpec.from_dict(json.loads(spec_json))
-    dp = Communicator(dp_handle) if dp_handle is not None else None
-    tp = Communicator(tp_handle) if tp_handle is not None else None
-    _JOBS[job_id] = Job.from_archive(archive, spec, dp, tp)
+    _JOBS[job_id] = Job.from_archive(archive, spec, group(dp_handle), group(tp_handle),
+                                     group(shard_handle), group(replicate_handle))
+
+
+def agree(job_id, ok):
+    """True when every rank of the job (every host's) says ok: a collective, so a
+    lost host fails it rather than leaving the others to decide alone."""
+    job = _JOBS[job_id]
+    votes = torch.tensor([1.0 if ok else 0.0])
+    for group in (job.dp, job.tp):
+        if group is not None:
+            group.all_reduce(votes, "sum")
+    world = (job.dp.size if job.dp else 1) * (job.tp.size if job.tp else 1)
+    return bool(votes.item() == world)
 
 
 def step(job_id, tokens):

@@ -1,6 +1,10 @@
 // A training job: W = dp x tp ranks, each an interpreter on its own thread,
 // running chorus.training.trainer on a packaged model with chorus' FSDP and
-// tensor-parallel kernels over in-process communicators.
+// tensor-parallel kernels over in-process communicators. A job across hosts
+// is one TrainingJob per host, each with its host's dp x tp ranks, met
+// through a Rendezvous: data parallelism spans the hosts (hierarchical
+// collectives, hierarchical.h), tensor parallelism stays inside one; every
+// host runs each operation at the same time (the caller sees to it).
 //
 // Every operation (step, save, load, evaluate, export) runs on all ranks at
 // once, one thread per rank, and returns when all are done; operations of one
@@ -21,6 +25,7 @@
 #include "chorus/common/thread_annotations.h"
 #include "chorus/interpreter/interpreter_manager.h"
 #include "chorus/package/archive.h"
+#include "chorus/training/hierarchical.h"
 #include "chorus/training/training_spec.h"
 
 namespace chorus {
@@ -38,6 +43,22 @@ struct TrainingJobOptions {
   // job created with one resumes from its latest checkpoint, if any.
   std::string checkpoint_dir;
   int64_t checkpoint_interval = 0;  // save to checkpoint_dir every N steps (0: never)
+  // How long a collective waits for the other ranks (a lost host fails the
+  // operation within it).
+  std::chrono::milliseconds collective_timeout{60000};
+
+  // A job across hosts (hosts > 1): this host's index, where the hosts meet,
+  // the address other hosts reach this one at (Gloo's), and the layout:
+  // "fsdp" (shard over every rank) or "hsdp" (shard in a host, replicate
+  // across). Checkpoints are step-N/host-H/ folders; `latest` is written by
+  // host 0 once every host has committed.
+  int hosts = 1;
+  int host = 0;
+  std::shared_ptr<Rendezvous> rendezvous;
+  std::string gloo_host = "127.0.0.1";
+  std::string layout = "fsdp";
+  // The step folder of checkpoint_dir to resume from ("": its latest, if any).
+  std::string resume_from;
 };
 
 struct StepMetrics {
@@ -49,6 +70,7 @@ struct StepMetrics {
   double tokens_per_second_per_rank = 0;
   double mfu_pct = 0;
   double memory_mib = 0;
+  int64_t cross_host_bytes = 0;  // sent by this host's ranks to other hosts
 };
 
 // When an operation should end early: at `deadline`, or once `cancelled`
@@ -73,7 +95,12 @@ class TrainingJob {
   ~TrainingJob();
 
   const TrainingJobOptions& options() const { return options_; }
+  // This host's ranks.
   int world_size() const { return options_.dp * options_.tp; }
+  // Every host's ranks.
+  int global_world_size() const { return options_.hosts * world_size(); }
+  // The step folder `root`'s `latest` names ("" when there is none).
+  static std::string LatestCheckpoint(const std::string& root);
 
   // `steps` steps from the archive's data loader, or one on `batch`
   // ([global_batch, seq_len + 1] int64 tokens), saving to checkpoint_dir at
@@ -83,7 +110,9 @@ class TrainingJob {
                                           const StopConditions& stop = {}) CHORUS_EXCLUDES(mu_);
   // Writes <root>/step-<N>/ (a file per rank and manifest.json) and then
   // <root>/latest, each atomically and flushed to the disk before the next:
-  // a crash or a power loss leaves the previous checkpoint.
+  // a crash or a power loss leaves the previous checkpoint. Across hosts,
+  // each writes <root>/step-<N>/host-<H>/, they agree (a collective) that all
+  // did, and then host 0 moves `latest`.
   StatusOr<std::string> Save(const std::string& root) CHORUS_EXCLUDES(mu_);
   // Save(checkpoint_dir); FAILED_PRECONDITION when the job has none.
   StatusOr<std::string> SaveToCheckpointDir() CHORUS_EXCLUDES(mu_);
@@ -124,10 +153,18 @@ class TrainingJob {
   void Record(const StepMetrics& metrics) CHORUS_EXCLUDES(history_mu_);
   StatusOr<std::string> SaveLocked(const std::string& root) CHORUS_REQUIRES(mu_);
   StatusOr<int64_t> LoadLocked(const std::string& path) CHORUS_REQUIRES(mu_);
+  // The ranks' communicators: in-process, or hierarchical across hosts.
+  Status ConnectRanks();
+  // Across hosts: true when every rank of every host passes ok (a collective).
+  StatusOr<bool> AllHostsAgree(bool ok);
+  int64_t CrossHostBytes() const;
 
   InterpreterManager* const manager_;
   const TrainingJobOptions options_;
   std::vector<c10::IValue> dp_comms_, tp_comms_;  // per rank (None when degree 1)
+  // HSDP's groups per rank (None otherwise): shard inside the host, replicate across.
+  std::vector<c10::IValue> shard_comms_, replicate_comms_;
+  std::vector<std::shared_ptr<HierarchicalCommunicator>> cross_host_;  // per rank, across hosts
   // FAILED_PRECONDITION once Shutdown has run.
   Status CheckOpen() const CHORUS_REQUIRES(mu_);
 

@@ -1,0 +1,261 @@
+"""Training jobs that span two chorus servers (separate processes, each its own
+interpreters), driven through one of them: parity with one server and with a single
+rank, checkpoints every host commits before `latest` moves, and a lost host.
+
+Where the test may make network namespaces (root, iproute2), the second server runs in
+its own, joined to the first by a veth pair with its own address, so nothing passes
+between them but through the network; elsewhere both run on loopback. Each test
+records which it ran (`record_property("network", ...)`)."""
+
+import os
+import signal
+import subprocess
+import time
+
+import grpc
+import numpy as np
+import pytest
+
+from chorus.client import ClientError
+from chorus.client.training import TrainingClient
+from conftest import ServerProcess, rpc_code
+from training_specs import package_tiny_llama, spec
+
+STEPS = 10
+PROBE = np.arange(2 * 16, dtype=np.int64).reshape(2, 16) % 256
+
+
+class VethPair:
+    """A network namespace for the second server, joined to this one by a veth pair:
+    10.213.1.1 here, 10.213.1.2 there. `ready` is False (with `why_not`) where the
+    test may not make it."""
+
+    def __init__(self):
+        suffix = str(os.getpid() % 100000)
+        self.namespace = f"chorus-peer-{suffix}"
+        self.here, self.there = f"chvh-{suffix}", f"chvp-{suffix}"
+        self.addresses = ("10.213.1.1", "10.213.1.2")
+        commands = [
+            ["ip", "netns", "add", self.namespace],
+            ["ip", "link", "add", self.here, "type", "veth", "peer", "name", self.there,
+             "netns", self.namespace],
+            ["ip", "addr", "add", f"{self.addresses[0]}/24", "dev", self.here],
+            ["ip", "-n", self.namespace, "addr", "add", f"{self.addresses[1]}/24", "dev",
+             self.there],
+            ["ip", "link", "set", self.here, "up"],
+            ["ip", "-n", self.namespace, "link", "set", self.there, "up"],
+            ["ip", "-n", self.namespace, "link", "set", "lo", "up"],
+        ]
+        self.ready, self.why_not = True, ""
+        for command in commands:
+            done = subprocess.run(command, capture_output=True, text=True)
+            if done.returncode != 0:
+                self.ready = False
+                self.why_not = f"`{' '.join(command)}`: {done.stderr.strip()}"
+                self.close()
+                return
+
+    def cut(self):
+        subprocess.run(["ip", "link", "set", self.here, "down"], check=True)
+
+    def mend(self):
+        subprocess.run(["ip", "link", "set", self.here, "up"], check=True)
+
+    def close(self):
+        subprocess.run(["ip", "link", "del", self.here], capture_output=True)
+        subprocess.run(["ip", "netns", "del", self.namespace], capture_output=True)
+
+
+@pytest.fixture(scope="module")
+def veth():
+    pair = VethPair()
+    yield pair
+    if pair.ready:
+        pair.close()
+
+
+@pytest.fixture(scope="module")
+def llama_archive(tmp_path_factory):
+    return package_tiny_llama(tmp_path_factory.mktemp("llama") / "llama3.pt")
+
+
+def start_pair(repository, veth, network):
+    """Two servers of two interpreters: on loopback, or the second in its own namespace."""
+    if network == "namespaces":
+        if not veth.ready:
+            pytest.skip(f"no network namespaces here ({veth.why_not}): the loopback run stands")
+        driver = ServerProcess(repository, host=veth.addresses[0])
+        peer = ServerProcess(repository, host=veth.addresses[1],
+                             prefix=("ip", "netns", "exec", veth.namespace))
+    else:
+        driver, peer = ServerProcess(repository), ServerProcess(repository)
+    return driver, peer
+
+
+def train(client, archive, steps=STEPS, **overrides):
+    """Losses of `steps` steps of a new job, its logits on PROBE and its stats; deleted."""
+    job = client.create_job(**spec(archive, **overrides))
+    try:
+        metrics = client.step(job, steps)
+        return [m.loss for m in metrics], client.evaluate(job, PROBE), client.stats(job), metrics
+    finally:
+        client.delete(job)
+
+
+def assert_close(losses, reference, what):
+    assert len(losses) == len(reference), what
+    for step, (a, b) in enumerate(zip(losses, reference)):
+        assert abs(a - b) / abs(b) <= 1e-5, (what, step + 1, a, b)
+
+
+@pytest.fixture(scope="module")
+def one_server_figures(repository, llama_archive):
+    """The references: one rank, and one server's four ranks."""
+    server = ServerProcess(repository[0], interpreters=4)
+    try:
+        with TrainingClient(server.address) as client:
+            single = train(client, llama_archive)
+            four = train(client, llama_archive, dp_shard=4)
+    finally:
+        assert server.stop() == 0
+    return single, four
+
+
+@pytest.mark.parametrize("network", ["loopback", "namespaces"])
+def test_two_servers_of_two_train_as_one_server_of_four_and_as_one_rank(
+        repository, veth, llama_archive, one_server_figures, network, record_property):
+    (single, single_logits, _, _), (four, four_logits, _, _) = one_server_figures
+    assert single[-1] < 0.8 * single[0], single
+    assert_close(four, single, "1 server x 4")
+    driver, peer = start_pair(repository[0], veth, network)
+    record_property("network", network)
+    try:
+        hosts = [driver.address, peer.address]
+        with TrainingClient(driver.address) as client:
+            runs = {layout: train(client, llama_archive, dp_shard=2, hosts=hosts, layout=layout)
+                    for layout in ("fsdp", "hsdp")}
+            assert not client.list_jobs()
+        with TrainingClient(peer.address) as client:
+            assert not client.list_jobs()  # the driver deleted the other host's part too
+    finally:
+        assert peer.stop() == 0 and driver.stop() == 0
+    for layout, (losses, logits, stats, metrics) in runs.items():
+        assert_close(losses, single, f"2 servers x 2, {layout}")
+        assert_close(losses, four, f"2 servers x 2 vs 1 x 4, {layout}")
+        np.testing.assert_allclose(logits, single_logits, rtol=1e-4, atol=1e-4)
+        assert list(stats.hosts) == hosts and stats.host == 0 and stats.layout == layout
+        assert stats.step == STEPS and len(stats.interpreters) == 2
+        assert all(m.cross_host_bytes_per_host > 0 for m in metrics), layout
+    # HSDP sends gradients across once per step; FSDP also gathers parameters across.
+    fsdp_bytes = runs["fsdp"][3][-1].cross_host_bytes_per_host
+    hsdp_bytes = runs["hsdp"][3][-1].cross_host_bytes_per_host
+    record_property("cross_host_mib_per_step", {"fsdp": fsdp_bytes / 2**20,
+                                                "hsdp": hsdp_bytes / 2**20})
+    assert hsdp_bytes < 0.6 * fsdp_bytes, (fsdp_bytes, hsdp_bytes)
+
+
+def test_a_job_across_servers_is_driven_only_through_its_driver(repository, veth,
+                                                                llama_archive):
+    driver, peer = start_pair(repository[0], veth, "loopback")
+    try:
+        with TrainingClient(driver.address) as client, TrainingClient(peer.address) as other:
+            job = client.create_job(**spec(llama_archive, dp_shard=2,
+                                           hosts=[driver.address, peer.address]))
+            (listed,) = other.list_jobs()
+            assert listed.job_id == job and listed.host == 1
+            with pytest.raises(ClientError) as refused:
+                other.step(job, 1)
+            assert refused.value.code == grpc.StatusCode.FAILED_PRECONDITION
+            assert driver.address in refused.value.message
+            assert rpc_code(lambda: other.delete(job)) == grpc.StatusCode.FAILED_PRECONDITION
+            assert len(client.step(job, 2)) == 2  # the refusals left it whole
+            client.delete(job)
+            # A server listed twice, or a bad layout, is refused before anything is built.
+            for hosts, layout, wanted in (
+                    ([driver.address, driver.address], "", "distinct"),
+                    ([driver.address], "", "every server"),
+                    ([driver.address, peer.address], "ring", "layout")):
+                with pytest.raises(ClientError) as refused:
+                    client.create_job(**spec(llama_archive, hosts=hosts, layout=layout))
+                assert refused.value.code == grpc.StatusCode.INVALID_ARGUMENT, hosts
+                assert wanted in refused.value.message
+            # The driver listed second: the "other host" it calls is itself.
+            with pytest.raises(ClientError) as refused:
+                client.create_job(**spec(llama_archive, dp_shard=1, collective_timeout_ms=3000,
+                                         hosts=[peer.address, driver.address]))
+            assert "driver itself" in refused.value.message
+            assert not client.list_jobs() and not other.list_jobs()
+    finally:
+        assert peer.stop() == 0 and driver.stop() == 0
+
+
+@pytest.mark.parametrize("network,how", [("loopback", "kill"), ("namespaces", "kill"),
+                                         ("namespaces", "cut")])
+def test_a_lost_host_fails_the_job_within_its_timeout_and_a_new_job_resumes_it(
+        repository, veth, llama_archive, tmp_path, network, how, record_property):
+    checkpoints = str(tmp_path / "checkpoints")
+    timeout_ms = 5000
+    driver, peer = start_pair(repository[0], veth, network)
+    record_property("network", network)
+    job_spec = spec(llama_archive, dp_shard=2, hosts=[driver.address, peer.address],
+                    checkpoint_dir=checkpoints, checkpoint_interval=3,
+                    collective_timeout_ms=timeout_ms)
+    try:
+        with TrainingClient(driver.address) as client:
+            # What the job would have done without the failure.
+            unsaved = client.create_job(**{k: v for k, v in job_spec.items()
+                                           if not k.startswith("checkpoint")})
+            reference = [m.loss for m in client.step(unsaved, 12)]
+            client.delete(unsaved)
+
+            job = client.create_job(**job_spec)
+            running = client.step_future(job, 500)
+            while client.stats(job).step < 5:
+                time.sleep(0.05)
+            lost_at = time.monotonic()
+            if how == "kill":
+                peer.kill_serving(signal.SIGKILL)  # its supervisor starts it again
+            else:
+                veth.cut()
+            with pytest.raises(Exception) as failed:
+                running.result(timeout=120)
+            noticed_s = time.monotonic() - lost_at
+            record_property("failure_seen_after_s", round(noticed_s, 2))
+            assert noticed_s < timeout_ms / 1000 + 10, noticed_s
+            message = failed.value.details()
+            assert peer.address in message or peer.host in message, message
+            stats = client.stats(job)
+            assert stats.state == "FAILED", stats
+            step_dirs = sorted(n for n in os.listdir(checkpoints) if n.startswith("step-"))
+            latest = open(os.path.join(checkpoints, "latest")).read().strip()
+            assert latest in stats.reason and latest in step_dirs, (stats.reason, latest)
+            committed = int(latest.split("-")[1])
+            assert committed >= 3 and committed % 3 == 0
+            for host in ("host-0", "host-1"):
+                assert os.path.isfile(os.path.join(checkpoints, latest, host, "manifest.json"))
+            # The driver serves inference throughout (its other interpreters are free).
+            with driver.client() as inference:
+                outputs = inference.infer("mlp", {"x": np.ones((2, 4), np.float32)})
+                assert next(iter(outputs.values())).shape == (2, 3)
+            if how == "cut":
+                veth.mend()
+            client.delete(job)
+            # A new job on the same servers resumes from the last committed checkpoint,
+            # bit-exactly (the peer restarted, or reachable again).
+            deadline = time.monotonic() + 60
+            while True:
+                try:
+                    job = client.create_job(**job_spec)
+                    break
+                except ClientError:
+                    if time.monotonic() > deadline:
+                        raise
+                    time.sleep(1)
+            assert client.stats(job).step == committed
+            resumed = [m.loss for m in client.step(job, 12 - committed)]
+            assert resumed == reference[committed:], (committed, resumed, reference)
+            client.delete(job)
+    finally:
+        if how == "cut":
+            veth.mend()
+        assert peer.stop() == 0 and driver.stop() == 0
