@@ -299,6 +299,77 @@ TrainingService::TrainingService(ServiceContext* context, JobRegistry* jobs, Job
       model_repository_(std::move(model_repository)),
       instance_id_(NewInstanceId()) {}
 
+TrainingService::~TrainingService() { StopWatchingDrivers(); }
+
+void TrainingService::StopWatchingDrivers() {
+  std::thread watcher;
+  {
+    MutexLock lock(&watch_mu_);
+    stop_watching_ = true;
+    watcher.swap(watcher_);
+  }
+  watch_changed_.SignalAll();
+  if (watcher.joinable()) watcher.join();
+}
+
+void TrainingService::WatchDrivers() {
+  using Clock = std::chrono::steady_clock;
+  std::map<std::string, std::unique_ptr<JobHosts::Stub>> drivers;  // by address
+  std::map<std::string, Clock::time_point> heard;  // job id -> the driver's last answer
+  for (;;) {
+    {
+      MutexLock lock(&watch_mu_);
+      if (stop_watching_) return;
+      watch_changed_.WaitUntil(&watch_mu_, Clock::now() + std::chrono::seconds(1));
+      if (stop_watching_) return;
+    }
+    const std::map<std::string, std::shared_ptr<JobEntry>> jobs = jobs_->List();
+    for (auto it = heard.begin(); it != heard.end();) {
+      it = jobs.count(it->first) > 0 ? std::next(it) : heard.erase(it);
+    }
+    for (const auto& [id, entry] : jobs) {
+      if (entry->driver.empty() || !entry->failure().ok()) continue;
+      auto& stub = drivers[entry->driver];
+      if (!stub) {
+        stub = training::TrainingService::NewStub(
+            grpc::CreateChannel(entry->driver, grpc::InsecureChannelCredentials()));
+      }
+      grpc::ClientContext context;
+      context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(2));
+      if (!context_->auth_token.empty()) {
+        context.AddMetadata("authorization", "Bearer " + context_->auth_token);
+      }
+      training::GetStatsRequest request;
+      request.set_job_id(id);
+      training::JobStats stats;
+      const grpc::Status answer = stub->GetStats(&context, request, &stats);
+      const auto now = Clock::now();
+      const bool known = heard.count(id) > 0;
+      if (!known) heard[id] = now;  // from when it is first watched
+      std::string gone;
+      if (answer.ok() && stats.state() != "FAILED") {
+        heard[id] = now;
+      } else if (answer.ok()) {
+        gone = "it failed there: " + stats.reason();
+      } else if (answer.error_code() == grpc::StatusCode::NOT_FOUND && known) {
+        gone = "it no longer knows the job (restarted, or the job was deleted)";
+      } else if (now - heard[id] > entry->job->options().collective_timeout) {
+        gone = "no answer for " + std::to_string(entry->job->options().collective_timeout.count()) +
+               " ms: " + answer.error_message();
+      }
+      if (gone.empty()) continue;
+      heard.erase(id);
+      std::shared_ptr<JobEntry> lost = entry;
+      const std::string why = "its driver " + entry->driver + " is lost: " + gone;
+      if (!entry->runner.Post([this, lost, id = id, why] {
+            FailJob(id, *lost, UnavailableError(why)).IgnoreError();
+          })) {
+        continue;  // being deleted
+      }
+    }
+  }
+}
+
 JobRegistry::~JobRegistry() {
   std::map<std::string, std::shared_ptr<JobEntry>> jobs;
   {
@@ -926,6 +997,10 @@ grpc::ServerUnaryReactor* TrainingService::JoinJob(grpc::CallbackServerContext* 
   if (jobs_->Find(request->job_id()).ok()) {
     return Finish(ctx, Status(StatusCode::kAlreadyExists,
                               "training job " + request->job_id() + " exists on this server"));
+  }
+  {
+    MutexLock lock(&watch_mu_);
+    if (!watcher_.joinable() && !stop_watching_) watcher_ = std::thread([this] { WatchDrivers(); });
   }
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
   const training::JoinJobRequest join = *request;

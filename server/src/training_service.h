@@ -9,6 +9,7 @@
 #include <memory>
 #include <set>
 #include <string>
+#include <thread>
 
 #include "chorus/common/thread_annotations.h"
 #include "chorus/training/training_job.h"
@@ -101,6 +102,11 @@ class TrainingService final : public chorus::training::TrainingService::Callback
   TrainingService(ServiceContext* context, JobRegistry* jobs, JobJournal* journal,
                   std::string model_repository);
 
+  // Stops watching the drivers of this server's parts of jobs across servers
+  // (see JoinJob). Call before the registry goes; idempotent.
+  void StopWatchingDrivers() CHORUS_EXCLUDES(watch_mu_);
+  ~TrainingService() override;
+
   // Recreates the journal's jobs under their ids, each resuming from its
   // latest checkpoint, on the background runner; until one is built, calls
   // on it are UNAVAILABLE. A job in `quarantined` (id -> why) is not
@@ -173,6 +179,11 @@ class TrainingService final : public chorus::training::TrainingService::Callback
   // Marks the job FAILED with `why` (once), frees its ranks here and asks its
   // other hosts to free theirs; returns the error the operation answers.
   Status FailJob(const std::string& id, JobEntry& entry, const Status& why);
+  // The watcher's thread: every second, asks each driver of a part of a job
+  // across servers held here about it; a part whose driver no longer knows
+  // the job, failed it, or has not answered for the job's collective timeout
+  // fails (its ranks freed), so a lost driver never strands interpreters.
+  void WatchDrivers() CHORUS_EXCLUDES(watch_mu_);
   // A job across servers takes calls on its other hosts from its driver only.
   Status CheckCaller(const grpc::CallbackServerContext& ctx, const std::string& id,
                      const JobEntry& entry) const;
@@ -183,6 +194,11 @@ class TrainingService final : public chorus::training::TrainingService::Callback
   const std::string model_repository_;
   // This server, among the hosts of a job: a driver never joins itself.
   const std::string instance_id_;
+
+  Mutex watch_mu_;
+  CondVar watch_changed_;
+  bool stop_watching_ CHORUS_GUARDED_BY(watch_mu_) = false;
+  std::thread watcher_ CHORUS_GUARDED_BY(watch_mu_);  // started by the first JoinJob
 };
 
 }  // namespace chorus

@@ -259,3 +259,51 @@ def test_a_lost_host_fails_the_job_within_its_timeout_and_a_new_job_resumes_it(
         if how == "cut":
             veth.mend()
         assert peer.stop() == 0 and driver.stop() == 0
+
+
+def test_a_lost_driver_frees_the_other_hosts_part_which_serves_on(repository, veth,
+                                                                  llama_archive, tmp_path,
+                                                                  record_property):
+    """The driver dies while the job is idle: the other host's part notices (it asks the
+    driver about the job), fails and frees its interpreters, and that server serves on
+    all of them; the restarted driver resumes the job with it."""
+    checkpoints = str(tmp_path / "checkpoints")
+    network = "namespaces" if veth.ready else "loopback"
+    driver, peer = start_pair(repository[0], veth, network)
+    record_property("network", network)
+    job_spec = spec(llama_archive, dp_shard=2, hosts=[driver.address, peer.address],
+                    checkpoint_dir=checkpoints, collective_timeout_ms=3000)
+    try:
+        with TrainingClient(driver.address) as client, TrainingClient(peer.address) as other:
+            job = client.create_job(**job_spec)
+            first = [m.loss for m in client.step(job, 4)]
+            client.save(job, "")
+            driver.kill_serving(signal.SIGKILL)  # its supervisor starts it again
+            lost_at = time.monotonic()
+            while other.list_jobs()[0].state != "FAILED":
+                assert time.monotonic() - lost_at < 20, other.list_jobs()
+                time.sleep(0.2)
+            record_property("driver_loss_seen_after_s", round(time.monotonic() - lost_at, 2))
+            (part,) = other.list_jobs()
+            assert driver.address in part.reason and "step-00000004" in part.reason, part
+            with peer.client() as inference:
+                for _ in range(4):
+                    inference.infer("mlp", {"x": np.ones((2, 4), np.float32)})
+            other.delete(job)  # a failed part may be deleted where it is
+            deadline = time.monotonic() + 60
+            while True:
+                try:
+                    resumed = client.create_job(**job_spec)
+                    break
+                except ClientError:
+                    assert time.monotonic() < deadline
+                    time.sleep(1)
+            assert client.stats(resumed).step == 4
+            later = [m.loss for m in client.step(resumed, 2)]
+            client.delete(resumed)
+            straight = client.create_job(**{k: v for k, v in job_spec.items()
+                                            if k != "checkpoint_dir"})
+            assert first + later == [m.loss for m in client.step(straight, 6)]
+            client.delete(straight)
+    finally:
+        assert peer.stop() == 0 and driver.stop() == 0

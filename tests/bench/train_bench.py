@@ -7,6 +7,15 @@ step time and MFU are medians of steps 2-20 (MFU against the CPU's measured
 fp32 matmul peak, all cores); loss_ratio_20_vs_1; resume_bit_exact is 1 when
 10 steps + save + load (new job) + 10 steps give the same 20 losses and the
 same model outputs as 20 straight steps.
+
+multi_host: the same job (same global batch) on 2 chorus servers x 2
+interpreters, driven through the first (FSDP across all 4 ranks, and HSDP:
+shard in a server, replicate across), against that first server alone
+(fsdp2). tokens_per_s_vs_one_host is the FSDP job's median tokens/s over
+fsdp2's; cross_host_mib_per_step the MiB each server sends the other per step
+(FSDP). On one 2-core machine the second server adds no cores: the ratio
+measures the cost of spanning servers (Gloo over loopback, 4 ranks sharing 2
+cores), not a speed-up.
 """
 
 import argparse
@@ -28,6 +37,36 @@ import package_llama  # noqa: E402
 from chorus.client.training import TrainingClient  # noqa: E402
 
 
+def start_server(bin_dir, scratch):
+    """A chorus-server with 2 interpreters on loopback: (process, address)."""
+    server = subprocess.Popen([os.path.join(bin_dir, "chorus-server"), "--model-repository",
+                               os.path.join(scratch, "models"), "--host", "127.0.0.1",
+                               "--port", "0", "--metrics-port", "-1", "--http-port", "-1",
+                               "--interpreters", "2"],
+                              stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    return server, "127.0.0.1:" + re.search(r"port (\d+)", server.stdout.readline()).group(1)
+
+
+def multi_host(client, spec, hosts, steps):
+    """The job on every server of `hosts` (2 interpreters each), per layout."""
+    figures = {}
+    for layout in ("fsdp", "hsdp"):
+        job = client.create_job(**spec(2), hosts=hosts, layout=layout)
+        metrics = client.step(job, steps, timeout=3600)[1:]
+        client.delete(job)
+        figures[layout] = {
+            "tokens_per_s": statistics.median(m.tokens_per_second for m in metrics),
+            "step_s": statistics.median(m.step_seconds for m in metrics),
+            "cross_host_mib_per_step": statistics.median(
+                m.cross_host_bytes_per_host for m in metrics) / 2**20,
+            "losses": [m.loss for m in metrics],
+        }
+        print(f"2 servers x 2, {layout}: {figures[layout]['tokens_per_s']:8.1f} tok/s  "
+              f"step {figures[layout]['step_s']:.3f} s  "
+              f"{figures[layout]['cross_host_mib_per_step']:.1f} MiB/step across")
+    return figures
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", default="build/bench/train.json")
@@ -38,12 +77,7 @@ def main():
     archive = os.path.join(scratch, "llama3.pt")
     package_llama.package(archive, "debug", {})
     os.makedirs(os.path.join(scratch, "models"))
-    server = subprocess.Popen([os.path.join(args.bin, "chorus-server"), "--model-repository",
-                               os.path.join(scratch, "models"), "--host", "127.0.0.1",
-                               "--port", "0", "--metrics-port", "-1", "--http-port", "-1",
-                               "--interpreters", "2"],
-                              stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-    address = "127.0.0.1:" + re.search(r"port (\d+)", server.stdout.readline()).group(1)
+    server, address = start_server(args.bin, scratch)
     probe = (np.arange(64, dtype=np.int64) * 7 % 256).reshape(1, 64)
 
     def spec(dp):
@@ -85,6 +119,13 @@ def main():
                 print(f"{key:9s} {result[key]['tokens_per_s']:8.1f} tok/s  "
                       f"step {result[key]['step_s']:.3f} s  MFU {result[key]['mfu_pct']:.2f}%  "
                       f"loss {losses[0]:.3f} -> {losses[-1]:.3f}  resume exact: {exact}")
+            other, other_address = start_server(args.bin, scratch)
+            try:
+                result["multi_host"] = multi_host(client, spec, [address, other_address],
+                                                  args.steps)
+            finally:
+                other.terminate()
+                other.wait()
     finally:
         server.terminate()
         server.wait()
@@ -92,6 +133,16 @@ def main():
     report["one_rank"] = result["one_rank"]
     report["fsdp2_tokens_per_s_over_one_rank"] = (result["fsdp2"]["tokens_per_s"] /
                                                   result["one_rank"]["tokens_per_s"])
+    layouts = result["multi_host"]
+    report["multi_host"] = {
+        "hosts": 2, "interpreters_per_host": 2, "network": "loopback",
+        "tokens_per_s_vs_one_host": layouts["fsdp"]["tokens_per_s"] /
+        result["fsdp2"]["tokens_per_s"],
+        "cross_host_mib_per_step": layouts["fsdp"]["cross_host_mib_per_step"],
+        "by_layout": {layout: dict(figures, tokens_per_s_vs_one_host=figures["tokens_per_s"] /
+                                   result["fsdp2"]["tokens_per_s"])
+                      for layout, figures in layouts.items()},
+    }
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
     with open(args.out, "w") as out:
         json.dump(report, out, indent=2)
