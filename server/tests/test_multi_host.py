@@ -134,6 +134,8 @@ def test_two_servers_of_two_train_as_one_server_of_four_and_as_one_rank(
         with TrainingClient(driver.address) as client:
             runs = {layout: train(client, llama_archive, dp_shard=2, hosts=hosts, layout=layout)
                     for layout in ("fsdp", "hsdp")}
+            # Tensor parallel inside each server, FSDP across them.
+            tp_losses, tp_logits, tp_stats, _ = train(client, llama_archive, tp=2, hosts=hosts)
             assert not client.list_jobs()
         with TrainingClient(peer.address) as client:
             assert not client.list_jobs()  # the driver deleted the other host's part too
@@ -146,6 +148,9 @@ def test_two_servers_of_two_train_as_one_server_of_four_and_as_one_rank(
         assert list(stats.hosts) == hosts and stats.host == 0 and stats.layout == layout
         assert stats.step == STEPS and len(stats.interpreters) == 2
         assert all(m.cross_host_bytes_per_host > 0 for m in metrics), layout
+    assert_close(tp_losses, single, "2 servers x TP 2, FSDP across")
+    np.testing.assert_allclose(tp_logits, single_logits, rtol=1e-4, atol=1e-4)
+    assert tp_stats.tp == 2 and len(tp_stats.interpreters) == 2
     # HSDP sends gradients across once per step; FSDP also gathers parameters across.
     fsdp_bytes = runs["fsdp"][3][-1].cross_host_bytes_per_host
     hsdp_bytes = runs["hsdp"][3][-1].cross_host_bytes_per_host
