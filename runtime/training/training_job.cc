@@ -120,7 +120,9 @@ StatusOr<std::unique_ptr<TrainingJob>> TrainingJob::Create(InterpreterManager* m
   }
   const std::string& checkpoints = job->options_.checkpoint_dir;
   std::string resume = job->options_.resume_from;
-  if (resume.empty() && !checkpoints.empty()) resume = LatestCheckpoint(checkpoints);
+  if (resume.empty() && !checkpoints.empty() && job->options_.resume_latest) {
+    resume = LatestCheckpoint(checkpoints);
+  }
   if (!resume.empty()) {
     MutexLock lock(&job->mu_);
     StatusOr<int64_t> step = job->LoadLocked(checkpoints + "/" + resume);
@@ -366,7 +368,6 @@ StatusOr<std::string> TrainingJob::SaveToCheckpointDir() {
 
 StatusOr<std::string> TrainingJob::SaveLocked(const std::string& root) {
   CHORUS_RETURN_IF_ERROR(CheckOpen());
-  CHORUS_RETURN_IF_ERROR(MakeDirectories(root));
   const int64_t step = CurrentStep();
   const bool across_hosts = options_.hosts > 1;
   const std::string step_path = root + "/" + StepFolder(step);
@@ -374,7 +375,10 @@ StatusOr<std::string> TrainingJob::SaveLocked(const std::string& root) {
   const std::string host_folder = "host-" + std::to_string(options_.host);
   const std::string parent = across_hosts ? step_path : root;
   const std::string final_path = across_hosts ? step_path + "/" + host_folder : step_path;
-  Status saved = MakeDirectories(parent);
+  // Across hosts every failure below still reaches the vote: a host that
+  // skipped it would leave the others waiting out the timeout.
+  Status saved = MakeDirectories(root);
+  if (saved.ok()) saved = MakeDirectories(parent);
   const std::string partial =
       TemporarySiblingPath(parent + "/." + (across_hosts ? host_folder : StepFolder(step)));
   if (saved.ok()) saved = MakeDirectories(partial);
@@ -408,10 +412,14 @@ StatusOr<std::string> TrainingJob::SaveLocked(const std::string& root) {
     // a host that could not, or was lost, leaves the previous checkpoint.
     StatusOr<bool> everyone = AllHostsAgree(saved.ok());
     if (!everyone.ok()) return everyone.status().Annotate("agreeing on checkpoint " + step_path);
-    if (saved.ok() && !*everyone) {
-      saved = Status(StatusCode::kAborted, "another host could not write its part of " + step_path);
+    // The hosts are in step (they all voted): a part that could not be
+    // written fails this save, not the job.
+    if (!saved.ok() || !*everyone) {
+      return FailedPreconditionError(
+          "checkpoint " + step_path + " was not committed (latest is unchanged): " +
+          (saved.ok() ? "another host could not write its part" : saved.message()));
     }
-    if (saved.ok() && options_.host != 0) return step_path;
+    if (options_.host != 0) return step_path;
   }
   if (saved.ok()) saved = WriteFileAtomically(root + "/latest", StepFolder(step) + "\n");
   if (!saved.ok()) return saved;
@@ -423,14 +431,15 @@ StatusOr<int64_t> TrainingJob::Load(const std::string& path) {
   return LoadLocked(path);
 }
 
-StatusOr<int64_t> TrainingJob::LoadLocked(const std::string& path) {
-  CHORUS_RETURN_IF_ERROR(CheckOpen());
-  std::string folder = path;
+StatusOr<TrainingJob::Checkpoint> TrainingJob::FindCheckpoint(const std::string& path) const {
   if (!IsDirectory(path)) return NotFoundError("no checkpoint at " + path);
-  if (std::string latest = LatestCheckpoint(path); !latest.empty()) folder = path + "/" + latest;
+  Checkpoint found;
+  found.folder = path;
+  if (std::string latest = LatestCheckpoint(path); !latest.empty()) found.folder += "/" + latest;
   // Across hosts, this host's part of the step.
-  if (options_.hosts > 1) folder += "/host-" + std::to_string(options_.host);
-  CHORUS_ASSIGN_OR_RETURN(std::string text, ReadFile(folder + "/manifest.json"));
+  found.part = found.folder;
+  if (options_.hosts > 1) found.part += "/host-" + std::to_string(options_.host);
+  CHORUS_ASSIGN_OR_RETURN(std::string text, ReadFile(found.part + "/manifest.json"));
   const nlohmann::json manifest = nlohmann::json::parse(text, nullptr, false);
   // Typed lookups only: nlohmann's value() throws on a field of another type.
   auto integer = [&](const char* key) -> std::optional<int64_t> {
@@ -441,11 +450,14 @@ StatusOr<int64_t> TrainingJob::LoadLocked(const std::string& path) {
   };
   const bool is_checkpoint = manifest.is_object() && manifest.contains("format") &&
                              manifest["format"] == "chorus-checkpoint";
-  if (!is_checkpoint || !integer("dp") || !integer("tp") || !integer("step")) {
-    return DataLossError(folder + "/manifest.json is not a chorus checkpoint manifest");
+  const bool layout_named =
+      is_checkpoint && (!manifest.contains("layout") || manifest["layout"].is_string());
+  if (!is_checkpoint || !layout_named || !integer("dp") || !integer("tp") || !integer("step")) {
+    return DataLossError(found.part + "/manifest.json is not a chorus checkpoint manifest");
   }
   const int64_t hosts = integer("hosts").value_or(1);
-  const std::string layout = manifest.value("layout", std::string("fsdp"));
+  const std::string layout =
+      manifest.contains("layout") ? manifest["layout"].get<std::string>() : "fsdp";
   if (*integer("dp") != options_.dp || *integer("tp") != options_.tp || hosts != options_.hosts ||
       (hosts > 1 && layout != options_.layout)) {
     auto describe = [](int64_t hosts, int64_t dp, int64_t tp, const std::string& layout) {
@@ -458,9 +470,21 @@ StatusOr<int64_t> TrainingJob::LoadLocked(const std::string& path) {
         " differs from the job's " +
         describe(options_.hosts, options_.dp, options_.tp, options_.layout));
   }
+  found.step = *integer("step");
+  return found;
+}
+
+StatusOr<std::string> TrainingJob::CheckpointFolder(const std::string& path) const {
+  CHORUS_ASSIGN_OR_RETURN(Checkpoint found, FindCheckpoint(path));
+  return found.folder;
+}
+
+StatusOr<int64_t> TrainingJob::LoadLocked(const std::string& path) {
+  CHORUS_RETURN_IF_ERROR(CheckOpen());
+  CHORUS_ASSIGN_OR_RETURN(Checkpoint found, FindCheckpoint(path));
   CHORUS_RETURN_IF_ERROR(
-      OnRanks("load", [&](int) { return std::vector<c10::IValue>{folder}; }).status());
-  const int64_t step = *integer("step");
+      OnRanks("load", [&](int) { return std::vector<c10::IValue>{found.part}; }).status());
+  const int64_t step = found.step;
   {
     MutexLock history(&history_mu_);
     history_.erase(std::remove_if(history_.begin(), history_.end(),

@@ -38,9 +38,12 @@ std::string HostOfAddress(const std::string& address) {
   return colon == std::string::npos ? address : address.substr(0, colon);
 }
 
-JobHosts::JobHosts(std::vector<std::string> hosts, std::string auth_token,
+JobHosts::JobHosts(std::vector<std::string> hosts, std::string instance, std::string auth_token,
                    std::chrono::milliseconds grace)
-    : hosts_(std::move(hosts)), auth_token_(std::move(auth_token)), grace_(grace) {
+    : hosts_(std::move(hosts)),
+      instance_(std::move(instance)),
+      auth_token_(std::move(auth_token)),
+      grace_(grace) {
   for (size_t h = 1; h < hosts_.size(); ++h) stubs_.push_back(Connect(hosts_[h]));
 }
 
@@ -54,7 +57,7 @@ Status JobHosts::Run(const std::function<Status()>& local, const RemoteCall& rem
   for (size_t i = 0; i < others; ++i) {
     calls.push_back(std::make_unique<HostCall>());
     HostCall* call = calls.back().get();
-    call->context.AddMetadata(kDriverMetadata, "1");
+    call->context.AddMetadata(kDriverMetadata, instance_);
     if (!auth_token_.empty()) call->context.AddMetadata("authorization", "Bearer " + auth_token_);
     threads.emplace_back([&, call, i] {
       grpc::Status status = remote(static_cast<int>(i + 1), *stubs_[i], call->context);
@@ -88,10 +91,11 @@ Status JobHosts::Run(const std::function<Status()>& local, const RemoteCall& rem
   for (size_t i = 0; i < others; ++i) {
     const grpc::Status& status = calls[i]->status;
     if (status.ok()) continue;
-    std::string why = calls[i]->silent
-                          ? "no answer within " + std::to_string(wait.count()) + " ms of host 0 " +
-                                (here.ok() ? "finishing" : "failing") + ": lost or cut off"
-                          : status.error_message();
+    std::string why =
+        calls[i]->silent
+            ? "no answer within " + std::to_string(wait.count()) + " ms of host 0 " +
+                  (here.ok() ? "finishing: lost or cut off" : "failing (waiting, lost or cut off)")
+            : status.error_message();
     if (status.error_code() == grpc::StatusCode::UNAVAILABLE) why = "unreachable: " + why;
     if (!failures.empty()) failures += "; ";
     failures += "host " + std::to_string(i + 1) + " (" + hosts_[i + 1] + "): " + why;
@@ -112,7 +116,7 @@ Status JobHosts::OnOthers(const RemoteCall& remote, std::chrono::milliseconds ti
   for (size_t i = 0; i < stubs_.size(); ++i) {
     threads.emplace_back([&, i] {
       grpc::ClientContext context;
-      context.AddMetadata(kDriverMetadata, "1");
+      context.AddMetadata(kDriverMetadata, instance_);
       if (!auth_token_.empty()) context.AddMetadata("authorization", "Bearer " + auth_token_);
       context.set_deadline(std::chrono::system_clock::now() + timeout);
       results[i] = remote(static_cast<int>(i + 1), *stubs_[i], context);

@@ -19,8 +19,9 @@
 
 namespace chorus {
 
-// The metadata key a driver's calls carry: the other hosts run them on their
-// part of the job, which refuses everyone else's.
+// The metadata key a driver's calls carry, with the driver server's instance
+// id: the other hosts run them on their part of the job, which refuses
+// everyone else's.
 inline constexpr char kDriverMetadata[] = "chorus-job-driver";
 
 // "10.0.0.2" of "10.0.0.2:8001" (and "::1" of "[::1]:8001").
@@ -34,10 +35,12 @@ class JobHosts {
   using RemoteCall =
       std::function<grpc::Status(int host, Stub& stub, grpc::ClientContext& context)>;
 
-  // `hosts`: every host's address, this one first. `grace`: how long the
-  // others may take to answer once this host's part is done (a collective
-  // fails within the job's timeout, so a host silent for longer is lost).
-  JobHosts(std::vector<std::string> hosts, std::string auth_token, std::chrono::milliseconds grace);
+  // `hosts`: every host's address, this one first. `instance`: this
+  // server's instance id (the marker's value). `grace`: how long the others
+  // may take to answer once this host's part is done (a collective fails
+  // within the job's timeout, so a host silent for longer is lost).
+  JobHosts(std::vector<std::string> hosts, std::string instance, std::string auth_token,
+           std::chrono::milliseconds grace);
 
   const std::vector<std::string>& hosts() const { return hosts_; }
 
@@ -53,6 +56,7 @@ class JobHosts {
 
  private:
   const std::vector<std::string> hosts_;
+  const std::string instance_;
   const std::string auth_token_;
   const std::chrono::milliseconds grace_;
   std::vector<std::unique_ptr<Stub>> stubs_;  // [h - 1] for host h

@@ -211,7 +211,7 @@ void ServerImpl::Shutdown() {
     if (http_) http_->Stop();
     if (metrics_) metrics_->Stop();
     // Queued job work (builds, deletions) finishes before the jobs go.
-    if (training_) training_->StopWatchingDrivers();
+    if (training_) training_->Stop();
     if (background_) background_->Stop();
     jobs_.reset();
     background_.reset();

@@ -299,9 +299,10 @@ TrainingService::TrainingService(ServiceContext* context, JobRegistry* jobs, Job
       model_repository_(std::move(model_repository)),
       instance_id_(NewInstanceId()) {}
 
-TrainingService::~TrainingService() { StopWatchingDrivers(); }
+TrainingService::~TrainingService() { Stop(); }
 
-void TrainingService::StopWatchingDrivers() {
+void TrainingService::Stop() {
+  joins_.Stop();
   std::thread watcher;
   {
     MutexLock lock(&watch_mu_);
@@ -316,6 +317,7 @@ void TrainingService::WatchDrivers() {
   using Clock = std::chrono::steady_clock;
   std::map<std::string, std::unique_ptr<JobHosts::Stub>> drivers;  // by address
   std::map<std::string, Clock::time_point> heard;  // job id -> the driver's last answer
+  std::set<std::string> confirmed;                 // jobs the driver has answered about
   for (;;) {
     {
       MutexLock lock(&watch_mu_);
@@ -325,7 +327,12 @@ void TrainingService::WatchDrivers() {
     }
     const std::map<std::string, std::shared_ptr<JobEntry>> jobs = jobs_->List();
     for (auto it = heard.begin(); it != heard.end();) {
-      it = jobs.count(it->first) > 0 ? std::next(it) : heard.erase(it);
+      if (jobs.count(it->first) > 0) {
+        ++it;
+      } else {
+        confirmed.erase(it->first);
+        it = heard.erase(it);
+      }
     }
     for (const auto& [id, entry] : jobs) {
       if (entry->driver.empty() || !entry->failure().ok()) continue;
@@ -344,14 +351,15 @@ void TrainingService::WatchDrivers() {
       training::JobStats stats;
       const grpc::Status answer = stub->GetStats(&context, request, &stats);
       const auto now = Clock::now();
-      const bool known = heard.count(id) > 0;
-      if (!known) heard[id] = now;  // from when it is first watched
+      if (heard.count(id) == 0) heard[id] = now;  // from when it is first watched
       std::string gone;
       if (answer.ok() && stats.state() != "FAILED") {
         heard[id] = now;
+        confirmed.insert(id);
       } else if (answer.ok()) {
         gone = "it failed there: " + stats.reason();
-      } else if (answer.error_code() == grpc::StatusCode::NOT_FOUND && known) {
+      } else if (answer.error_code() == grpc::StatusCode::NOT_FOUND && confirmed.count(id) > 0) {
+        // (Before the driver first knew it, the job may not be published there yet.)
         gone = "it no longer knows the job (restarted, or the job was deleted)";
       } else if (now - heard[id] > entry->job->options().collective_timeout) {
         gone = "no answer for " + std::to_string(entry->job->options().collective_timeout.count()) +
@@ -359,6 +367,7 @@ void TrainingService::WatchDrivers() {
       }
       if (gone.empty()) continue;
       heard.erase(id);
+      confirmed.erase(id);
       std::shared_ptr<JobEntry> lost = entry;
       const std::string why = "its driver " + entry->driver + " is lost: " + gone;
       if (!entry->runner.Post([this, lost, id = id, why] {
@@ -509,18 +518,30 @@ grpc::ServerUnaryReactor* TrainingService::OnJob(
 Status TrainingService::CheckCaller(const grpc::CallbackServerContext& ctx, const std::string& id,
                                     const JobEntry& entry) const {
   if (Status failure = entry.failure(); !failure.ok()) return failure;
-  if (entry.driver.empty() || ctx.client_metadata().count(kDriverMetadata) > 0) return OkStatus();
+  if (entry.driver.empty()) return OkStatus();
+  auto marker = ctx.client_metadata().find(kDriverMetadata);
+  if (marker != ctx.client_metadata().end() &&
+      std::string_view(marker->second.data(), marker->second.size()) == entry.driver_instance) {
+    return OkStatus();
+  }
   return FailedPreconditionError("training job " + id + " spans servers: call its driver, " +
                                  entry.driver);
 }
 
 Status TrainingService::FailJob(const std::string& id, JobEntry& entry, const Status& why) {
   const std::string checkpoints = entry.job->options().checkpoint_dir;
-  const std::string latest = checkpoints.empty() ? "" : TrainingJob::LatestCheckpoint(checkpoints);
-  const std::string resume = latest.empty()
-                                 ? "it has no checkpoint"
-                                 : "its last checkpoint is " + checkpoints + "/" + latest +
-                                       ": a new job with the same checkpoint_dir resumes from it";
+  // `latest` is on the driver's disk; another host's may hold only its parts.
+  std::string resume;
+  if (!entry.driver.empty()) {
+    resume = "its driver " + entry.driver + " names its last checkpoint";
+  } else if (std::string latest =
+                 checkpoints.empty() ? "" : TrainingJob::LatestCheckpoint(checkpoints);
+             !latest.empty()) {
+    resume = "its last checkpoint is " + checkpoints + "/" + latest +
+             ": a new job with the same checkpoint_dir resumes from it";
+  } else {
+    resume = "it has no checkpoint";
+  }
   const Status failed(why.code(), "training job " + id + " failed (its ranks are freed; " + resume +
                                       "): " + why.message());
   if (!entry.Fail(FailedPreconditionError(failed.message()))) return failed;
@@ -591,6 +612,7 @@ StatusOr<std::shared_ptr<JobEntry>> TrainingService::BuildJob(const std::string&
     options.gloo_host = HostOfAddress(spec.hosts(placement.host));
     options.layout = spec.layout().empty() ? "fsdp" : spec.layout();
     options.resume_from = placement.resume_from;
+    options.resume_latest = false;  // the driver says where every host resumes
   }
   StatusOr<std::unique_ptr<TrainingJob>> job = TrainingJob::Create(context_->manager, options);
   if (!job.ok()) return release_on_error(job.status());
@@ -602,7 +624,8 @@ StatusOr<std::shared_ptr<JobEntry>> TrainingService::BuildJob(const std::string&
     }
   }
   auto entry = std::make_shared<JobEntry>(spec.name(), std::move(*job), placement.others,
-                                          placement.host > 0 ? spec.hosts(0) : "");
+                                          placement.host > 0 ? spec.hosts(0) : "",
+                                          placement.driver_instance);
   Log().info("training job {} ({}): dp {} x tp {} on {} interpreters{}, at step {}", id,
              spec.name(), dp, tp, held.size(),
              across_hosts ? ", host " + std::to_string(placement.host) + " of " +
@@ -623,7 +646,7 @@ StatusOr<std::shared_ptr<JobEntry>> TrainingService::BuildAcrossHosts(
   placement.rendezvous = *rendezvous;
   placement.others =
       std::make_shared<JobHosts>(std::vector<std::string>(spec.hosts().begin(), spec.hosts().end()),
-                                 context_->auth_token, timeout);
+                                 instance_id_, context_->auth_token, timeout);
   if (!spec.checkpoint_dir().empty()) {
     placement.resume_from = TrainingJob::LatestCheckpoint(spec.checkpoint_dir());
   }
@@ -817,17 +840,31 @@ grpc::ServerUnaryReactor* TrainingService::LoadCheckpoint(
     training::LoadCheckpointResponse* response) {
   const std::string id = request->job_id();
   return OnJob(ctx, id, [=](JobEntry& entry, const StopConditions&) -> Status {
-    return OnEveryHost(
+    if (!entry.others) {
+      CHORUS_ASSIGN_OR_RETURN(int64_t step, entry.job->Load(request->path()));
+      response->set_step(step);
+      return OkStatus();
+    }
+    // The driver names the step folder (its `latest` may be the only one) and
+    // checks its own part first: a bad path fails the call, not the job.
+    CHORUS_ASSIGN_OR_RETURN(const std::string folder, entry.job->CheckpointFolder(request->path()));
+    Status loaded = OnEveryHost(
         id, entry,
         [&]() -> Status {
-          CHORUS_ASSIGN_OR_RETURN(int64_t step, entry.job->Load(request->path()));
+          CHORUS_ASSIGN_OR_RETURN(int64_t step, entry.job->Load(folder));
           response->set_step(step);
           return OkStatus();
         },
         [&](int, JobHosts::Stub& stub, grpc::ClientContext& context) {
+          training::LoadCheckpointRequest forwarded;
+          forwarded.set_job_id(id);
+          forwarded.set_path(folder);
           training::LoadCheckpointResponse answer;
-          return stub.LoadCheckpoint(&context, *request, &answer);
+          return stub.LoadCheckpoint(&context, forwarded, &answer);
         });
+    // Some hosts may have loaded and others not: they are out of step.
+    if (!loaded.ok() && entry.failure().ok()) return FailJob(id, entry, loaded);
+    return loaded;
   });
 }
 
@@ -1004,7 +1041,7 @@ grpc::ServerUnaryReactor* TrainingService::JoinJob(grpc::CallbackServerContext* 
   }
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
   const training::JoinJobRequest join = *request;
-  const bool posted = context_->background->Post([this, reactor, join, response] {
+  const bool posted = joins_.Post([this, ctx, reactor, join, response] {
     const std::chrono::milliseconds timeout = CollectiveTimeout(join.spec());
     StatusOr<std::shared_ptr<Rendezvous>> rendezvous = Rendezvous::Connect(
         join.rendezvous_host(), join.rendezvous_port(), /*serve=*/false, timeout);
@@ -1018,7 +1055,14 @@ grpc::ServerUnaryReactor* TrainingService::JoinJob(grpc::CallbackServerContext* 
     placement.host = join.host();
     placement.rendezvous = *rendezvous;
     placement.resume_from = join.resume_from();
+    placement.driver_instance = join.driver_instance();
     StatusOr<std::shared_ptr<JobEntry>> entry = BuildJob(join.job_id(), join.spec(), placement);
+    if (entry.ok() && ctx->IsCancelled()) {
+      // The driver gave up (its own part failed): nobody will drive this one.
+      (*entry)->job->Shutdown();
+      jobs_->Release((*entry)->job->options().interpreters);
+      entry = Status(StatusCode::kCancelled, "the driver cancelled the join");
+    }
     if (entry.ok()) {
       jobs_->Add(join.job_id(), *entry);
       for (int i : (*entry)->job->options().interpreters) response->add_interpreters(i);

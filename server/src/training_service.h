@@ -25,11 +25,13 @@ namespace chorus {
 // even after the job was deleted (whose operations then fail).
 struct JobEntry {
   JobEntry(std::string name, std::unique_ptr<TrainingJob> job,
-           std::shared_ptr<const JobHosts> others = nullptr, std::string driver = "")
+           std::shared_ptr<const JobHosts> others = nullptr, std::string driver = "",
+           std::string driver_instance = "")
       : name(std::move(name)),
         job(std::move(job)),
         others(std::move(others)),
-        driver(std::move(driver)) {}
+        driver(std::move(driver)),
+        driver_instance(std::move(driver_instance)) {}
 
   const std::string name;
   const std::unique_ptr<TrainingJob> job;
@@ -38,7 +40,8 @@ struct JobEntry {
   // driver's calls are taken there).
   const std::shared_ptr<const JobHosts> others;
   const std::string driver;
-  BackgroundRunner runner;  // the job's operations, in order; stopped on delete
+  const std::string driver_instance;  // the driver's calls carry it (kDriverMetadata)
+  BackgroundRunner runner;            // the job's operations, in order; stopped on delete
 
   bool spans_hosts() const { return others != nullptr || !driver.empty(); }
   // Why the job FAILED (OK while it works).
@@ -102,9 +105,10 @@ class TrainingService final : public chorus::training::TrainingService::Callback
   TrainingService(ServiceContext* context, JobRegistry* jobs, JobJournal* journal,
                   std::string model_repository);
 
-  // Stops watching the drivers of this server's parts of jobs across servers
-  // (see JoinJob). Call before the registry goes; idempotent.
-  void StopWatchingDrivers() CHORUS_EXCLUDES(watch_mu_);
+  // Finishes the joins under way and stops watching the drivers of this
+  // server's parts of jobs across servers (see JoinJob). Call before the
+  // registry goes; idempotent.
+  void Stop() CHORUS_EXCLUDES(watch_mu_);
   ~TrainingService() override;
 
   // Recreates the journal's jobs under their ids, each resuming from its
@@ -154,6 +158,7 @@ class TrainingService final : public chorus::training::TrainingService::Callback
     std::shared_ptr<Rendezvous> rendezvous;
     std::string resume_from;
     std::shared_ptr<const JobHosts> others;
+    std::string driver_instance;  // on another host than the driver
   };
 
   // Finds the job and runs `work` on its thread, finishing the call with its
@@ -195,6 +200,10 @@ class TrainingService final : public chorus::training::TrainingService::Callback
   // This server, among the hosts of a job: a driver never joins itself.
   const std::string instance_id_;
 
+  // Joins wait for their whole job to meet: on their own thread, so that a
+  // join never waits behind this server's own CreateJob (two servers driving
+  // jobs on each other would otherwise each wait for the other).
+  BackgroundRunner joins_;
   Mutex watch_mu_;
   CondVar watch_changed_;
   bool stop_watching_ CHORUS_GUARDED_BY(watch_mu_) = false;

@@ -57,8 +57,10 @@ struct TrainingJobOptions {
   std::shared_ptr<Rendezvous> rendezvous;
   std::string gloo_host = "127.0.0.1";
   std::string layout = "fsdp";
-  // The step folder of checkpoint_dir to resume from ("": its latest, if any).
+  // The step folder of checkpoint_dir to resume from ("": its latest, if any
+  // and `resume_latest`; a job across hosts is told by its driver instead).
   std::string resume_from;
+  bool resume_latest = true;
 };
 
 struct StepMetrics {
@@ -119,6 +121,10 @@ class TrainingJob {
   // Restores a step folder (or a root's latest). FAILED_PRECONDITION if its
   // layout (dp, tp) differs from this job's. Returns the step reached.
   StatusOr<int64_t> Load(const std::string& path) CHORUS_EXCLUDES(mu_);
+  // The step folder `path` names (itself, or its root's latest), checked to
+  // hold this host's part in this job's layout; Load's errors otherwise.
+  // Reads only the manifest: a driver resolves it before every host loads.
+  StatusOr<std::string> CheckpointFolder(const std::string& path) const;
   // The model's output on `tokens` (eval mode; computed collectively).
   StatusOr<at::Tensor> Evaluate(const at::Tensor& tokens) CHORUS_EXCLUDES(mu_);
   // Writes the model as a servable chorus package at `path`.
@@ -153,6 +159,12 @@ class TrainingJob {
   void Record(const StepMetrics& metrics) CHORUS_EXCLUDES(history_mu_);
   StatusOr<std::string> SaveLocked(const std::string& root) CHORUS_REQUIRES(mu_);
   StatusOr<int64_t> LoadLocked(const std::string& path) CHORUS_REQUIRES(mu_);
+  struct Checkpoint {
+    std::string folder;  // the step folder
+    std::string part;    // this host's files: the folder, or its host-H
+    int64_t step = 0;
+  };
+  StatusOr<Checkpoint> FindCheckpoint(const std::string& path) const;
   // The ranks' communicators: in-process, or hierarchical across hosts.
   Status ConnectRanks();
   // Across hosts: true when every rank of every host passes ok (a collective).
