@@ -283,7 +283,8 @@ void TrainingJob::Record(const StepMetrics& metrics) {
                            {"tokens_per_s", metrics.tokens_per_second},
                            {"tokens_per_s_per_rank", metrics.tokens_per_second_per_rank},
                            {"mfu_pct", metrics.mfu_pct},
-                           {"memory_mib", metrics.memory_mib}};
+                           {"memory_mib", metrics.memory_mib},
+                           {"cross_host_bytes", metrics.cross_host_bytes}};
     std::ofstream(options_.metrics_log, std::ios::app) << line.dump() << "\n";
   }
 }

@@ -489,6 +489,9 @@ std::string JobRegistry::RenderMetrics() const {
         [](const StepMetrics& m) { return m.mfu_pct; });
   gauge("chorus_training_memory_mib", "Peak memory of the busiest rank, MiB",
         [](const StepMetrics& m) { return m.memory_mib; });
+  gauge("chorus_training_cross_host_bytes_per_host",
+        "Bytes each host sent the others in the last step (jobs across servers)",
+        [](const StepMetrics& m) { return m.cross_host_bytes; });
   return out.str();
 }
 

@@ -175,7 +175,11 @@ def test_a_job_across_servers_is_driven_only_through_its_driver(veth, llama_arch
             assert refused.value.code == grpc.StatusCode.FAILED_PRECONDITION
             assert driver.address in refused.value.message
             assert rpc_code(lambda: other.delete(job)) == grpc.StatusCode.FAILED_PRECONDITION
-            assert len(client.step(job, 2)) == 2  # the refusals left it whole
+            steps = client.step(job, 2)
+            assert len(steps) == 2  # the refusals left it whole
+            gauge = f'chorus_training_cross_host_bytes_per_host{{job="{job}"}} '
+            (line,) = [x for x in driver.metrics().splitlines() if x.startswith(gauge)]
+            assert float(line.split()[-1]) == steps[-1].cross_host_bytes_per_host > 0
             saved = client.save(job, str(tmp_path / "ckpt"))
             assert saved.path.endswith("step-00000002") and saved.step == 2
             assert sorted(os.listdir(saved.path)) == ["host-0", "host-1"]
