@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <ftw.h>
+#include <stdio.h>  // renameat2
 #include <sys/stat.h>
 #include <sys/types.h>
 #include <unistd.h>
@@ -148,6 +149,13 @@ Status RenameFile(const std::string& from, const std::string& to) {
     int error = errno;
     ::unlink(from.c_str());
     return ErrnoError("rename " + from + " to " + to, error);
+  }
+  return OkStatus();
+}
+
+Status ExchangePaths(const std::string& a, const std::string& b) {
+  if (::renameat2(AT_FDCWD, a.c_str(), AT_FDCWD, b.c_str(), RENAME_EXCHANGE) != 0) {
+    return ErrnoError("exchange " + a + " and " + b, errno);
   }
   return OkStatus();
 }

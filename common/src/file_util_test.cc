@@ -63,6 +63,17 @@ TEST_F(FileUtilTest, RemoveTreeRemovesEverythingButFollowsNoLink) {
   EXPECT_TRUE(RemoveTree(dir_ + "/tree").ok());  // already gone
 }
 
+TEST_F(FileUtilTest, ExchangeSwapsTwoFullDirectories) {
+  ASSERT_OK(MakeDirectories(dir_ + "/old"));
+  ASSERT_OK(MakeDirectories(dir_ + "/new"));
+  ASSERT_OK(WriteFileAtomically(dir_ + "/old/file", "old"));
+  ASSERT_OK(WriteFileAtomically(dir_ + "/new/file", "new"));
+  ASSERT_OK(ExchangePaths(dir_ + "/new", dir_ + "/old"));
+  EXPECT_EQ(*ReadFile(dir_ + "/old/file"), "new");
+  EXPECT_EQ(*ReadFile(dir_ + "/new/file"), "old");
+  EXPECT_THAT(ExchangePaths(dir_ + "/new", dir_ + "/missing"), StatusIs(StatusCode::kNotFound));
+}
+
 TEST_F(FileUtilTest, CopyPreservesBytesAndMode) {
   std::string from = dir_ + "/from", to = dir_ + "/to";
   std::string data(200000, 'x');

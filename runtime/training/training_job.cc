@@ -403,11 +403,16 @@ StatusOr<std::string> TrainingJob::SaveLocked(const std::string& root) {
   // Every shard on the disk before the folder gets its name, and the name
   // before `latest` points to it: a power loss leaves the previous one.
   if (saved.ok()) saved = SyncTree(partial);
-  if (saved.ok()) saved = RemoveTree(final_path);  // re-saving the same step
-  if (saved.ok()) saved = RenameFile(partial, final_path);
+  // Re-saving a step (which `latest` may name): the new folder takes the
+  // name in one exchange (never a moment without it), then the old goes.
+  const bool replacing = saved.ok() && IsDirectory(final_path);
+  if (saved.ok()) {
+    saved = replacing ? ExchangePaths(partial, final_path) : RenameFile(partial, final_path);
+  }
   if (saved.ok()) saved = SyncPath(parent);
   if (saved.ok() && across_hosts) saved = SyncPath(root);
-  if (!saved.ok()) (void)RemoveTree(partial);
+  // (After the exchange `partial` holds the replaced folder.)
+  if (!saved.ok() || replacing) (void)RemoveTree(partial);
   if (across_hosts) {
     // Two phases: every host has committed its folder before `latest` moves;
     // a host that could not, or was lost, leaves the previous checkpoint.

@@ -59,6 +59,11 @@ Status CopyFile(const std::string& from, const std::string& to);
 // Renames `from` over `to` atomically.
 Status RenameFile(const std::string& from, const std::string& to);
 
+// Swaps the names of two existing paths (files or directories) atomically
+// (Linux renameat2 RENAME_EXCHANGE): replacing a non-empty directory with no
+// moment where neither exists.
+Status ExchangePaths(const std::string& a, const std::string& b);
+
 // Removes `path` and, when it is a directory, everything under it; OK if it
 // does not exist. Symbolic links are removed, never followed.
 Status RemoveTree(const std::string& path);
