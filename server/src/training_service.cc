@@ -983,17 +983,23 @@ grpc::ServerUnaryReactor* TrainingService::DeleteJob(grpc::CallbackServerContext
   }
   StatusOr<std::shared_ptr<JobEntry>> removed = jobs_->Remove(request->job_id());
   if (!removed.ok()) return Finish(ctx, removed.status());
-  // The job is not recreated after a restart from now on (its checkpoints stay).
-  Status forgotten = journal_->Remove(request->job_id());
-  if (!forgotten.ok()) Log().warn("training job {}: {}", request->job_id(), forgotten.ToString());
-  std::shared_ptr<JobEntry> entry = *removed;
-  if (!entry) return Finish(ctx, OkStatus());  // one that could not be resumed
+  std::shared_ptr<JobEntry> entry = *removed;  // null: one that could not be resumed
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
   JobRegistry* jobs = jobs_;
-  // Tearing down waits for the job's running operation: off the reactor. Who
-  // still holds the entry (a stats call, a stream) keeps a valid, shut job.
+  JobJournal* journal = journal_;
+  // Tearing down waits for the job's running operation, and the journal is a
+  // file written through: off the reactor. Who still holds the entry (a stats
+  // call, a stream) keeps a valid, shut job.
   const std::string id = request->job_id();
-  auto tear_down = [entry, reactor, jobs, id] {
+  auto tear_down = [entry, reactor, jobs, journal, id] {
+    // Not recreated after a restart from now on (its checkpoints stay).
+    if (Status forgotten = journal->Remove(id); !forgotten.ok()) {
+      Log().warn("training job {}: {}", id, forgotten.ToString());
+    }
+    if (!entry) {
+      reactor->Finish(grpc::Status::OK);
+      return;
+    }
     entry->runner.Stop();                         // finishes queued operations
     entry->job->Close(std::chrono::seconds(10));  // ends metric streams
     entry->job->Shutdown();                       // frees its interpreters' state
