@@ -1,6 +1,7 @@
 #include "server/src/training_service.h"
 
 #include <dirent.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstring>
@@ -390,8 +391,7 @@ JobRegistry::~JobRegistry() {
   for (auto& [id, entry] : jobs) entry->runner.Stop();
 }
 
-StatusOr<std::vector<int>> JobRegistry::Reserve(int ranks) {
-  MutexLock lock(&mu_);
+StatusOr<std::vector<int>> JobRegistry::FreeLocked(int ranks) const {
   std::vector<int> free;
   for (int i = 0; i < manager_->size(); ++i) {
     if (held_.count(i) == 0) free.push_back(i);
@@ -402,6 +402,17 @@ StatusOr<std::vector<int>> JobRegistry::Reserve(int ranks) {
                                 std::to_string(manager_->size()) + " and " +
                                 std::to_string(free.size()) + " are free");
   }
+  return free;
+}
+
+Status JobRegistry::CheckFree(int ranks) const {
+  MutexLock lock(&mu_);
+  return FreeLocked(ranks).status();
+}
+
+StatusOr<std::vector<int>> JobRegistry::Reserve(int ranks) {
+  MutexLock lock(&mu_);
+  CHORUS_ASSIGN_OR_RETURN(std::vector<int> free, FreeLocked(ranks));
   free.resize(ranks);
   held_.insert(free.begin(), free.end());
   // Inference moves off them while any interpreter is left to serve.
@@ -653,24 +664,36 @@ StatusOr<std::shared_ptr<JobEntry>> TrainingService::BuildAcrossHosts(
   if (!spec.checkpoint_dir().empty()) {
     placement.resume_from = TrainingJob::LatestCheckpoint(spec.checkpoint_dir());
   }
+  const std::string& resume_from = placement.resume_from;
+  auto ask = [&](bool check_only) {
+    return [&, check_only](int host, JobHosts::Stub& stub, grpc::ClientContext& context) {
+      training::JoinJobRequest request;
+      request.set_job_id(id);
+      *request.mutable_spec() = spec;
+      request.set_host(host);
+      request.set_rendezvous_host(rendezvous_host);
+      request.set_rendezvous_port((*rendezvous)->port());
+      request.set_driver_instance(instance_id_);
+      request.set_resume_from(check_only ? "" : resume_from);
+      request.set_check_only(check_only);
+      training::JoinJobResponse response;
+      return stub.JoinJob(&context, request, &response);
+    };
+  };
+  // A host that cannot join says so now, not after the rendezvous timeout.
+  Status can = jobs_->CheckFree(std::max(1, spec.dp_shard()) * std::max(1, spec.tp()));
+  if (can.ok()) can = placement.others->OnOthers(ask(true), std::chrono::seconds(30));
+  if (!can.ok()) {
+    return can.Annotate("creating training job " + id + " across " +
+                        std::to_string(spec.hosts_size()) + " servers");
+  }
   StatusOr<std::shared_ptr<JobEntry>> built = InternalError("not built");
   Status joined = placement.others->Run(
       [&] {
         built = BuildJob(id, spec, placement);
         return built.status();
       },
-      [&](int host, JobHosts::Stub& stub, grpc::ClientContext& context) {
-        training::JoinJobRequest request;
-        request.set_job_id(id);
-        *request.mutable_spec() = spec;
-        request.set_host(host);
-        request.set_rendezvous_host(rendezvous_host);
-        request.set_rendezvous_port((*rendezvous)->port());
-        request.set_driver_instance(instance_id_);
-        request.set_resume_from(placement.resume_from);
-        training::JoinJobResponse response;
-        return stub.JoinJob(&context, request, &response);
-      });
+      ask(false));
   if (joined.ok()) return built;
   // Whoever did join frees its ranks again.
   if (built.ok()) {
@@ -1043,6 +1066,13 @@ grpc::ServerUnaryReactor* TrainingService::JoinJob(grpc::CallbackServerContext* 
   if (jobs_->Find(request->job_id()).ok()) {
     return Finish(ctx, Status(StatusCode::kAlreadyExists,
                               "training job " + request->job_id() + " exists on this server"));
+  }
+  if (request->check_only()) {
+    Status free = jobs_->CheckFree(std::max(1, spec.dp_shard()) * std::max(1, spec.tp()));
+    if (free.ok() && ::access(spec.archive().c_str(), R_OK) != 0) {
+      free = InvalidArgumentError("spec.archive: cannot read " + spec.archive() + " here");
+    }
+    return Finish(ctx, free);
   }
   {
     MutexLock lock(&watch_mu_);

@@ -66,6 +66,8 @@ class JobRegistry {
   // Interpreters for `ranks` ranks, distinct and held by no other job.
   // INVALID_ARGUMENT when there are not enough.
   StatusOr<std::vector<int>> Reserve(int ranks) CHORUS_EXCLUDES(mu_);
+  // What Reserve(ranks) would answer now, reserving nothing.
+  Status CheckFree(int ranks) const CHORUS_EXCLUDES(mu_);
   void Release(const std::vector<int>& interpreters) CHORUS_EXCLUDES(mu_);
   // Reserves `id` (a job of an earlier serving process) for a job not built
   // yet: calls on it answer `why` (UNAVAILABLE while it is being resumed, an
@@ -92,6 +94,9 @@ class JobRegistry {
   std::string RenderMetrics() const CHORUS_EXCLUDES(mu_);
 
  private:
+  // Interpreters no job holds; INVALID_ARGUMENT when fewer than `ranks`.
+  StatusOr<std::vector<int>> FreeLocked(int ranks) const CHORUS_REQUIRES(mu_);
+
   InterpreterManager* const manager_;
   mutable Mutex mu_;
   std::map<std::string, std::shared_ptr<JobEntry>> jobs_ CHORUS_GUARDED_BY(mu_);

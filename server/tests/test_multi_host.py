@@ -213,11 +213,19 @@ def test_a_job_across_servers_is_driven_only_through_its_driver(veth, llama_arch
                     client.create_job(**spec(llama_archive, hosts=hosts, layout=layout))
                 assert refused.value.code == grpc.StatusCode.INVALID_ARGUMENT, hosts
                 assert wanted in refused.value.message
-            # The driver listed second: the "other host" it calls is itself.
+            # The driver listed second: the "other host" it calls is itself; a host
+            # without the interpreters. Each says so at once, not after the 60 s the
+            # hosts would wait for each other.
+            started = time.monotonic()
             with pytest.raises(ClientError) as refused:
-                client.create_job(**spec(llama_archive, dp_shard=1, collective_timeout_ms=3000,
-                                         hosts=[peer.address, driver.address]))
+                client.create_job(**spec(llama_archive, hosts=[peer.address, driver.address]))
             assert "driver itself" in refused.value.message
+            with pytest.raises(ClientError) as refused:
+                other.create_job(**spec(llama_archive, dp_shard=2))  # the peer's own job
+                client.create_job(**spec(llama_archive, hosts=[driver.address, peer.address]))
+            assert "host 1" in refused.value.message and "are free" in refused.value.message
+            assert time.monotonic() - started < 10
+            other.delete(other.list_jobs()[0].job_id)
             assert not client.list_jobs() and not other.list_jobs()
     finally:
         assert peer.stop() == 0 and driver.stop() == 0
