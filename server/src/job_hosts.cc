@@ -47,6 +47,11 @@ JobHosts::JobHosts(std::vector<std::string> hosts, std::string instance, std::st
   for (size_t h = 1; h < hosts_.size(); ++h) stubs_.push_back(Connect(hosts_[h]));
 }
 
+void JobHosts::Mark(grpc::ClientContext& context) const {
+  context.AddMetadata(kDriverMetadata, instance_);
+  if (!auth_token_.empty()) context.AddMetadata("authorization", "Bearer " + auth_token_);
+}
+
 Status JobHosts::Run(const std::function<Status()>& local, const RemoteCall& remote) const {
   const size_t others = stubs_.size();
   std::vector<std::unique_ptr<HostCall>> calls;
@@ -57,8 +62,7 @@ Status JobHosts::Run(const std::function<Status()>& local, const RemoteCall& rem
   for (size_t i = 0; i < others; ++i) {
     calls.push_back(std::make_unique<HostCall>());
     HostCall* call = calls.back().get();
-    call->context.AddMetadata(kDriverMetadata, instance_);
-    if (!auth_token_.empty()) call->context.AddMetadata("authorization", "Bearer " + auth_token_);
+    Mark(call->context);
     threads.emplace_back([&, call, i] {
       grpc::Status status = remote(static_cast<int>(i + 1), *stubs_[i], call->context);
       MutexLock lock(&mu);
@@ -116,8 +120,7 @@ Status JobHosts::OnOthers(const RemoteCall& remote, std::chrono::milliseconds ti
   for (size_t i = 0; i < stubs_.size(); ++i) {
     threads.emplace_back([&, i] {
       grpc::ClientContext context;
-      context.AddMetadata(kDriverMetadata, instance_);
-      if (!auth_token_.empty()) context.AddMetadata("authorization", "Bearer " + auth_token_);
+      Mark(context);
       context.set_deadline(std::chrono::system_clock::now() + timeout);
       results[i] = remote(static_cast<int>(i + 1), *stubs_[i], context);
     });
@@ -131,6 +134,18 @@ Status JobHosts::OnOthers(const RemoteCall& remote, std::chrono::milliseconds ti
     }
   }
   return first;
+}
+
+Status JobHosts::DeleteOnOthers(const std::string& job_id,
+                                std::chrono::milliseconds timeout) const {
+  return OnOthers(
+      [&job_id](int, Stub& stub, grpc::ClientContext& context) {
+        training::DeleteJobRequest request;
+        request.set_job_id(job_id);
+        training::DeleteJobResponse response;
+        return stub.DeleteJob(&context, request, &response);
+      },
+      timeout);
 }
 
 }  // namespace chorus

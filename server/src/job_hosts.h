@@ -53,8 +53,13 @@ class JobHosts {
   // `remote` on every other host only, each within `timeout` (best effort:
   // tearing down); returns the first error.
   Status OnOthers(const RemoteCall& remote, std::chrono::milliseconds timeout) const;
+  // OnOthers: DeleteJob(job_id), freeing the other hosts' parts.
+  Status DeleteOnOthers(const std::string& job_id, std::chrono::milliseconds timeout) const;
 
  private:
+  // Adds the driver's marker and the server's token to a call to another host.
+  void Mark(grpc::ClientContext& context) const;
+
   const std::vector<std::string> hosts_;
   const std::string instance_;
   const std::string auth_token_;

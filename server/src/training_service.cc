@@ -566,14 +566,7 @@ Status TrainingService::FailJob(const std::string& id, JobEntry& entry, const St
     // The other hosts' collectives fail too; freeing theirs now is a courtesy,
     // after this answer (a host cut off would hold it for the call's timeout).
     (void)context_->background->Post([others = entry.others, id] {
-      Status told = others->OnOthers(
-          [&id](int, JobHosts::Stub& stub, grpc::ClientContext& context) {
-            training::DeleteJobRequest request;
-            request.set_job_id(id);
-            training::DeleteJobResponse response;
-            return stub.DeleteJob(&context, request, &response);
-          },
-          std::chrono::seconds(5));
+      Status told = others->DeleteOnOthers(id, std::chrono::seconds(5));
       if (!told.ok())
         Log().warn("training job {}: telling the other hosts: {}", id, told.ToString());
     });
@@ -700,14 +693,7 @@ StatusOr<std::shared_ptr<JobEntry>> TrainingService::BuildAcrossHosts(
     (*built)->job->Shutdown();
     jobs_->Release((*built)->job->options().interpreters);
   }
-  (void)placement.others->OnOthers(
-      [&id](int, JobHosts::Stub& stub, grpc::ClientContext& context) {
-        training::DeleteJobRequest request;
-        request.set_job_id(id);
-        training::DeleteJobResponse response;
-        return stub.DeleteJob(&context, request, &response);
-      },
-      std::chrono::seconds(5));
+  (void)placement.others->DeleteOnOthers(id, std::chrono::seconds(5));
   return joined.Annotate("creating training job " + id + " across " +
                          std::to_string(spec.hosts_size()) + " servers");
 }
@@ -1028,14 +1014,7 @@ grpc::ServerUnaryReactor* TrainingService::DeleteJob(grpc::CallbackServerContext
     entry->job->Shutdown();                       // frees its interpreters' state
     if (entry->TakeInterpreters()) jobs->Release(entry->job->options().interpreters);
     if (entry->others && entry->failure().ok()) {
-      Status told = entry->others->OnOthers(
-          [&id](int, JobHosts::Stub& stub, grpc::ClientContext& context) {
-            training::DeleteJobRequest request;
-            request.set_job_id(id);
-            training::DeleteJobResponse response;
-            return stub.DeleteJob(&context, request, &response);
-          },
-          std::chrono::seconds(10));
+      Status told = entry->others->DeleteOnOthers(id, std::chrono::seconds(10));
       if (!told.ok())
         Log().warn("training job {}: deleting it on the other hosts: {}", id, told.ToString());
     }

@@ -109,6 +109,18 @@ def train(client, archive, steps=STEPS, **overrides):
         client.delete(job)
 
 
+def create_once_restarted(client, job_spec, within_s=60):
+    """The job, created as soon as every server of it is back (restarted or reachable)."""
+    deadline = time.monotonic() + within_s
+    while True:
+        try:
+            return client.create_job(**job_spec)
+        except ClientError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(1)
+
+
 def assert_close(losses, reference, what):
     assert len(losses) == len(reference), what
     for step, (a, b) in enumerate(zip(losses, reference)):
@@ -284,15 +296,7 @@ def test_a_lost_host_fails_the_job_within_its_timeout_and_a_new_job_resumes_it(
             client.delete(job)
             # A new job on the same servers resumes from the last committed checkpoint,
             # bit-exactly (the peer restarted, or reachable again).
-            deadline = time.monotonic() + 60
-            while True:
-                try:
-                    job = client.create_job(**job_spec)
-                    break
-                except ClientError:
-                    if time.monotonic() > deadline:
-                        raise
-                    time.sleep(1)
+            job = create_once_restarted(client, job_spec)
             assert client.stats(job).step == committed
             resumed = [m.loss for m in client.step(job, 12 - committed)]
             assert resumed == reference[committed:], (committed, resumed, reference)
@@ -332,14 +336,7 @@ def test_a_lost_driver_frees_the_other_hosts_part_which_serves_on(repository, ve
                 for _ in range(4):
                     inference.infer("mlp", {"x": np.ones((2, 4), np.float32)})
             other.delete(job)  # a failed part may be deleted where it is
-            deadline = time.monotonic() + 60
-            while True:
-                try:
-                    resumed = client.create_job(**job_spec)
-                    break
-                except ClientError:
-                    assert time.monotonic() < deadline
-                    time.sleep(1)
+            resumed = create_once_restarted(client, job_spec)
             assert client.stats(resumed).step == 4
             later = [m.loss for m in client.step(resumed, 2)]
             client.delete(resumed)
