@@ -10,8 +10,12 @@ function(chorus_add_test)
   if(NOT T_TIMEOUT)
     set(T_TIMEOUT 300)
   endif()
+  # Listing a binary's tests loads libtorch (its static initializers register
+  # every operator): seconds on a loaded machine with a cold page cache, so
+  # the 5 s default is far too tight for CI.
   gtest_discover_tests(${T_NAME}
     DISCOVERY_MODE PRE_TEST
+    DISCOVERY_TIMEOUT 120
     PROPERTIES LABELS "${T_LABELS}" TIMEOUT ${T_TIMEOUT}
     WORKING_DIRECTORY "${PROJECT_BINARY_DIR}")
 endfunction()
