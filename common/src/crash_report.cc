@@ -1,7 +1,9 @@
 #include "chorus/common/crash_report.h"
 
 #include <execinfo.h>
+#include <pthread.h>
 #include <signal.h>
+#include <sys/mman.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -14,14 +16,74 @@ namespace {
 
 constexpr size_t kContextBytes = 1024;
 constexpr int kMaxHooks = 8;
+// Threads with a context at once that a board keeps; more keep theirs only
+// in their own memory.
+constexpr size_t kBoardSlots = 256;
 
-// The thread's context, levels separated by " > ". `length` is published
+// A thread's context, levels separated by " > ". `length` is published
 // after the bytes, so a handler interrupting a write sees a consistent prefix.
 struct ThreadContext {
   char text[kContextBytes];
   size_t length = 0;
 };
-thread_local ThreadContext tls_context;
+
+}  // namespace
+
+struct CrashBoard::Slot {
+  std::atomic<pid_t> owner;  // the thread's id; 0 when free
+  ThreadContext context;
+};
+
+namespace {
+
+// The board this process keeps its threads' contexts on, if any.
+std::atomic<CrashBoard::Slot*> g_board{nullptr};
+
+thread_local ThreadContext tls_own_context;
+// This thread's context: a slot on the board or tls_own_context; null until
+// the thread first describes what it runs (a signal handler reads it as empty).
+thread_local ThreadContext* tls_context = nullptr;
+
+// Gives the thread's slot back when the thread ends.
+struct SlotRelease {
+  CrashBoard::Slot* slot = nullptr;
+  ~SlotRelease() {
+    if (slot == nullptr) return;
+    tls_context = &tls_own_context;
+    slot->context.length = 0;
+    slot->owner.store(0, std::memory_order_release);
+  }
+};
+thread_local SlotRelease tls_slot_release;
+
+ThreadContext& Context() {
+  if (tls_context != nullptr) return *tls_context;
+  tls_context = &tls_own_context;
+  CrashBoard::Slot* slots = g_board.load(std::memory_order_acquire);
+  if (slots == nullptr) return *tls_context;
+  const pid_t tid = static_cast<pid_t>(::syscall(SYS_gettid));
+  for (size_t i = 0; i < kBoardSlots; ++i) {
+    pid_t free = 0;
+    if (slots[i].owner.compare_exchange_strong(free, tid, std::memory_order_acq_rel)) {
+      slots[i].context.length = 0;
+      tls_slot_release.slot = &slots[i];
+      tls_context = &slots[i].context;
+      break;
+    }
+  }
+  return *tls_context;
+}
+
+// A child forked by a process with a board must not write on its parent's
+// slots: it keeps its contexts to itself.
+void DetachAfterFork() {
+  g_board.store(nullptr, std::memory_order_release);
+  if (tls_slot_release.slot != nullptr) {
+    tls_own_context = *tls_context;
+    tls_slot_release.slot = nullptr;
+    tls_context = &tls_own_context;
+  }
+}
 
 std::atomic<CrashReportHook> g_hooks[kMaxHooks];
 std::atomic<int> g_hook_count{0};
@@ -105,14 +167,13 @@ void OnFatalSignal(int sig, siginfo_t* info, void*) {
 
 }  // namespace
 
-ScopedCrashContext::ScopedCrashContext(std::string_view what)
-    : restore_length_(tls_context.length) {
+ScopedCrashContext::ScopedCrashContext(std::string_view what) : restore_length_(Context().length) {
   if (restore_length_ > 0) Append(" > ");
   Append(what);
 }
 
 void ScopedCrashContext::Append(std::string_view more) {
-  ThreadContext& context = tls_context;
+  ThreadContext& context = Context();
   const size_t n = std::min(more.size(), kContextBytes - 1 - context.length);
   std::memcpy(context.text + context.length, more.data(), n);
   // The bytes first, then the length: a handler never reads unwritten bytes.
@@ -130,17 +191,17 @@ void WriteToFd(int fd, std::string_view text) {
 
 void WriteDecimalToFd(int fd, unsigned long long value) { WriteNumber(fd, value, 10); }
 
-ScopedCrashContext::~ScopedCrashContext() { tls_context.length = restore_length_; }
+ScopedCrashContext::~ScopedCrashContext() { Context().length = restore_length_; }
 
 void WriteCrashContext(int fd) {
-  const ThreadContext& context = tls_context;
-  const size_t length = context.length;
+  const ThreadContext* context = tls_context;
+  const size_t length = context == nullptr ? 0 : context->length;
   std::atomic_signal_fence(std::memory_order_acquire);
   Write(fd, "  running: ");
   if (length == 0) {
     Write(fd, "nothing chorus knows of (not a model call)");
   } else {
-    Write(fd, context.text, length);
+    Write(fd, context->text, length);
   }
   Write(fd, "\n");
   const int hooks = std::min(g_hook_count.load(std::memory_order_acquire), kMaxHooks);
@@ -154,10 +215,10 @@ void SetCrashRecordFd(int fd) { g_record_fd.store(fd, std::memory_order_release)
 void RecordCrashContext() {
   const int fd = g_record_fd.load(std::memory_order_acquire);
   if (fd < 0) return;
-  const ThreadContext& context = tls_context;
-  const size_t length = context.length;
+  const ThreadContext* context = tls_context;
+  const size_t length = context == nullptr ? 0 : context->length;
   std::atomic_signal_fence(std::memory_order_acquire);
-  Write(fd, context.text, length);
+  if (length > 0) Write(fd, context->text, length);
   Write(fd, "\n");
 }
 
@@ -165,6 +226,47 @@ void AddCrashReportHook(CrashReportHook hook) {
   const int i = g_hook_count.fetch_add(1);
   if (i < kMaxHooks) g_hooks[i].store(hook, std::memory_order_release);
 }
+
+std::unique_ptr<CrashBoard> CrashBoard::Create() {
+  const size_t bytes = kBoardSlots * sizeof(Slot);
+  void* memory = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  if (memory == MAP_FAILED) return nullptr;
+  // Zeroed pages: every slot free and empty (atomic<pid_t> is lock-free, so
+  // zero bytes are a valid 0).
+  static_assert(std::atomic<pid_t>::is_always_lock_free);
+  return std::unique_ptr<CrashBoard>(new CrashBoard(static_cast<Slot*>(memory), bytes));
+}
+
+CrashBoard::~CrashBoard() { ::munmap(slots_, bytes_); }
+
+void CrashBoard::Attach() {
+  static const bool registered = [] {
+    return ::pthread_atfork(nullptr, nullptr, &DetachAfterFork) == 0;
+  }();
+  (void)registered;
+  g_board.store(slots_, std::memory_order_release);
+  // The calling thread may have described its work before (a forked child
+  // inherits its parent's thread-local context): that goes on the board too.
+  if (tls_context == &tls_own_context) {
+    const ThreadContext before = tls_own_context;
+    tls_context = nullptr;
+    Context() = before;
+  }
+}
+
+std::string CrashBoard::RunningNow() const {
+  std::string lines;
+  for (size_t i = 0; i < kBoardSlots; ++i) {
+    const ThreadContext& context = slots_[i].context;
+    const size_t length = std::min(context.length, kContextBytes);
+    if (length == 0) continue;
+    lines.append(context.text, length);
+    lines += '\n';
+  }
+  return lines;
+}
+
+void CrashBoard::Clear() { std::memset(static_cast<void*>(slots_), 0, bytes_); }
 
 void InstallCrashHandler(const char* program, int fd) {
   if (g_installed.exchange(true)) return;

@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <functional>
 #include <string>
+#include <thread>
 
 namespace chorus {
 namespace {
@@ -100,6 +101,47 @@ TEST(CrashReportTest, WriteCrashContextIsWhatTheReportPrints) {
   const std::string text(buffer, n);
   EXPECT_EQ(text.rfind("  running: training job j1 step\n", 0), 0u) << text;
   EXPECT_NE(text.find("  running: nothing chorus knows of"), std::string::npos) << text;
+}
+
+TEST(CrashBoardTest, AParentReadsWhatTheThreadsOfAKilledChildRan) {
+  std::unique_ptr<CrashBoard> board = CrashBoard::Create();
+  ASSERT_NE(board, nullptr);
+  int ready[2];
+  ASSERT_EQ(::pipe(ready), 0);
+  const pid_t child = ::fork();
+  if (child == 0) {
+    board->Attach();
+    std::thread([] { ScopedCrashContext done("model finished version 1"); }).join();
+    ScopedCrashContext serving("model mlp version 1, request r1");
+    // A process the child forks keeps its contexts to itself.
+    const pid_t grandchild = ::fork();
+    if (grandchild == 0) {
+      ScopedCrashContext mine("grandchild");
+      ::_exit(0);
+    }
+    ::waitpid(grandchild, nullptr, 0);
+    std::thread training([&] {
+      ScopedCrashContext step("training job j1 rank 1, step");
+      ::close(ready[1]);  // the parent may kill now
+      ::pause();
+    });
+    training.join();
+  }
+  ::close(ready[1]);
+  char byte;
+  EXPECT_EQ(::read(ready[0], &byte, 1), 0);  // closed by the child's training thread
+  ::close(ready[0]);
+  ASSERT_EQ(::kill(child, SIGKILL), 0);
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
+  const std::string running = board->RunningNow();
+  EXPECT_NE(running.find("model mlp version 1, request r1\n"), std::string::npos) << running;
+  EXPECT_NE(running.find("training job j1 rank 1, step\n"), std::string::npos) << running;
+  EXPECT_EQ(running.find("finished"), std::string::npos) << running;
+  EXPECT_EQ(running.find("grandchild"), std::string::npos) << running;
+  board->Clear();
+  EXPECT_EQ(board->RunningNow(), "");
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <utility>
 
+#include "chorus/common/crash_report.h"
 #include "chorus/common/logging.h"
 #include "chorus/common/process_stats.h"
 
@@ -216,6 +217,14 @@ void GenerationScheduler::Step(Loop& loop, std::vector<std::pair<std::string, He
   loop.to_abort.clear();
 
   StatusOr<c10::IValue> value = [&]() -> StatusOr<c10::IValue> {
+    // Named in a crash report, so the supervisor knows which model was running.
+    ScopedCrashContext crash_context("model ");
+    crash_context.Append(options_.label.empty() ? std::string_view("?") : options_.label);
+    crash_context.Append(", generating for requests ");
+    for (auto it = loop.active.begin(); it != loop.active.end(); ++it) {
+      if (it != loop.active.begin()) crash_context.Append(", ");
+      crash_context.Append(it->first);
+    }
     InterpreterSession session = manager_->Acquire(loop.index);
     CHORUS_ASSIGN_OR_RETURN(Object host, hosts_.In(session));
     CHORUS_ASSIGN_OR_RETURN(Object step, host.Attr("step"));

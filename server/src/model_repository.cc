@@ -186,6 +186,7 @@ LoadedModel::LoadedModel(std::string name, std::string version, std::shared_ptr<
       model_, options, [this](const ExecutionStats& stats) { RecordExecution(stats); });
   if (generation && manager != nullptr) {
     if (generation->engines <= 0) generation->engines = manager->size();
+    generation->label = options.label;
     generation_ = std::make_unique<GenerationScheduler>(model_, manager, *generation);
   }
 }

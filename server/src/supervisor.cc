@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <cstring>
 #include <map>
+#include <memory>
 #include <optional>
 #include <regex>
 #include <vector>
@@ -58,10 +59,13 @@ std::string ReadAvailable(int fd) {
 }
 
 // Runs the serving process until it ends; returns its wait status and, in
-// `*record`, the crash record it left. `*stopped` is set when a stop signal
-// came (and was forwarded) meanwhile.
+// `*record`, the crash record it left: the crashing thread's context, or when
+// it died without a word (SIGKILL), what every thread was running per `board`
+// (may be null). `*stopped` is set when a stop signal came (and was forwarded)
+// meanwhile.
 int RunOnce(const sigset_t& signals, const std::function<int(const ServingRun&)>& serve,
-            const ServingRun& run, int* stopped, std::string* record, double* peak_mib) {
+            const ServingRun& run, CrashBoard* board, int* stopped, std::string* record,
+            double* peak_mib) {
   int record_pipe[2];
   if (::pipe2(record_pipe, O_CLOEXEC | O_NONBLOCK) != 0) record_pipe[0] = record_pipe[1] = -1;
   const pid_t supervisor = ::getpid();
@@ -76,6 +80,7 @@ int RunOnce(const sigset_t& signals, const std::function<int(const ServingRun&)>
     if (::getppid() != supervisor) ::_exit(0);  // it died before prctl took effect
     ::close(record_pipe[0]);
     SetCrashRecordFd(record_pipe[1]);
+    if (board != nullptr) board->Attach();
     ::_exit(serve(run));
   }
   ::close(record_pipe[1]);
@@ -101,6 +106,16 @@ int RunOnce(const sigset_t& signals, const std::function<int(const ServingRun&)>
         *record = ReadAvailable(record_pipe[0]);
         ::close(record_pipe[0]);
       }
+      // Killed without a word (SIGKILL), or a crash on a thread that ran
+      // nothing chorus knows of (a kernel's worker thread): what every thread
+      // ran. An exit is chorus' own decision or os._exit, which records itself.
+      const bool named = record->find_first_not_of("\n") != std::string::npos;
+      if (!named && board != nullptr && WIFSIGNALED(status)) {
+        *record = board->RunningNow();
+        if (!record->empty())
+          Log().error("supervisor: the serving process was running: {}", *record);
+      }
+      if (board != nullptr) board->Clear();
       return status;
     }
   }
@@ -190,13 +205,14 @@ int Supervise(const SupervisorOptions& options,
   ::sigprocmask(SIG_BLOCK, &signals, nullptr);
   ServingRun run;
   CrashHistory history(options);
+  const std::unique_ptr<CrashBoard> board = CrashBoard::Create();
   std::chrono::milliseconds backoff = options.first_backoff;
   while (true) {
     const Clock::time_point started = Clock::now();
     int stopped = 0;
     std::string record;
     double peak_mib = 0;
-    const int status = RunOnce(signals, serve, run, &stopped, &record, &peak_mib);
+    const int status = RunOnce(signals, serve, run, board.get(), &stopped, &record, &peak_mib);
     if (stopped != 0) {
       Log().info("supervisor: serving process stopped ({})", DescribeWaitStatus(status));
       return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);

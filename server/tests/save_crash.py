@@ -1,23 +1,24 @@
 """Fault injection for the training tests, shipped inside a test archive (never
 part of chorus): build() is the Llama 3 example's model:build plus a probe
-whose checkpoint state, when the job's CRASH_ON_SAVE-th save pickles it, ends
-the serving process in the middle of writing the shard (exit status 3).
+whose checkpoint state, when the job's CRASH_ON_SAVE-th save pickles it, kills
+the serving process in the middle of writing the shard with SIGKILL, as the
+kernel's OOM killer would (nothing in the process can report it).
 """
 
 import os
+import signal
 
 import torch
 
 import model
 
 CRASH_ON_SAVE = 2
-EXIT_STATUS = 3
 _saves = 0
 
 
-class _ExitWhenPickled:
+class _KillWhenPickled:
     def __reduce__(self):
-        os._exit(EXIT_STATUS)
+        os.kill(os.getpid(), signal.SIGKILL)
 
 
 class SaveCrashProbe(torch.nn.Module):
@@ -25,7 +26,7 @@ class SaveCrashProbe(torch.nn.Module):
         global _saves
         _saves += 1
         import chorus  # only inside chorus: packaging this model must not exit
-        return _ExitWhenPickled() if chorus.inside_chorus() and _saves == CRASH_ON_SAVE else 0
+        return _KillWhenPickled() if chorus.inside_chorus() and _saves == CRASH_ON_SAVE else 0
 
     def set_extra_state(self, state):
         pass

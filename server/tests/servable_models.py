@@ -60,7 +60,8 @@ class Identity(torch.nn.Module):
 
 
 class Crasher(torch.nn.Module):
-    """x * 2; x[0, 0] == 13 dereferences a null pointer (SIGSEGV), 7 calls os._exit(7)."""
+    """x * 2; x[0, 0] == 13 dereferences a null pointer (SIGSEGV), 7 calls os._exit(7),
+    9 sends its process SIGKILL (as the kernel's OOM killer would: nothing can report it)."""
 
     def forward(self, x):
         if float(x[0, 0]) == 13.0:
@@ -69,6 +70,10 @@ class Crasher(torch.nn.Module):
         if float(x[0, 0]) == 7.0:
             import os
             os._exit(7)
+        if float(x[0, 0]) == 9.0:
+            import os
+            import signal
+            os.kill(os.getpid(), signal.SIGKILL)
         return x * 2
 
 

@@ -137,6 +137,9 @@ def test_a_killed_supervisor_takes_its_serving_process_along(crash_repository):
 
 
 def test_a_model_that_crashes_the_server_twice_is_quarantined_until_loaded_again(tmp_path):
+    # The first crash is a segfault (the crash handler names the request); the second a
+    # SIGKILL, which nothing in the process can report (the OOM killer's way): the
+    # supervisor reads what was running from the memory it shares with the process.
     repo = tmp_path / "repository"
     models = {"crashy": servable_models.Crasher(), "steady": servable_models.Scale(3.0)}
     for name, model in models.items():
@@ -147,8 +150,8 @@ def test_a_model_that_crashes_the_server_twice_is_quarantined_until_loaded_again
     try:
         with server.client() as client:
             wait_until_serving(client)
-            for attempt in (1, 2):
-                poison = client.make_request("crashy", {"x": np.full((1, 4), 13.0, np.float32)},
+            for attempt, value in ((1, 13.0), (2, 9.0)):
+                poison = client.make_request("crashy", {"x": np.full((1, 4), value, np.float32)},
                                              request_id=f"poison-{attempt}")
                 with pytest.raises(ClientError):
                     client.infer_request(poison, timeout=60)
@@ -168,6 +171,7 @@ def test_a_model_that_crashes_the_server_twice_is_quarantined_until_loaded_again
             assert refused.value.code.name == "UNAVAILABLE"
             assert "is quarantined" in refused.value.message
             assert "poison-2" in refused.value.message
+            assert "signal SIGKILL" in refused.value.message
             assert not client.ready("crashy")
             assert client.ready()  # a quarantined model does not hold the server back
             index = {m.name: m for m in client.models()}
@@ -181,6 +185,8 @@ def test_a_model_that_crashes_the_server_twice_is_quarantined_until_loaded_again
         assert metric(server.metrics(), "chorus_server_restarts_total") == 2
         log = server.log_text()
         assert "supervisor: model crashy is quarantined" in log, log
+        assert ("supervisor: the serving process was running: model crashy version 1, "
+                "request poison-2") in log, log
         assert "model crashy re-admitted from quarantine by an explicit load" in log, log
     finally:
         assert server.stop() == 0

@@ -6,6 +6,8 @@
 #define CHORUS_COMMON_CRASH_REPORT_H_
 
 #include <cstddef>
+#include <memory>
+#include <string>
 #include <string_view>
 
 namespace chorus {
@@ -48,6 +50,39 @@ void SetCrashRecordFd(int fd);
 // Writes the calling thread's context line to the record fd, if one is set.
 // Async-signal-safe.
 void RecordCrashContext();
+
+// What every thread of a child process runs, kept in memory shared with the
+// parent that made the board, so the parent can still read it after the child
+// died without a word (SIGKILL: the kernel's OOM killer, kill -9).
+//
+//   std::unique_ptr<CrashBoard> board = CrashBoard::Create();  // before fork
+//   child:  board->Attach();  ...                              // before threads
+//   parent: waitpid(...); board->RunningNow(); board->Clear();
+class CrashBoard {
+ public:
+  // A board inherited by children forked later; nullptr if it cannot be
+  // mapped (then nothing is kept: reports work as without one).
+  static std::unique_ptr<CrashBoard> Create();
+  ~CrashBoard();
+  CrashBoard(const CrashBoard&) = delete;
+  CrashBoard& operator=(const CrashBoard&) = delete;
+
+  // In the child, before its threads start: from now on each thread keeps its
+  // context (ScopedCrashContext) on the board. Children the child forks do not.
+  void Attach();
+  // The contexts of the threads that were running something, a line each, in
+  // no particular order; "" if none. Read it once the child is gone.
+  std::string RunningNow() const;
+  // Empties the board for the next child.
+  void Clear();
+
+  struct Slot;  // a thread's context on the board (crash_report.cc)
+
+ private:
+  CrashBoard(Slot* slots, size_t bytes) : slots_(slots), bytes_(bytes) {}
+  Slot* slots_;
+  size_t bytes_;
+};
 
 // Installs the report for SIGSEGV, SIGBUS, SIGFPE, SIGILL and SIGABRT: it
 // writes "<program>: fatal signal SIGSEGV (address 0x0) on thread <tid>", the

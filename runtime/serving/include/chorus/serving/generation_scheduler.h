@@ -37,6 +37,7 @@ struct GenerationOptions {
   int max_running = 64;  // sequences per engine's batch
   int max_step_tokens = 512;
   int prefill_chunk = 256;  // a longer prompt is prefilled over several steps
+  std::string label;        // what crash reports call the model ("llm version 1")
 };
 
 // What one step gave a request.
