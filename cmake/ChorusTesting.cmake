@@ -1,5 +1,11 @@
-# chorus_add_test(NAME name SOURCES ... LIBS ... [LABELS ...])
-# A GoogleTest binary in bin/tests, registered with CTest test by test.
+# chorus_add_test(NAME name SOURCES ... LIBS ... [LABELS ...] [TIMEOUT seconds])
+# A GoogleTest binary in bin/tests and one CTest entry that runs it whole.
+#
+# Whole, not test by test: a suite's fixture (interpreters with torch, a
+# packaged model) is made once in SetUpTestSuite and shared by its tests, where
+# one process per test made it again for every test (about 600 s of the main
+# ctest run went to that, against 180 s whole). One test alone:
+# bin/tests/<name> --gtest_filter=Suite.Test.
 function(chorus_add_test)
   cmake_parse_arguments(T "" "NAME;TIMEOUT" "SOURCES;LIBS;LABELS" ${ARGN})
   add_executable(${T_NAME} ${T_SOURCES})
@@ -10,12 +16,6 @@ function(chorus_add_test)
   if(NOT T_TIMEOUT)
     set(T_TIMEOUT 300)
   endif()
-  # Listing a binary's tests loads libtorch (its static initializers register
-  # every operator): seconds on a loaded machine with a cold page cache, so
-  # the 5 s default is far too tight for CI.
-  gtest_discover_tests(${T_NAME}
-    DISCOVERY_MODE PRE_TEST
-    DISCOVERY_TIMEOUT 120
-    PROPERTIES LABELS "${T_LABELS}" TIMEOUT ${T_TIMEOUT}
-    WORKING_DIRECTORY "${PROJECT_BINARY_DIR}")
+  add_test(NAME ${T_NAME} COMMAND ${T_NAME} WORKING_DIRECTORY "${PROJECT_BINARY_DIR}")
+  set_tests_properties(${T_NAME} PROPERTIES LABELS "${T_LABELS}" TIMEOUT ${T_TIMEOUT})
 endfunction()
