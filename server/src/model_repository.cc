@@ -103,20 +103,23 @@ StatusOr<std::string> OutputDtype(const c10::IValue& value, size_t index) {
   return std::string(InfoOf(*dtype).name);
 }
 
-// The outputs' signature, from one run of `model` on zeros: their dtypes and
-// shapes (the batch dimension, if batched, any-size), named output0, ...
+// The outputs' signature, from one run of `model` on zeros, interrupted after
+// `timeout` (model code may never end on zeros): their dtypes and shapes (the
+// batch dimension, if batched, any-size), named output0, ...
 StatusOr<std::vector<TensorSpec>> ProbeOutputs(Model& model, const Manifest& signature,
-                                               bool decoupled) {
+                                               bool decoupled, std::chrono::milliseconds timeout) {
+  CallOptions call;
+  call.deadline = std::chrono::steady_clock::now() + timeout;
   // A decoupled model's first response stands for all.
   StatusOr<c10::IValue> result = InternalError("the model yielded nothing on zeros");
   if (decoupled) {
-    Status called = model.ForwardEach(ZeroInputs(signature), {}, [&](const c10::IValue& value) {
+    Status called = model.ForwardEach(ZeroInputs(signature), call, [&](const c10::IValue& value) {
       result = value;
       return false;
     });
     if (!called.ok()) result = called;
   } else {
-    result = model.Forward(ZeroInputs(signature));
+    result = model.Forward(ZeroInputs(signature), call);
   }
   if (!result.ok()) {
     return result.status().Annotate(
@@ -301,8 +304,9 @@ StatusOr<std::shared_ptr<Model>> ModelRepository::LoadModel(const std::string& p
   if (!config.has_signature()) return NeedsConfigError(path, model_dir, (*model)->kind());
   if (!config.outputs.empty()) return model;
   // Outputs left out: learned from one run, then the model is served with them.
-  CHORUS_ASSIGN_OR_RETURN(options.signature->outputs,
-                          ProbeOutputs(**model, *options.signature, config.decoupled));
+  CHORUS_ASSIGN_OR_RETURN(
+      options.signature->outputs,
+      ProbeOutputs(**model, *options.signature, config.decoupled, options_.probe_timeout));
   return Model::Load(manager_, path, options);
 }
 

@@ -80,6 +80,9 @@ struct RepositoryOptions {
   size_t max_queue = 1024;  // per model
   int workers = 1;          // per model; the server uses its interpreter count
   std::chrono::milliseconds drain_timeout{30000};  // for unloads
+  // How long a model whose config.json leaves out its outputs may take to
+  // answer zeros (how chorus learns them) before its load fails.
+  std::chrono::milliseconds probe_timeout{60000};
   // Models LoadAll leaves out (model -> why: the supervisor's quarantine); an
   // explicit Load of one re-admits it.
   std::map<std::string, std::string> quarantined;

@@ -3,6 +3,7 @@
 #include <grpcpp/health_check_service_interface.h>
 #include <httplib.h>
 
+#include <algorithm>
 #include <mutex>
 #include <thread>
 
@@ -99,6 +100,10 @@ Status ServerImpl::Initialize(const ServerOptions& options) {
   repository.max_queue = options.max_queue;
   repository.workers = manager_->size();
   repository.drain_timeout = options.drain_timeout;
+  // The run on zeros that learns a model's outputs is a request like any other.
+  if (options.request_timeout.count() > 0) {
+    repository.probe_timeout = std::min(repository.probe_timeout, options.request_timeout);
+  }
   repository.quarantined = options.quarantined;
   repository_ =
       std::make_unique<ModelRepository>(options.model_repository, manager_.get(), repository);

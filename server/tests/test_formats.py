@@ -5,6 +5,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 
 import grpc
 import numpy as np
@@ -110,3 +111,61 @@ def test_files_without_a_usable_config_are_refused_with_what_to_write(served):
             client.infer("typo", {"image": np.zeros((1, 3, 8, 8), np.float32)})
         assert refused.value.code == grpc.StatusCode.UNAVAILABLE
         assert "max_batch_sise" in refused.value.message
+
+
+ENDLESS_SOURCE = '''
+import torch
+
+
+class Endless(torch.nn.Module):
+    """Refines until the input stops changing, which zeros never do here (a model bug)."""
+
+    def forward(self, image):
+        while float(image.abs().sum()) == 0:
+            pass
+        return image.flatten(1)[:, :10]
+'''
+
+
+def test_a_model_that_never_answers_zeros_fails_to_load_and_the_rest_serve(exports, tmp_path):
+    # Its config.json leaves out the outputs, so chorus runs it on zeros to learn them: that
+    # run is bounded by --request-timeout-ms (60 s without it) and then interrupted.
+    source = tmp_path / "source"
+    source.mkdir()
+    (source / "endless_def.py").write_text(ENDLESS_SOURCE)
+    endless = tmp_path / "endless.pt"
+    exporter = f"""
+import sys
+import time
+sys.path.insert(0, {str(source)!r})
+import endless_def
+from torch.package import PackageExporter
+with PackageExporter({str(endless)!r}) as exporter:
+    exporter.intern("endless_def")
+    exporter.extern(["torch", "torch.**"])
+    exporter.save_pickle("model", "model.pkl", endless_def.Endless())
+"""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    subprocess.run([sys.executable, "-c", exporter], check=True, env=env)
+    repo = tmp_path / "repository"
+    entry = {"entry_point": {"package": "model", "resource": "model.pkl"}}
+    add(repo, "endless", endless, {**entry, **SIGNATURE})
+    add(repo, "stock_package", exports / "stock_package.pt", {**entry, **SIGNATURE})
+    started = time.monotonic()
+    server = ServerProcess(repo, "--request-timeout-ms", "2000", "--strict-readiness", "false",
+                           interpreters=1)
+    try:
+        assert time.monotonic() - started < 60
+        with server.client() as client:
+            index = {m.name: m for m in client.models()}
+            assert index["endless"].state == "UNAVAILABLE"
+            assert "DEADLINE_EXCEEDED" in index["endless"].reason, index["endless"].reason
+            assert "running the model on zeros to learn its outputs (give \"outputs\" in " \
+                "config.json instead)" in index["endless"].reason
+            # The interrupted interpreter serves on.
+            assert index["stock_package"].state == "READY"
+            image = np.ones((1, 3, 8, 8), np.float32)
+            (logits,) = client.infer("stock_package", {"image": image}).values()
+            assert logits.shape == (1, 10)
+    finally:
+        assert server.stop() == 0

@@ -6,6 +6,7 @@ batching) and each streams exactly what greedy generation by full recomputation 
 a bad parameter is an in-stream error and the stream goes on."""
 
 import queue
+import time
 
 import numpy as np
 import pytest
@@ -191,3 +192,48 @@ def test_triton_generate_endpoints_answer_whole_and_streamed(llm_server):
                 post(path, bad)
             assert error.value.code == status
             assert message in json.loads(error.value.read())["error"]
+
+
+def test_a_generative_model_that_kills_the_server_twice_is_quarantined(tmp_path):
+    # A SIGKILL leaves no crash report: the supervisor learns from the memory it shares
+    # with the serving process that a generation step of this model was running.
+    from poisoned_llm import PoisonedGenerator
+    repo = tmp_path / "repository"
+    package_llm(repo, PoisonedGenerator(debug_generator().transformer), name="poisoned")
+    server = ServerProcess(repo, interpreters=1)
+    client = triton_grpc.InferenceServerClient(server.address)
+
+    def ready():
+        try:
+            return client.is_server_ready()
+        except triton_grpc.InferenceServerException:
+            return False
+
+    def generate(prompt):
+        return client.infer("poisoned", [text_input(prompt)], parameters={"max_tokens": 4},
+                            client_timeout=60)
+
+    try:
+        wait_until(ready)
+        assert generate("fine").as_numpy("text_output")[0]
+        for _ in range(2):
+            with pytest.raises(triton_grpc.InferenceServerException):
+                generate("poison\x00")
+            wait_until(ready)  # restarted
+        with pytest.raises(triton_grpc.InferenceServerException) as refused:
+            generate("fine")
+        assert "is quarantined" in refused.value.message(), refused.value
+        assert "signal SIGKILL" in refused.value.message(), refused.value
+        log = server.log_text()
+        assert "supervisor: the serving process was running: model poisoned version 1, " \
+            "generating for requests " in log, log
+        assert "supervisor: model poisoned is quarantined" in log, log
+    finally:
+        assert server.stop() == 0
+
+
+def wait_until(condition, timeout=120):
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.2)

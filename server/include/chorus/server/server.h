@@ -24,13 +24,15 @@ struct ServerOptions {
   std::string model_repository;  // <model>/<version>/<archive>.pt
   int interpreters = 0;          // 0: one per hardware thread
   std::string host = "0.0.0.0";
-  int port = 8001;                               // gRPC; 0 picks a free port
-  int http_port = 8000;                          // KServe v2 HTTP/REST; 0 picks, -1 disables
-  int metrics_port = 8002;                       // HTTP /metrics; 0 picks a free port, -1 disables
-  int64_t max_message_bytes = 64 << 20;          // larger requests: RESOURCE_EXHAUSTED
-  size_t max_queue = 1024;                       // per model; beyond it: UNAVAILABLE
-  std::chrono::milliseconds request_timeout{0};  // 0: only the client's deadline
-  std::string tls_cert;                          // PEM files; both or neither
+  int port = 8001;                       // gRPC; 0 picks a free port
+  int http_port = 8000;                  // KServe v2 HTTP/REST; 0 picks, -1 disables
+  int metrics_port = 8002;               // HTTP /metrics; 0 picks a free port, -1 disables
+  int64_t max_message_bytes = 64 << 20;  // larger requests: RESOURCE_EXHAUSTED
+  size_t max_queue = 1024;               // per model; beyond it: UNAVAILABLE
+  // 0: only the client's deadline. Also bounds the run on zeros that learns
+  // the outputs of a model whose config.json leaves them out (60 s without it).
+  std::chrono::milliseconds request_timeout{0};
+  std::string tls_cert;  // PEM files; both or neither
   std::string tls_key;
   std::string auth_token;  // non-empty: every model call needs "authorization: Bearer <token>"
   std::chrono::milliseconds drain_timeout{30000};  // how long Shutdown waits for in-flight requests
