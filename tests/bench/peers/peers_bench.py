@@ -1,7 +1,8 @@
 """make bench-peers: chorus against TorchServe, serving the same models side by side.
 
     peers_bench.py --bin build/bin --out build/bench/peers.json [--quick]
-                   [--models resnet18,control_flow,big_mlp] [--workers 1,2,4]
+                   [--models resnet18,control_flow,big_mlp,resnet18_batched]
+                   [--workers 1,2,4]
                    [--concurrency 1,8] [--perf-analyzer PATH] [--keep]
 
 Models (weights from fixed seeds, nothing downloaded): `resnet18` (torchvision,
@@ -11,10 +12,11 @@ branches per sample), both as the benchmark suite builds them
 weights). Each is packaged once as a chorus archive without batching; chorus
 serves that file, and TorchServe serves the same file through a custom handler
 (torchserve_handler.py) that loads it with stock torch.package: same code,
-weights, input bytes and output bytes on both sides.
+weights, input bytes and output bytes on both sides. `resnet18_batched` is
+resnet18 with dynamic batching on both sides, same settings (BATCHED below).
 
 For each model and N in --workers, one chorus-server with N interpreters and one
-TorchServe with N workers (batch size 1: no batching on either side; intra-op
+TorchServe with N workers (batch size 1 but in BATCHED configurations; intra-op
 threads max(1, cores / N) in both, which is what chorus-server sets), A-B-A (A
 is chorus or TorchServe, alternating from cell to cell):
 
@@ -80,7 +82,13 @@ import urllib.request
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.abspath(os.path.join(HERE, "..", "..", ".."))
 
-ALL_MODELS = ["resnet18", "control_flow", "big_mlp"]
+ALL_MODELS = ["resnet18", "control_flow", "big_mlp", "resnet18_batched"]
+# Configurations that batch on both sides, with the same settings: the model packaged
+# batchable up to max_batch_size; chorus' dynamic batching waits up to delay_ms for a
+# batch to fill (config.json max_queue_delay_us), TorchServe's frontend likewise
+# (batchSize, maxBatchDelay in the archive's model-config.yaml), whose handler then
+# runs the batch as one call. perf_analyzer still sends one item per request.
+BATCHED = {"resnet18_batched": {"model": "resnet18", "max_batch_size": 8, "delay_ms": 2}}
 GOALS = [  # (model, workers, ratio, at least)
     ("resnet18", 4, "throughput", 1.5),
     ("resnet18", 4, "footprint", 2.0),
@@ -115,15 +123,25 @@ def prepare(work, names):
             description = ("16 fp32 Linear layers 4096x4096 with ReLU (1.0 GiB of weights), "
                            "forward on 1x4096")
         else:
-            spec = suite_models.MODELS[name]
+            spec = suite_models.MODELS[BATCHED.get(name, {}).get("model", name)]
             model, inputs = spec.build()
             description = spec.description
         model.eval()
         folder = os.path.join(work, "chorus", name, "1")
         os.makedirs(folder)
         archive = os.path.join(folder, "model.pt")
-        manifest = create_package(archive, model, inputs, name=name, batchable=False,
-                                  progress=False)
+        batching = BATCHED.get(name)
+        if batching:
+            description += (f"; batched up to {batching['max_batch_size']} within "
+                            f"{batching['delay_ms']} ms on both sides")
+            manifest = create_package(archive, model, inputs, name=name, batchable=True,
+                                      max_batch_size=batching["max_batch_size"],
+                                      progress=False)
+            with open(os.path.join(work, "chorus", name, "config.json"), "w") as f:
+                json.dump({"max_queue_delay_us": batching["delay_ms"] * 1000}, f)
+        else:
+            manifest = create_package(archive, model, inputs, name=name, batchable=False,
+                                      progress=False)
         (x,) = inputs
         with torch.inference_mode():
             y = model(x)
@@ -153,11 +171,17 @@ def torchserve_store(work, prepared, python):
         if name not in prepared:
             continue
         archive = prepared[name]["archive"]
-        subprocess.run([archiver, "--model-name", name, "--version", "1.0",
-                        "--serialized-file", archive,
-                        "--handler", os.path.join(HERE, "torchserve_handler.py"),
-                        "--export-path", store, "--archive-format", "no-archive"],
-                       check=True, stdout=subprocess.DEVNULL)
+        command = [archiver, "--model-name", name, "--version", "1.0",
+                   "--serialized-file", archive,
+                   "--handler", os.path.join(HERE, "torchserve_handler.py"),
+                   "--export-path", store, "--archive-format", "no-archive"]
+        if name in BATCHED:
+            config = os.path.join(work, f"{name}.model-config.yaml")
+            with open(config, "w") as f:
+                f.write(f"batchSize: {BATCHED[name]['max_batch_size']}\n"
+                        f"maxBatchDelay: {BATCHED[name]['delay_ms']}\n")
+            command += ["--config-file", config]
+        subprocess.run(command, check=True, stdout=subprocess.DEVNULL)
         copy = os.path.join(store, name, os.path.basename(archive))
         try:
             os.unlink(copy)
@@ -901,7 +925,10 @@ def main():
                 "max_trials": args.max_trials, "warmup_requests": args.warmup_requests,
                 "cores": os.cpu_count(),
                 "intra_op_threads": {str(n): intra_op_threads(n) for n in args.workers},
-                "batching": "off on both (chorus archive not batchable; TorchServe batch size 1)",
+                "batching": "off on both (chorus archive not batchable; TorchServe batch size "
+                            "1), except " + ", ".join(
+                                f"{n}: up to {b['max_batch_size']} within {b['delay_ms']} ms "
+                                "on both" for n, b in BATCHED.items()),
                 "chorus": "chorus-server --interpreters N (supervised, as by default); "
                           f"perf_analyzer -i {args.chorus_protocol}",
                 "torchserve": "TorchServe's defaults but system metrics off; --log-config "

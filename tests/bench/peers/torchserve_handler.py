@@ -47,18 +47,29 @@ def _initialize(context):
                   dtype=getattr(torch, spec["dtype"]))
 
 
+def _tensor(request, shape, dtype):
+    raw = request.get("data")
+    if raw is None:
+        raw = request.get("body")
+    return torch.frombuffer(bytearray(raw), dtype=dtype).reshape(shape)
+
+
 def handle(data, context):
     if data is None:  # TorchServe's initialization call
         _initialize(context)
         return None
     model, shape, dtype = _state["model"], _state["shape"], _state["dtype"]
+    if shape[0] == -1:
+        # A batchable model (its first dimension any size): the requests TorchServe
+        # batched run as one call, as chorus' dynamic batching runs them.
+        xs = [_tensor(request, shape, dtype) for request in data]
+        with torch.inference_mode():
+            y = model(torch.cat(xs))
+        rows = torch.split(y, [len(x) for x in xs])
+        return [row.contiguous().numpy().tobytes() for row in rows]
     answers = []
     for request in data:
-        raw = request.get("data")
-        if raw is None:
-            raw = request.get("body")
-        x = torch.frombuffer(bytearray(raw), dtype=dtype).reshape(shape)
         with torch.inference_mode():
-            y = model(x)
+            y = model(_tensor(request, shape, dtype))
         answers.append(y.contiguous().numpy().tobytes())
     return answers
