@@ -37,7 +37,9 @@ struct GenerationScheduler::Loop {
   Mutex mu;
   CondVar changed;
   std::vector<std::pair<std::string, Held>> inbox CHORUS_GUARDED_BY(mu);
+  CondVar idle;  // load reached 0
   bool stopping CHORUS_GUARDED_BY(mu) = false;
+  bool draining CHORUS_GUARDED_BY(mu) = false;
   GenerationStats stats CHORUS_GUARDED_BY(mu);
   std::atomic<int> load{0};  // requests in the inbox or the engine
   // The loop thread's own: requests the engine holds, and those to drop from it.
@@ -137,15 +139,36 @@ void GenerationScheduler::Submit(GenerationRequest request) {
   bool queued = false;
   {
     MutexLock lock(&least->mu);
-    if (!least->stopping) {
+    if (!least->stopping && !least->draining) {
       const Clock::time_point now = Clock::now();
       least->inbox.emplace_back(id, Held{std::move(request), now, now, false});
       least->load.fetch_add(1);
       queued = true;
     }
   }
-  if (!queued) return request.done(UnavailableError("the model is being unloaded"));
+  if (!queued) {
+    return request.done(
+        UnavailableError("the model is draining (being unloaded, or the server is stopping)"));
+  }
   least->changed.Signal();
+}
+
+bool GenerationScheduler::Drain(Clock::time_point deadline) {
+  for (auto& loop : loops_) {
+    MutexLock lock(&loop->mu);
+    loop->draining = true;
+  }
+  bool drained = true;
+  for (auto& loop : loops_) {
+    MutexLock lock(&loop->mu);
+    while (loop->load.load() > 0) {
+      if (!loop->idle.WaitUntil(&loop->mu, deadline) && Clock::now() >= deadline) {
+        drained = false;
+        break;
+      }
+    }
+  }
+  return drained;
 }
 
 GenerationStats GenerationScheduler::Stats() const {
@@ -190,7 +213,11 @@ void GenerationScheduler::Run(Loop& loop) {
 void GenerationScheduler::Step(Loop& loop, std::vector<std::pair<std::string, Held>> fresh) {
   auto finish = [&loop](Held& held, const Status& status) {
     held.request.done(status);
-    loop.load.fetch_sub(1);
+    if (loop.load.fetch_sub(1) == 1) {
+      // Under the lock, so that a Drain between its check and its wait hears it.
+      MutexLock lock(&loop.mu);
+      loop.idle.SignalAll();
+    }
   };
   const Clock::time_point now = Clock::now();
   for (auto it = loop.active.begin(); it != loop.active.end();) {

@@ -194,6 +194,13 @@ LoadedModel::LoadedModel(std::string name, std::string version, std::shared_ptr<
   }
 }
 
+void LoadedModel::Drain(std::chrono::steady_clock::time_point deadline) {
+  if (generation_ && !generation_->Drain(deadline)) {
+    Log().warn("model {}: generations still running at the drain deadline are cut short", name_);
+  }
+  scheduler_->Drain(deadline);
+}
+
 LoadedModel::~LoadedModel() {
   generation_.reset();
   scheduler_.reset();
@@ -366,7 +373,7 @@ Status ModelRepository::Load(const std::string& name) {
     loaded_[name] = *model;
   }
   Log().info("model {} version {} loaded", name, (*model)->version());
-  if (replaced) replaced->scheduler().Drain(Clock::now() + options_.drain_timeout);
+  if (replaced) replaced->Drain(Clock::now() + options_.drain_timeout);
   return OkStatus();
 }
 
@@ -383,7 +390,7 @@ Status ModelRepository::Unload(const std::string& name) {
     unloaded = std::move(it->second);
     loaded_.erase(it);
   }
-  unloaded->scheduler().Drain(Clock::now() + options_.drain_timeout);
+  unloaded->Drain(Clock::now() + options_.drain_timeout);
   Log().info("model {} unloaded", name);
   return OkStatus();
 }
@@ -442,7 +449,7 @@ std::vector<RepositoryEntry> ModelRepository::Index() const {
 }
 
 void ModelRepository::DrainAll(Clock::time_point deadline) {
-  for (const auto& model : Loaded()) model->scheduler().Drain(deadline);
+  for (const auto& model : Loaded()) model->Drain(deadline);
 }
 
 }  // namespace chorus

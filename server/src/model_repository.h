@@ -57,6 +57,9 @@ class LoadedModel {
   ModelScheduler& scheduler() { return *scheduler_; }
   // The generation engines of a generative model; nullptr for others.
   GenerationScheduler* generation() { return generation_.get(); }
+  // Takes no new requests and waits for those queued or running (model calls
+  // and generations) until `deadline`. Thread-safe.
+  void Drain(std::chrono::steady_clock::time_point deadline);
 
   // Records one answered request (from the server's completion path).
   void RecordRequest(const InferenceResult& result, std::chrono::nanoseconds total)

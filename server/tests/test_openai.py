@@ -6,6 +6,7 @@ cache; the server serves on through all of it."""
 
 import concurrent.futures
 import json
+import signal
 import time
 import urllib.request
 
@@ -170,3 +171,31 @@ def test_a_stream_closed_mid_way_frees_its_cache_at_once(llm_server):
     assert 3 <= made < 60
     answer = client.completions.create(model="llama3", prompt="after", max_tokens=3)
     assert answer.usage.completion_tokens == 3
+
+
+def test_a_stream_under_way_when_the_server_is_stopped_runs_to_its_end(tmp_path):
+    # SIGTERM drains: new requests are refused, the completions under way finish (within
+    # --drain-timeout-ms), then the server exits 0.
+    repo = tmp_path / "repository"
+    package_llm(repo, debug_generator(max_seq_len=1024))
+    server = ServerProcess(repo, interpreters=1)
+    client = client_of(server)
+    stream = client.completions.create(model="llama3", prompt="drain", max_tokens=900,
+                                       temperature=0, stream=True)
+    chunks = iter(stream)
+    first = next(chunks)
+    server.process.send_signal(signal.SIGTERM)
+    text, after_stop, finish = first.choices[0].text, 0, first.choices[0].finish_reason
+    for chunk in chunks:
+        text += chunk.choices[0].text
+        after_stop += 1
+        finish = chunk.choices[0].finish_reason or finish
+        if after_stop == 20:
+            with pytest.raises(openai.APIStatusError) as refused:
+                client.completions.create(model="llama3", prompt="late", max_tokens=2)
+            assert refused.value.status_code == 503, refused.value
+            assert "not ready" in str(refused.value), refused.value
+    assert finish == "length", (finish, text)  # all 900 tokens
+    assert after_stop >= 100, after_stop  # most of them made after the stop began
+    assert server.process.wait(60) == 0
+    assert "generations still running" not in server.log_text()

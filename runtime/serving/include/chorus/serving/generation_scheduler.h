@@ -99,8 +99,13 @@ class GenerationScheduler {
   GenerationScheduler(const GenerationScheduler&) = delete;
   GenerationScheduler& operator=(const GenerationScheduler&) = delete;
 
-  // Hands `request` to the engine with the least work. Thread-safe.
+  // Hands `request` to the engine with the least work; UNAVAILABLE (through
+  // request.done) once draining. Thread-safe.
   void Submit(GenerationRequest request);
+  // Takes no new requests and waits until every request queued or running
+  // has finished, or `deadline`; false if some had not (they fail when the
+  // scheduler is destroyed). Thread-safe.
+  bool Drain(std::chrono::steady_clock::time_point deadline);
   // A snapshot over all engines. Thread-safe.
   GenerationStats Stats() const;
 
