@@ -121,8 +121,8 @@ constexpr char kBootstrap[] = R"(
 import sys
 sys.path.insert(0, _chorus_python_dir)
 import chorus._bootstrap
-chorus._bootstrap.install(_chorus_load_triton)
-del _chorus_python_dir, _chorus_load_triton
+chorus._bootstrap.install(_chorus_load_gpu_packages)
+del _chorus_python_dir, _chorus_load_gpu_packages
 )";
 
 Status PySideImpl::Start(const StartOptions& options) {
@@ -147,7 +147,8 @@ Status PySideImpl::Start(const StartOptions& options) {
   PyObject* dir = PyUnicode_FromString(options.chorus_python_dir.c_str());
   PyDict_SetItemString(globals, "_chorus_python_dir", dir);
   Py_XDECREF(dir);
-  PyDict_SetItemString(globals, "_chorus_load_triton", options.load_triton ? Py_True : Py_False);
+  PyDict_SetItemString(globals, "_chorus_load_gpu_packages",
+                       options.load_gpu_packages ? Py_True : Py_False);
   Status started = Exec(kBootstrap);
   for (size_t i = 0; started.ok() && i < options.preload_modules.size(); ++i) {
     StatusOr<PyRef*> module = Import(options.preload_modules[i]);

@@ -157,13 +157,17 @@ void ReportInterpreterOfThisThread(int fd) {
   if (pyside::PySide* side = registry::Get(registry::CurrentSlot())) side->DumpTraceback(fd);
 }
 
-// triton compiles GPU kernels only: CHORUS_LOAD_TRITON=0/1 decides, else
-// whether libtorch sees a CUDA (or ROCm) device.
-bool TritonCanRun() {
+// Whether interpreters may load the Python packages that only drive a GPU
+// (triton, the CUDA bindings): CHORUS_LOAD_GPU_PACKAGES=0/1 (or its former
+// name, CHORUS_LOAD_TRITON) decides, else whether libtorch sees a CUDA or ROCm
+// device.
+bool GpuPackagesCanRun() {
   static const bool can_run = [] {
-    const char* choice = std::getenv("CHORUS_LOAD_TRITON");
-    if (choice != nullptr && (choice == std::string("0") || choice == std::string("1"))) {
-      return choice == std::string("1");
+    for (const char* name : {"CHORUS_LOAD_GPU_PACKAGES", "CHORUS_LOAD_TRITON"}) {
+      const char* choice = std::getenv(name);
+      if (choice != nullptr && (choice == std::string("0") || choice == std::string("1"))) {
+        return choice == std::string("1");
+      }
     }
     return at::detail::getCUDAHooks().getNumGPUs() > 0 ||
            at::detail::getHIPHooks().getNumGPUs() > 0;
@@ -217,7 +221,7 @@ Status InterpreterManagerImpl::StartOne(internal::Slot* slot,
   start.index = slot->index;
   start.program_name = loader_->installation().program;
   start.chorus_python_dir = loader_->installation().chorus_python_dir;
-  start.load_triton = TritonCanRun();
+  start.load_gpu_packages = GpuPackagesCanRun();
   start.host = loader_.get();
   {
     MutexLock lock(&initialize_mu_);

@@ -19,6 +19,7 @@
 #include <thread>
 #include <vector>
 
+#include "chorus/common/file_util.h"
 #include "chorus/common/process_stats.h"
 #include "chorus/common/status_matchers.h"
 
@@ -606,31 +607,61 @@ stdlib_ok = (json.loads('[1, 2]') == [1, 2] and str(decimal.Decimal('1.10') + 1)
   }
 }
 
-// triton compiles GPU kernels only, and its extension is 500 MB: without a GPU
-// no interpreter loads it (torch then behaves as from its CPU wheels), and
-// the cache holds no copy of it.
-TEST_F(InterpreterTest, TritonIsLoadedOnlyWhereAGpuCanRunIt) {
+// triton and NVIDIA's CUDA bindings drive a GPU only (triton's extension is
+// 500 MB): without a GPU no interpreter loads them (torch then behaves as from
+// its CPU wheels), and the cache holds no copy of their extensions.
+TEST_F(InterpreterTest, GpuOnlyPackagesAreLoadedOnlyWhereAGpuCanRunThem) {
   const bool gpu = at::detail::getCUDAHooks().getNumGPUs() > 0;
   for (int i = 0; i < kInterpreters; ++i) {
     InterpreterSession session = manager().Acquire(i);
     ASSERT_OK(session.Exec(R"(
 import importlib.machinery, importlib.util, sys
 import torch._dynamo  # imports triton when it can
+import torch.cuda._utils  # imports cuda.bindings when it can
 from torch.utils._triton import has_triton_package
-triton_installed = importlib.machinery.PathFinder.find_spec('triton') is not None
+def installed(name):
+    return importlib.machinery.PathFinder.find_spec(name) is not None
+triton_installed = installed('triton')
 triton_seen = [int(has_triton_package()), int(importlib.util.find_spec('triton') is not None),
                int(sys.modules.get('triton') is not None)]
+bindings_installed = (installed('cuda') and importlib.machinery.PathFinder.find_spec(
+    'bindings', [p + '/cuda' for p in sys.path if isinstance(p, str)]) is not None)
+bindings_seen = [int(torch.cuda._utils._HAS_CUDA_BINDINGS),
+                 int(sys.modules.get('cuda.bindings') is not None)]
 )"));
-    ASSERT_OK_AND_ASSIGN(Object installed, session.Eval("triton_installed"));
-    if (!installed.ToIValue()->toBool()) GTEST_SKIP() << "triton is not installed";
-    ASSERT_OK_AND_ASSIGN(Object seen, session.Eval("triton_seen"));
-    EXPECT_EQ(seen.ToIValue()->toIntVector(), std::vector<int64_t>(3, gpu ? 1 : 0))
-        << "interpreter " << i;
-  }
-  if (!gpu) {
-    for (const std::string& file : ListFilesRecursively(std::string(kCacheDir) + "/libs")) {
-      EXPECT_EQ(file.find("libtriton"), std::string::npos) << file;
+    ASSERT_OK_AND_ASSIGN(Object triton, session.Eval("triton_installed"));
+    ASSERT_OK_AND_ASSIGN(Object bindings, session.Eval("bindings_installed"));
+    if (!triton.ToIValue()->toBool() && !bindings.ToIValue()->toBool()) {
+      GTEST_SKIP() << "neither triton nor cuda.bindings is installed";
     }
+    if (triton.ToIValue()->toBool()) {
+      ASSERT_OK_AND_ASSIGN(Object seen, session.Eval("triton_seen"));
+      EXPECT_EQ(seen.ToIValue()->toIntVector(), std::vector<int64_t>(3, gpu ? 1 : 0))
+          << "interpreter " << i;
+    }
+    if (bindings.ToIValue()->toBool()) {
+      ASSERT_OK_AND_ASSIGN(Object seen, session.Eval("bindings_seen"));
+      EXPECT_EQ(seen.ToIValue()->toIntVector(), std::vector<int64_t>(2, gpu ? 1 : 0))
+          << "interpreter " << i;
+    }
+  }
+  if (gpu) return;
+  // No copy of their extensions is mapped: each mapped copy's `source` file
+  // (beside it in the cache) names the file it copies.
+  ASSERT_OK_AND_ASSIGN(std::string maps, ReadFile("/proc/self/maps"));
+  const std::string libs = std::string(kCacheDir) + "/libs/";
+  std::set<std::string> sources;
+  for (size_t at = maps.find(libs); at != std::string::npos; at = maps.find(libs, at)) {
+    const size_t end = maps.find('\n', at);
+    const std::string copy = maps.substr(at, end - at);
+    sources.insert(copy.substr(0, copy.rfind('/')) + "/source");
+    at = end;
+  }
+  EXPECT_GT(sources.size(), 4u);  // libpython, libtorch_python, torch._C, ...
+  for (const std::string& source : sources) {
+    ASSERT_OK_AND_ASSIGN(std::string text, ReadFile(source));
+    EXPECT_EQ(text.find("triton"), std::string::npos) << source << ": " << text;
+    EXPECT_EQ(text.find("/cuda/bindings/"), std::string::npos) << source << ": " << text;
   }
 }
 

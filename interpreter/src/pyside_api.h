@@ -102,8 +102,8 @@ struct StartOptions {
   std::string program_name;  // the pinned Python; Python derives sys.prefix from it
   std::string chorus_python_dir;  // holds the `chorus` Python package
   std::vector<std::string> preload_modules;
-  bool load_triton = false;      // whether `import triton` may load it (GPU hosts)
-  HostServices* host = nullptr;  // outlives the PySide
+  bool load_gpu_packages = false;  // whether triton and the CUDA bindings may load (GPU hosts)
+  HostServices* host = nullptr;    // outlives the PySide
 };
 
 // One interpreter. Methods marked "GIL" require the calling thread to hold

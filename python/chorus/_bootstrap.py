@@ -66,18 +66,26 @@ def _report_os_exit():
     os._exit = _exit
 
 
-def install(load_triton):
+# Python packages that drive a GPU and nothing else, which torch imports
+# whenever they are installed (as its CUDA wheels install them): triton
+# (torch._dynamo imports it, so prims, torch.export and FSDP do; its extension
+# is 500 MB) and NVIDIA's CUDA bindings (torch.cuda imports them at
+# `import torch`; 10 MB of modules and extension copies per interpreter).
+GPU_ONLY_PACKAGES = ("triton", "cuda.bindings")
+
+
+def install(load_gpu_packages):
     """Installs the private-copy loader, then the torch shims, then site.
 
-    Without `load_triton` (the host found no GPU), triton is made not found,
-    as in torch's CPU wheels: torch imports it whenever it is installed
-    (torch._dynamo does, so prims, torch.export and FSDP do), it compiles GPU
-    kernels only, and its extension is 500 MB, which every interpreter would
-    copy and map.
+    Without `load_gpu_packages` (the host found no GPU), the GPU_ONLY_PACKAGES
+    are made not found, as in torch's CPU wheels, which do not bring them:
+    torch takes their absence in its stride, and every interpreter would
+    otherwise copy, map and import them for nothing.
     """
     _ExtensionFileLoader.create_module = _create_private_module  # type: ignore[method-assign]
-    if not load_triton:
-        sys.modules["triton"] = None  # type: ignore[assignment]  # how Python blocks a module
+    if not load_gpu_packages:
+        for name in GPU_ONLY_PACKAGES:
+            sys.modules[name] = None  # type: ignore[assignment]  # how Python blocks a module
 
     from chorus import _torch_compat
     _torch_compat.install_import_hook()
