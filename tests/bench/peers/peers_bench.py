@@ -51,14 +51,23 @@ Everything runs on loopback ports chosen free, in a temporary directory removed 
 the end (also on failure, Ctrl-C or SIGTERM; --keep keeps it, with the servers'
 logs). Servers are stopped with SIGTERM to their process group, SIGKILL after 30 s.
 
-Output (--out): per model and N the raw cells and `chorus_vs_torchserve`:
+After each pair, with no server running, the compute ceiling (`bare`): N
+processes of bare_loop.py, the model loaded as TorchServe's handler loads it and
+called back to back with the servers' intra-op threads (and batch), started
+together, three --window-ms windows, the median of their summed rates: what N
+workers would serve if a request cost nothing but the model's call.
+
+Output (--out): per model and N the raw cells, `bare` and `chorus_vs_torchserve`:
 `throughput` (chorus over TorchServe, at the highest concurrency), `p99_latency`
 (TorchServe's p99 over chorus', same concurrency), `footprint` (TorchServe's
 summed PSS over chorus'), `footprint_unique` (the same on distinct pages), `rss`,
-`first_answer` and `all_ready` (TorchServe's time over chorus'), and throughput
+`first_answer` and `all_ready` (TorchServe's time over chorus'),
+`throughput_ceiling` (bare over TorchServe: the most any server of N workers
+could reach over TorchServe on this machine), and throughput
 and p50/p99 ratios per concurrency (`by_concurrency`); `goals`: the issue's
 targets (at N = 4: resnet18 throughput >= 1.5 and footprint >= 2, big_mlp
-footprint >= 3) and whether this run met them. The ratio table is printed, and
+footprint >= 3) and whether this run met them, the throughput goal with its
+ceiling and whether the ceiling reaches it. The ratio table is printed, and
 a plot written beside the JSON (peers.png).
 """
 
@@ -707,6 +716,39 @@ def run_pair(args, work, servers):
     return cells
 
 
+def bare_throughput(args, work, name, spec, workers):
+    """The compute ceiling for one model and N: N bare_loop.py processes (the
+    servers' intra-op threads each, the servers' batch), started together and
+    run back to back for --window-ms, three windows; returns their summed rate
+    (the median window) and each window's. No server runs meanwhile."""
+    batch = BATCHED.get(name, {}).get("max_batch_size", 1)
+    env = dict(os.environ, CHORUS_PEERS_INTRA_OP_THREADS=str(intra_op_threads(workers)))
+    command = [sys.executable, os.path.join(HERE, "bare_loop.py"), spec["archive"],
+               spec["input_bin"], str(batch)]
+    loops = [subprocess.Popen(command, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                              text=True) for _ in range(workers)]
+    try:
+        for loop in loops:
+            if loop.stdout.readline().strip() != "ready":
+                raise RuntimeError(f"bare_loop.py failed for {name} (exit {loop.wait()})")
+        windows = []
+        for _ in range(3):
+            for loop in loops:
+                loop.stdin.write(f"{args.window_ms / 1000.0}\n")
+                loop.stdin.flush()
+            rates = []
+            for loop in loops:
+                items, seconds = loop.stdout.readline().split()
+                rates.append(int(items) / float(seconds))
+            windows.append(round(sum(rates), 2))
+    finally:
+        for loop in loops:
+            loop.stdin.close()
+            loop.wait(timeout=60)
+    return {"throughput_per_s": sorted(windows)[1], "windows": windows, "processes": workers,
+            "intra_op_threads": intra_op_threads(workers), "batch": batch}
+
+
 def merge_passes(passes):
     """One figure per concurrency: the mean of the passes (each kept too)."""
     merged = {key: round(sum(p[key] for p in passes) / len(passes), 3)
@@ -732,7 +774,7 @@ def describe_cell(kind, cell):
     return ", ".join(parts)
 
 
-def ratios(chorus, torchserve, concurrency):
+def ratios(chorus, torchserve, concurrency, bare=None):
     if "error" in chorus or "error" in torchserve:
         return None
     by = {}
@@ -751,6 +793,9 @@ def ratios(chorus, torchserve, concurrency):
             "rss": round(torchserve["memory"]["rss_mib"] / chorus["memory"]["rss_mib"], 3),
             "first_answer": round(torchserve["first_answer_s"] / chorus["first_answer_s"], 3),
             "all_ready": round(torchserve["all_ready_s"] / chorus["all_ready_s"], 3),
+            "throughput_ceiling": (round(bare["throughput_per_s"] /
+                                         torchserve["load"][top]["throughput_per_s"], 3)
+                                   if bare else None),
             "at_concurrency": int(top), "by_concurrency": by}
 
 
@@ -761,7 +806,7 @@ def table(result):
     lines = ["chorus_vs_torchserve (higher is better for chorus; throughput and p99 at "
              f"concurrency {max(result['settings']['concurrency'])})",
              f"{'model':<13} {'N':>2} {'throughput':>10} {'p99_latency':>11} {'footprint':>9} "
-             f"{'(unique)':>8} {'rss':>6} {'first_answer':>12}"]
+             f"{'(unique)':>8} {'rss':>6} {'first_answer':>12} {'ceiling':>7}"]
     for name, model in result["models"].items():
         for n, entry in model["workers"].items():
             r = entry.get("chorus_vs_torchserve")
@@ -769,14 +814,19 @@ def table(result):
                 lines.append(f"{name:<13} {n:>2} {'failed':>10}")
                 continue
             unique = "n/a" if r["footprint_unique"] is None else f"{r['footprint_unique']:.2f}"
+            ceiling = ("n/a" if r.get("throughput_ceiling") is None
+                       else f"{r['throughput_ceiling']:.2f}")
             lines.append(f"{name:<13} {n:>2} {r['throughput']:>10.2f} {r['p99_latency']:>11.2f} "
                          f"{r['footprint']:>9.2f} {unique:>8} {r['rss']:>6.2f} "
-                         f"{r['first_answer']:>12.2f}")
+                         f"{r['first_answer']:>12.2f} {ceiling:>7}")
     lines.append("goals (N = 4):")
     for goal in result["goals"]:
         value = "n/a" if goal["value"] is None else f"{goal['value']:.2f}"
         line = (f"  {goal['model']} {goal['ratio']} >= {goal['at_least']}: {value} "
                 f"({'met' if goal['met'] else 'not met'})")
+        if "ceiling" in goal:
+            line += (f"; ceiling (bare workers over TorchServe) {goal['ceiling']:.2f}, "
+                     f"{'reachable' if goal['reachable'] else 'out of reach on this machine'}")
         if "value_unique" in goal:
             line += (f"; on distinct pages {goal['value_unique']:.2f} "
                      f"({'met' if goal['met_unique'] else 'not met'})")
@@ -960,10 +1010,17 @@ def main():
                 for kind in kinds:
                     log("  " + describe_cell(kind, cells[kind]))
                     failed |= "error" in cells[kind]
-                cells["chorus_vs_torchserve"] = ratios(cells["chorus"], cells["torchserve"],
-                                                       args.concurrency)
+                try:
+                    cells["bare"] = bare_throughput(args, work, name, spec, workers)
+                    log(f"  bare: {cells['bare']['throughput_per_s']:.1f}/s")
+                except Exception as e:  # noqa: BLE001 (recorded; the run goes on)
+                    cells["bare"] = {"error": str(e)}
+                    log(f"  bare: FAILED: {e}")
+                cells["chorus_vs_torchserve"] = ratios(
+                    cells["chorus"], cells["torchserve"], args.concurrency,
+                    None if "error" in cells["bare"] else cells["bare"])
                 entry["workers"][str(workers)] = {k: cells[k] for k in
-                                                  ("chorus_vs_torchserve", *SERVERS)}
+                                                  ("chorus_vs_torchserve", *SERVERS, "bare")}
         result["goals"] = []
         for model, workers, ratio, at_least in GOALS:
             r = (result["models"].get(model, {}).get("workers", {}).get(str(workers), {})
@@ -971,6 +1028,10 @@ def main():
             value = r[ratio] if r else None
             goal = {"model": model, "workers": workers, "ratio": ratio, "at_least": at_least,
                     "value": value, "met": value is not None and value >= at_least}
+            if ratio == "throughput" and r and r["throughput_ceiling"] is not None:
+                # What a server doing nothing but the model's calls would reach.
+                goal["ceiling"] = r["throughput_ceiling"]
+                goal["reachable"] = r["throughput_ceiling"] >= at_least
             if ratio == "footprint" and r and r["footprint_unique"] is not None:
                 # The same goal on the stack's distinct pages (PSS as if alone).
                 goal["value_unique"] = r["footprint_unique"]

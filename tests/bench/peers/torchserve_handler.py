@@ -31,20 +31,27 @@ _MODEL_PACKAGE, _MODEL_RESOURCE = "chorus_model", "model.pkl"
 _state = {}
 
 
-def _initialize(context):
+def load(archive):
+    """The archive's model (eval mode) and its input's shape and dtype, loaded
+    with stock torch.package; intra-op threads set first. Also what
+    bare_loop.py runs."""
     threads = int(os.environ.get("CHORUS_PEERS_INTRA_OP_THREADS", "0"))
     if threads > 0:
         torch.set_num_threads(threads)
     from torch.package import PackageImporter
-    model_dir = context.system_properties["model_dir"]
-    archive = os.path.join(model_dir, context.manifest["model"]["serializedFile"])
     importer = PackageImporter(archive)
     manifest = json.loads(importer.zip_reader.get_record(_MANIFEST_RECORD))
     (spec,) = manifest["inputs"]
     model = importer.load_pickle(_MODEL_PACKAGE, _MODEL_RESOURCE)
     model.eval()
-    _state.update(model=model, shape=[int(d) for d in spec["shape"]],
-                  dtype=getattr(torch, spec["dtype"]))
+    return model, [int(d) for d in spec["shape"]], getattr(torch, spec["dtype"])
+
+
+def _initialize(context):
+    model_dir = context.system_properties["model_dir"]
+    model, shape, dtype = load(
+        os.path.join(model_dir, context.manifest["model"]["serializedFile"]))
+    _state.update(model=model, shape=shape, dtype=dtype)
 
 
 def _tensor(request, shape, dtype):
