@@ -1,12 +1,21 @@
 #include "chorus/common/process_stats.h"
 
 #include <malloc.h>
+#include <sys/mman.h>
 #include <sys/resource.h>
 
 #include <cerrno>
 #include <cstdlib>
 #include <fstream>
+#include <sstream>
 #include <string>
+#include <utility>
+
+#include "chorus/common/logging.h"
+
+#ifndef MADV_PAGEOUT
+#define MADV_PAGEOUT 21  // Linux 5.4; older C library headers lack it
+#endif
 
 namespace chorus {
 
@@ -37,14 +46,40 @@ StatusOr<double> DataMiB(pid_t pid) { return StatusFieldMiB(pid, "VmData:"); }
 
 void ReleaseFreeMemory() { ::malloc_trim(0); }
 
+StatusOr<double> PageOutMappedFiles(const MappedFileFilter& matches) {
+  CHORUS_ASSIGN_OR_RETURN(double before, StatusFieldMiB(0, "RssFile:"));
+  std::ifstream maps("/proc/self/maps");
+  if (!maps) return ErrnoError("reading /proc/self/maps", errno);
+  std::string line;
+  while (std::getline(maps, line)) {
+    // "start-end perms offset dev inode path"; anonymous mappings have no path.
+    std::istringstream fields(line);
+    std::string range, perms, offset, device, inode, path;
+    fields >> range >> perms >> offset >> device >> inode >> path;
+    if (path.empty() || path[0] != '/' || !matches(path)) continue;
+    const uintptr_t start = std::stoull(range, nullptr, 16);
+    const uintptr_t end = std::stoull(range.substr(range.find('-') + 1), nullptr, 16);
+    if (::madvise(reinterpret_cast<void*>(start), end - start, MADV_PAGEOUT) != 0 &&
+        errno == EINVAL) {
+      return UnimplementedError("this kernel cannot page out (madvise MADV_PAGEOUT)");
+    }
+    // Other errors (ENOMEM: unmapped meanwhile) leave that mapping as it was.
+  }
+  CHORUS_ASSIGN_OR_RETURN(double after, StatusFieldMiB(0, "RssFile:"));
+  return before > after ? before - after : 0.0;
+}
+
 namespace {
 std::atomic<uint64_t> g_memory_activity{0};
 }  // namespace
 
 void NoteMemoryActivity() { g_memory_activity.fetch_add(1, std::memory_order_relaxed); }
 
-IdleMemoryReleaser::IdleMemoryReleaser(std::chrono::milliseconds period)
-    : period_(period), thread_([this] { Run(); }) {}
+IdleMemoryReleaser::IdleMemoryReleaser(std::chrono::milliseconds period, MappedFileFilter page_out)
+    : period_(period),
+      page_out_(std::move(page_out)),
+      activity_at_start_(g_memory_activity.load()),
+      thread_([this] { Run(); }) {}
 
 IdleMemoryReleaser::~IdleMemoryReleaser() {
   {
@@ -56,7 +91,9 @@ IdleMemoryReleaser::~IdleMemoryReleaser() {
 }
 
 void IdleMemoryReleaser::Run() {
-  uint64_t seen = g_memory_activity.load();
+  // From the count at construction, so that activity noted right after it
+  // (whenever this thread starts) is released too.
+  uint64_t seen = activity_at_start_;
   uint64_t released_at = seen;
   MutexLock lock(&mu_);
   while (!stopping_) {
@@ -64,12 +101,24 @@ void IdleMemoryReleaser::Run() {
     if (stopping_) break;
     const uint64_t now = g_memory_activity.load();
     if (now == seen && now != released_at) {  // quiet for a period, after activity
-      ReleaseFreeMemory();
+      Release();
       released_at = now;
       releases_.fetch_add(1);
     }
     seen = now;
   }
+}
+
+void IdleMemoryReleaser::Release() {
+  ReleaseFreeMemory();
+  if (!page_out_) return;
+  StatusOr<double> released = PageOutMappedFiles(page_out_);
+  if (!released.ok()) {
+    if (!paged_out_logged_) Log().warn("idle memory release: {}", released.status().ToString());
+  } else if (!paged_out_logged_) {
+    Log().info("idle memory release: paged out {:.0f} MiB of mapped library pages", *released);
+  }
+  paged_out_logged_ = true;
 }
 
 Status LimitDataMiB(int64_t mib) {

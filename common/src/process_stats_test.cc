@@ -1,6 +1,8 @@
 #include "chorus/common/process_stats.h"
 
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -8,9 +10,11 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <string>
 #include <thread>
 #include <vector>
 
+#include "chorus/common/file_util.h"
 #include "chorus/common/status_matchers.h"
 
 namespace chorus {
@@ -50,6 +54,69 @@ TEST(ProcessStatsTest, AnotherProcessAndAMissingOne) {
 
 // Frees most of a fragmented heap on another thread (its own glibc arena): the
 // freed pages stay resident until the releaser notices the quiet.
+// A read-only private mapping of a 32 MiB file (a library's text, say), every
+// page read once: resident until paged out, the same bytes after.
+class MappedFile {
+ public:
+  static constexpr size_t kBytes = 32 << 20;
+  explicit MappedFile(const std::string& path) : path_(path) {
+    std::string contents(kBytes, '\0');
+    for (size_t i = 0; i < kBytes; ++i) contents[i] = static_cast<char>(i * 7 + i / 4096);
+    EXPECT_OK(WriteFileAtomically(path, contents));
+    const int fd = ::open(path.c_str(), O_RDONLY);
+    data_ = static_cast<const char*>(::mmap(nullptr, kBytes, PROT_READ, MAP_PRIVATE, fd, 0));
+    ::close(fd);
+  }
+  ~MappedFile() { ::munmap(const_cast<char*>(data_), kBytes); }
+  uint64_t Checksum() const {
+    uint64_t sum = 0;
+    for (size_t i = 0; i < kBytes; i += 512) sum = sum * 31 + static_cast<unsigned char>(data_[i]);
+    return sum;
+  }
+  bool Is(std::string_view path) const { return path == path_; }
+
+ private:
+  std::string path_;
+  const char* data_ = nullptr;
+};
+
+TEST(ProcessStatsTest, PagingOutMappedFilesKeepsTheirContents) {
+  ASSERT_OK_AND_ASSIGN(ScopedTempDir dir, ScopedTempDir::Create("chorus-pageout-"));
+  MappedFile file(dir.path() + "/library.so");
+  const uint64_t checksum = file.Checksum();  // every page read: resident
+  ASSERT_OK_AND_ASSIGN(double others, PageOutMappedFiles([](std::string_view) { return false; }));
+  EXPECT_EQ(others, 0.0);
+  ASSERT_OK_AND_ASSIGN(double resident, ResidentMiB());
+  StatusOr<double> released =
+      PageOutMappedFiles([&](std::string_view path) { return file.Is(path); });
+  if (released.status().code() == StatusCode::kUnimplemented) {
+    GTEST_SKIP() << released.status().ToString();
+  }
+  ASSERT_OK(released);
+  EXPECT_GE(*released, 28.0);
+  ASSERT_OK_AND_ASSIGN(double after, ResidentMiB());
+  EXPECT_GE(resident - after, 28.0) << resident << " -> " << after;
+  EXPECT_EQ(file.Checksum(), checksum);  // read back from the file
+}
+
+TEST(ProcessStatsTest, IdleMemoryReleaserPagesOutWhatItIsGiven) {
+  ASSERT_OK_AND_ASSIGN(ScopedTempDir dir, ScopedTempDir::Create("chorus-pageout-"));
+  MappedFile file(dir.path() + "/library.so");
+  const uint64_t checksum = file.Checksum();
+  ASSERT_OK_AND_ASSIGN(double resident, ResidentMiB());
+  IdleMemoryReleaser releaser(std::chrono::milliseconds(100),
+                              [&](std::string_view path) { return file.Is(path); });
+  NoteMemoryActivity();
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (releaser.releases() == 0 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  ASSERT_EQ(releaser.releases(), 1);
+  ASSERT_OK_AND_ASSIGN(double after, ResidentMiB());
+  EXPECT_GE(resident - after, 28.0) << resident << " -> " << after;
+  EXPECT_EQ(file.Checksum(), checksum);
+}
+
 TEST(ProcessStatsTest, IdleMemoryReleaserReturnsAQuietHeapOnce) {
 #ifdef CHORUS_OWN_ALLOCATOR
   GTEST_SKIP() << "the sanitizer's allocator keeps its own pages";

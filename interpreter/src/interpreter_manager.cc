@@ -13,6 +13,7 @@
 #include "chorus/common/crash_report.h"
 #include "chorus/common/logging.h"
 #include "chorus/common/thread_annotations.h"
+#include "chorus/interpreter/gpu_host.h"
 #include "interpreter/src/interpreter_loader.h"
 #include "interpreter/src/interpreter_registry.h"
 #include "interpreter/src/pyside_api.h"
@@ -159,20 +160,15 @@ void ReportInterpreterOfThisThread(int fd) {
 
 // Whether interpreters may load the Python packages that only drive a GPU
 // (triton, the CUDA bindings): CHORUS_LOAD_GPU_PACKAGES=0/1 (or its former
-// name, CHORUS_LOAD_TRITON) decides, else whether libtorch sees a CUDA or ROCm
-// device.
+// name, CHORUS_LOAD_TRITON) decides, else HostHasGpu().
 bool GpuPackagesCanRun() {
-  static const bool can_run = [] {
-    for (const char* name : {"CHORUS_LOAD_GPU_PACKAGES", "CHORUS_LOAD_TRITON"}) {
-      const char* choice = std::getenv(name);
-      if (choice != nullptr && (choice == std::string("0") || choice == std::string("1"))) {
-        return choice == std::string("1");
-      }
+  for (const char* name : {"CHORUS_LOAD_GPU_PACKAGES", "CHORUS_LOAD_TRITON"}) {
+    const char* choice = std::getenv(name);
+    if (choice != nullptr && (choice == std::string("0") || choice == std::string("1"))) {
+      return choice == std::string("1");
     }
-    return at::detail::getCUDAHooks().getNumGPUs() > 0 ||
-           at::detail::getHIPHooks().getNumGPUs() > 0;
-  }();
-  return can_run;
+  }
+  return HostHasGpu();
 }
 
 // Copies of an upgraded or deleted Python environment are never used again
@@ -187,6 +183,26 @@ void PruneLibraryCache(const std::string& root) {
 }
 
 }  // namespace
+
+bool HostHasGpu() {
+  static const bool has_gpu =
+      at::detail::getCUDAHooks().getNumGPUs() > 0 || at::detail::getHIPHooks().getNumGPUs() > 0;
+  return has_gpu;
+}
+
+bool IsGpuOnlyLibrary(std::string_view path) {
+  const size_t slash = path.rfind('/');
+  const std::string_view name = slash == std::string_view::npos ? path : path.substr(slash + 1);
+  if (name.find(".so") == std::string_view::npos) return false;
+  for (std::string_view prefix :
+       {"libtorch_cuda", "libc10_cuda", "libcaffe2_nvrtc", "libtorch_hip", "libc10_hip"}) {
+    if (name.substr(0, prefix.size()) == prefix) return true;
+  }
+  for (std::string_view dir : {"/site-packages/nvidia/", "/usr/local/cuda", "/opt/rocm"}) {
+    if (path.find(dir) != std::string_view::npos) return true;
+  }
+  return false;
+}
 
 StatusOr<std::unique_ptr<InterpreterManager>> InterpreterManager::Create(
     const InterpreterManagerOptions& options) {

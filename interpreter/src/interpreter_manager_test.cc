@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cctype>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -22,6 +23,7 @@
 #include "chorus/common/file_util.h"
 #include "chorus/common/process_stats.h"
 #include "chorus/common/status_matchers.h"
+#include "chorus/interpreter/gpu_host.h"
 
 namespace chorus {
 namespace {
@@ -663,6 +665,65 @@ bindings_seen = [int(torch.cuda._utils._HAS_CUDA_BINDINGS),
     EXPECT_EQ(text.find("triton"), std::string::npos) << source << ": " << text;
     EXPECT_EQ(text.find("/cuda/bindings/"), std::string::npos) << source << ": " << text;
   }
+}
+
+TEST(GpuHostTest, GpuOnlyLibrariesAreTheCudaWheelsAndTorchsCudaParts) {
+  const std::string torch = "/venv/lib/python3.11/site-packages/torch/lib/";
+  EXPECT_TRUE(
+      IsGpuOnlyLibrary("/venv/lib/python3.11/site-packages/nvidia/cu13/lib/"
+                       "libcublasLt.so.13"));
+  EXPECT_TRUE(IsGpuOnlyLibrary(torch + "libtorch_cuda.so"));
+  EXPECT_TRUE(IsGpuOnlyLibrary(torch + "libc10_cuda.so"));
+  EXPECT_TRUE(IsGpuOnlyLibrary("/usr/local/cuda-13.0/lib64/libcudart.so.13"));
+  EXPECT_FALSE(IsGpuOnlyLibrary(torch + "libtorch_cpu.so"));
+  EXPECT_FALSE(IsGpuOnlyLibrary(torch + "libtorch_python.so"));
+  EXPECT_FALSE(IsGpuOnlyLibrary("/usr/lib/x86_64-linux-gnu/libc.so.6"));
+  EXPECT_FALSE(IsGpuOnlyLibrary("/venv/lib/python3.11/site-packages/nvidia/README.txt"));
+}
+
+// MiB of this process's mappings of GPU-only libraries, summed over one
+// /proc/self/smaps field ("Rss:", "Private_Clean:").
+double GpuLibraryMiB(const std::string& field) {
+  StatusOr<std::string> smaps = ReadFile("/proc/self/smaps");
+  if (!smaps.ok()) return -1;
+  double kib = 0;
+  bool counting = false;
+  size_t at = 0;
+  while (at < smaps->size()) {
+    size_t end = smaps->find('\n', at);
+    if (end == std::string::npos) end = smaps->size();
+    const std::string line = smaps->substr(at, end - at);
+    at = end + 1;
+    if (line.compare(0, field.size(), field) == 0) {
+      if (counting) kib += std::strtod(line.c_str() + field.size(), nullptr);
+    } else if (!line.empty() && std::isxdigit(static_cast<unsigned char>(line[0])) &&
+               line.find('-') < line.find(' ')) {  // a mapping's header line
+      const size_t path = line.find('/');
+      counting = path != std::string::npos && IsGpuOnlyLibrary(line.substr(path));
+    }
+  }
+  return kib / 1024;
+}
+
+// torch's CUDA wheels load the CUDA libraries into every process; on a host
+// without a GPU the pages loading touched can be given back (the server's
+// idle release does), and torch runs on without them.
+TEST_F(InterpreterTest, WithoutAGpuTheCudaLibrariesPagesCanBeGivenBack) {
+  if (HostHasGpu()) GTEST_SKIP() << "a GPU host uses them";
+  if (GpuLibraryMiB("Rss:") == 0) GTEST_SKIP() << "a torch without CUDA libraries";
+  const double before = GpuLibraryMiB("Private_Clean:");
+  // Pages another process maps too are not reclaimed (and are shared anyway).
+  if (before < 20) GTEST_SKIP() << "another process maps the same pages: " << before << " MiB";
+  ASSERT_OK_AND_ASSIGN(double released, PageOutMappedFiles(IsGpuOnlyLibrary));
+  EXPECT_GE(released, 0.8 * before) << before << " MiB before";
+  EXPECT_LT(GpuLibraryMiB("Private_Clean:"), 2.0);
+  for (int i = 0; i < kInterpreters; ++i) {
+    InterpreterSession session = manager().Acquire(i);
+    ASSERT_OK_AND_ASSIGN(Object sum, session.Eval("float(__import__('torch').ones(3, 3).sum())"));
+    EXPECT_EQ(sum.ToIValue()->toDouble(), 9.0);
+  }
+  std::printf("paged out %.0f MiB of CUDA library pages (%.0f MiB private before)\n", released,
+              before);
 }
 
 // Run in a child process by ImportingTorchIsSilent below.

@@ -112,17 +112,32 @@ c10::IValue EntryPointToIValue(const EntryPoint& entry) {
   return dict;
 }
 
+// The model object in `session`'s interpreter, made from the archive within
+// `load_timeout` (0: no limit).
+StatusOr<Object> MakeReplica(InterpreterSession& session, const std::shared_ptr<Archive>& archive,
+                             const EntryPoint& entry, std::chrono::milliseconds load_timeout) {
+  CHORUS_ASSIGN_OR_RETURN(Object load, session.Global("chorus.package.importer", "load_model"));
+  CallOptions options;
+  if (load_timeout.count() > 0) options.deadline = std::chrono::steady_clock::now() + load_timeout;
+  StatusOr<Object> replica =
+      load.Call({ArchiveToIValue(archive), EntryPointToIValue(entry)}, {}, options);
+  if (replica.status().code() == StatusCode::kDeadlineExceeded) {
+    return replica.status().Annotate("making the model in interpreter " +
+                                     std::to_string(session.index()) + " took longer than " +
+                                     std::to_string(load_timeout.count()) + " ms");
+  }
+  return replica;
+}
+
 class PythonModel final : public Model {
  public:
   PythonModel(InterpreterManager* manager, std::shared_ptr<Archive> archive, EntryPoint entry,
-              std::optional<Manifest> signature)
+              std::optional<Manifest> signature, std::chrono::milliseconds load_timeout)
       : manager_(manager), archive_(std::move(archive)), signature_(std::move(signature)) {
     carries_signature_ = archive_->manifest().has_value();
     std::shared_ptr<Archive> shared = archive_;
-    replicated_ = manager->Replicate([shared, entry](InterpreterSession& session) {
-      StatusOr<Object> load = session.Global("chorus.package.importer", "load_model");
-      if (!load.ok()) return load;
-      return load->Call({ArchiveToIValue(shared), EntryPointToIValue(entry)});
+    replicated_ = manager->Replicate([shared, entry, load_timeout](InterpreterSession& session) {
+      return MakeReplica(session, shared, entry, load_timeout);
     });
   }
 
@@ -269,7 +284,8 @@ StatusOr<std::shared_ptr<Model>> Model::Load(InterpreterManager* manager, const 
     return InvalidArgumentError(std::string(ArchiveKindName(archive->kind())) +
                                 "s run on interpreters: pass an InterpreterManager");
   }
-  auto model = std::make_shared<PythonModel>(manager, archive, entry, options.signature);
+  auto model = std::make_shared<PythonModel>(manager, archive, entry, options.signature,
+                                             options.load_timeout);
   // Made once now, so that a model that cannot load fails here, not later.
   InterpreterSession session = manager->AcquireOne();
   StatusOr<Object> first = model->In(session);

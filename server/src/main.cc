@@ -90,7 +90,7 @@ int main(int argc, char** argv) {
   chorus::InstallCrashHandler("chorus-server");
   chorus::ServerOptions options;
   CLI::App app{"chorus-server: serve PyTorch models packaged with chorus-package"};
-  int64_t timeout_ms = 0, drain_ms = 30000;
+  int64_t timeout_ms = 0, drain_ms = 30000, load_timeout_ms = 120000;
   bool no_supervisor = false;
   app.add_option("--model-repository", options.model_repository,
                  "directory of <model>/<version>/<archive>.pt")
@@ -106,6 +106,9 @@ int main(int argc, char** argv) {
   app.add_option("--max-queue", options.max_queue, "queued requests per model before UNAVAILABLE");
   app.add_option("--request-timeout-ms", timeout_ms, "server-side limit per request (0: none)");
   app.add_option("--drain-timeout-ms", drain_ms, "how long shutdown waits for in-flight requests");
+  app.add_option("--model-load-timeout-ms", load_timeout_ms,
+                 "how long making a model in one interpreter (its code, unpickling) may take "
+                 "before that load fails (0: no limit)");
   app.add_option("--tls-cert", options.tls_cert, "PEM certificate chain (with --tls-key)");
   app.add_option("--tls-key", options.tls_key, "PEM private key");
   app.add_option("--auth-token", options.auth_token,
@@ -116,8 +119,9 @@ int main(int argc, char** argv) {
                  "request that would allocate past it fails with RESOURCE_EXHAUSTED (0: none)");
   int64_t idle_release_ms = 1000;
   app.add_option("--idle-memory-release-ms", idle_release_ms,
-                 "after requests stop for this long, return the heap memory they freed to the "
-                 "system (0: never)");
+                 "after requests stop for this long (and once after start), return the heap "
+                 "memory they freed to the system, and without a GPU the pages of the CUDA "
+                 "libraries (0: never)");
   app.add_option("--trusted-keys", options.trusted_keys_dir,
                  "serve and train only archives signed (chorus-package sign) by one of the "
                  "Ed25519 public keys (*.pem) in this directory");
@@ -133,6 +137,7 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   options.request_timeout = std::chrono::milliseconds(timeout_ms);
   options.drain_timeout = std::chrono::milliseconds(drain_ms);
+  options.model_load_timeout = std::chrono::milliseconds(load_timeout_ms);
   options.idle_memory_release = std::chrono::milliseconds(idle_release_ms);
 
   if (no_supervisor) return Serve(options, chorus::ServingRun{});

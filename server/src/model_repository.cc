@@ -286,6 +286,7 @@ StatusOr<std::shared_ptr<Model>> ModelRepository::LoadModel(const std::string& p
   ModelOptions options;
   options.entry_point = config.entry_point;
   options.trusted_keys = options_.trusted_keys;
+  options.load_timeout = options_.load_timeout;
   if (config.has_signature()) {
     CHORUS_ASSIGN_OR_RETURN(options.signature, SignatureManifest(config, name, version));
   }

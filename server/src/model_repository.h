@@ -86,6 +86,8 @@ struct RepositoryOptions {
   // How long a model whose config.json leaves out its outputs may take to
   // answer zeros (how chorus learns them) before its load fails.
   std::chrono::milliseconds probe_timeout{60000};
+  // How long making a model in an interpreter may take (ModelOptions).
+  std::chrono::milliseconds load_timeout{120000};
   // Models LoadAll leaves out (model -> why: the supervisor's quarantine); an
   // explicit Load of one re-admits it.
   std::map<std::string, std::string> quarantined;

@@ -169,3 +169,68 @@ with PackageExporter({str(endless)!r}) as exporter:
             assert logits.shape == (1, 10)
     finally:
         assert server.stop() == 0
+
+
+STUCK_SOURCE = '''
+import torch
+
+
+class Stuck(torch.nn.Module):
+    """Waits at unpickling for something that never comes (a model bug)."""
+
+    def __setstate__(self, state):
+        while True:
+            pass
+
+    def forward(self, image):
+        return image.flatten(1)[:, :10]
+'''
+
+
+def test_a_model_that_never_finishes_unpickling_fails_to_load_and_the_rest_serve(exports,
+                                                                               tmp_path):
+    # Making the model in an interpreter is bounded by --model-load-timeout-ms (2 minutes by
+    # default), then interrupted like a call past its deadline.
+    source = tmp_path / "source"
+    source.mkdir()
+    (source / "stuck_def.py").write_text(STUCK_SOURCE)
+    stuck = tmp_path / "stuck.pt"
+    exporter = f"""
+import sys
+sys.path.insert(0, {str(source)!r})
+import stuck_def
+from torch.package import PackageExporter
+with PackageExporter({str(stuck)!r}) as exporter:
+    exporter.intern("stuck_def")
+    exporter.extern(["torch", "torch.**"])
+    exporter.save_pickle("model", "model.pkl", stuck_def.Stuck())
+"""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    subprocess.run([sys.executable, "-c", exporter], check=True, env=env)
+    repo = tmp_path / "repository"
+    entry = {"entry_point": {"package": "model", "resource": "model.pkl"}}
+    outputs = {"outputs": [{"name": "logits", "datatype": "FP32", "dims": [10]}]}
+    add(repo, "stuck", stuck, {**entry, **SIGNATURE, **outputs})
+    add(repo, "stock_package", exports / "stock_package.pt", {**entry, **SIGNATURE})
+    started = time.monotonic()
+    server = ServerProcess(repo, "--model-load-timeout-ms", "2000", "--strict-readiness",
+                           "false", interpreters=1)
+    try:
+        assert time.monotonic() - started < 60
+        with server.client() as client:
+            index = {m.name: m for m in client.models()}
+            assert index["stuck"].state == "UNAVAILABLE"
+            reason = index["stuck"].reason
+            assert "DEADLINE_EXCEEDED" in reason, reason
+            assert "making the model in interpreter 0 took longer than 2000 ms" in reason, reason
+            # The interrupted interpreter serves on.
+            assert index["stock_package"].state == "READY"
+            image = np.ones((1, 3, 8, 8), np.float32)
+            (logits,) = client.infer("stock_package", {"image": image}).values()
+            assert logits.shape == (1, 10)
+            # Loading it again is bounded the same way.
+            with pytest.raises(ClientError) as error:
+                client.load("stuck")
+            assert "took longer than 2000 ms" in str(error.value)
+    finally:
+        assert server.stop() == 0

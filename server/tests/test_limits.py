@@ -1,11 +1,14 @@
 """Limits and lifecycle, each on a server of its own: auth, message size,
 queue bounds, and draining on SIGTERM."""
 
+import re
 import time
 from concurrent.futures import ThreadPoolExecutor
 
 import grpc
 import numpy as np
+import pytest
+import torch
 
 from chorus.client.training import TrainingClient
 from conftest import ServerProcess, copy_model, rpc_code
@@ -77,3 +80,27 @@ def test_sigterm_drains_fifty_requests_in_flight_then_exits_zero(repository):
     assert exit_code == 0
     for i, result in enumerate(results):
         np.testing.assert_array_equal(result["output"], np.full((1, 4), 2.0 * i))
+
+
+@pytest.mark.skipif(torch.cuda.is_available() or torch.version.cuda is None,
+                    reason="for torch's CUDA wheels on a host without a GPU")
+def test_without_a_gpu_the_pages_of_the_cuda_libraries_are_given_back(repository):
+    # torch's CUDA wheels load the CUDA libraries into every process, GPU or not; loading
+    # touches about 140 MiB of their pages, which a CPU host never uses again. Here the
+    # serving process says it pages them out and serves on; how much that gives back is
+    # measured by interpreter_test (pages this test's own process maps too, as it imports
+    # torch, are not reclaimed) and make bench-peers.
+    server = ServerProcess(repository[0], "--idle-memory-release-ms", "200", interpreters=1)
+    try:
+        x = {"x": np.ones((2, 4), np.float32)}
+        with server.client() as client:
+            y = client.infer("mlp", x)["output"]
+        deadline = time.monotonic() + 30
+        pattern = r"idle memory release: paged out \d+ MiB of mapped library pages"
+        while not re.search(pattern, server.log_text()):
+            assert time.monotonic() < deadline, server.log_text()
+            time.sleep(0.1)
+        with server.client() as client:  # still serving, the same answers
+            np.testing.assert_array_equal(client.infer("mlp", x)["output"], y)
+    finally:
+        assert server.stop() == 0

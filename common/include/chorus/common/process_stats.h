@@ -7,6 +7,8 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <functional>
+#include <string_view>
 #include <thread>
 
 #include "chorus/common/status.h"
@@ -29,15 +31,27 @@ StatusOr<double> DataMiB(pid_t pid = 0);
 // training job). Takes milliseconds; any thread.
 void ReleaseFreeMemory();
 
+// Which mapped files' pages PageOutMappedFiles gives back, by path.
+using MappedFileFilter = std::function<bool(std::string_view path)>;
+
+// Asks the kernel to reclaim the resident pages of the files this process
+// maps whose path `matches` (madvise MADV_PAGEOUT, Linux 5.4+): contents never
+// change (a page touched again is read back), so it is for libraries whose
+// code cannot run here (GPU libraries on a host without a GPU), which loading
+// touched. Returns the MiB of file pages this process stopped mapping;
+// UNIMPLEMENTED on a kernel without MADV_PAGEOUT. Tens of ms; any thread.
+StatusOr<double> PageOutMappedFiles(const MappedFileFilter& matches);
+
 // Gives the allocator's free memory back once the process has gone quiet.
 // glibc keeps what threads free in their arenas: a burst of requests leaves
 // tens of MiB resident after it ends, which only malloc_trim returns. A
 // thread checks every `period` whether NoteMemoryActivity() was called since
 // its last look; after activity followed by one quiet period it releases once
-// (ReleaseFreeMemory), so a busy process never pays for it.
+// (ReleaseFreeMemory), so a busy process never pays for it. With `page_out`,
+// each release also pages out the mapped files it matches (PageOutMappedFiles).
 class IdleMemoryReleaser {
  public:
-  explicit IdleMemoryReleaser(std::chrono::milliseconds period);
+  explicit IdleMemoryReleaser(std::chrono::milliseconds period, MappedFileFilter page_out = {});
   // Stops and joins the thread.
   ~IdleMemoryReleaser();
   IdleMemoryReleaser(const IdleMemoryReleaser&) = delete;
@@ -49,7 +63,12 @@ class IdleMemoryReleaser {
  private:
   void Run() CHORUS_EXCLUDES(mu_);
 
+  void Release();
+
   const std::chrono::milliseconds period_;
+  const MappedFileFilter page_out_;
+  const uint64_t activity_at_start_;  // NoteMemoryActivity's count at construction
+  bool paged_out_logged_ = false;     // the first page-out is logged; touched by thread_ only
   std::atomic<int64_t> releases_{0};
   Mutex mu_;
   CondVar stop_changed_;

@@ -32,6 +32,9 @@ struct ServerOptions {
   // 0: only the client's deadline. Also bounds the run on zeros that learns
   // the outputs of a model whose config.json leaves them out (60 s without it).
   std::chrono::milliseconds request_timeout{0};
+  // How long making a model in one interpreter (its module code, unpickling)
+  // may take before that load fails with DEADLINE_EXCEEDED (0: no limit).
+  std::chrono::milliseconds model_load_timeout{120000};
   std::string tls_cert;  // PEM files; both or neither
   std::string tls_key;
   std::string auth_token;  // non-empty: every model call needs "authorization: Bearer <token>"
@@ -42,8 +45,9 @@ struct ServerOptions {
   // allocate past it fails with RESOURCE_EXHAUSTED instead of the kernel's
   // OOM killer ending the process. Mapped weights do not count.
   int64_t memory_limit_mib = 0;
-  // After requests stop for this long, the heap memory they freed goes back to
-  // the system (IdleMemoryReleaser); 0: never.
+  // After requests stop for this long (and once after start), the heap memory
+  // they freed goes back to the system (IdleMemoryReleaser), and on a host
+  // without a GPU the pages loading torch's CUDA libraries touched; 0: never.
   std::chrono::milliseconds idle_memory_release{1000};
   // Non-empty: serve and train only archives signed (chorus-package sign) by
   // one of the Ed25519 public keys (*.pem) in this directory.

@@ -12,6 +12,7 @@
 #ifndef CHORUS_PACKAGE_MODEL_H_
 #define CHORUS_PACKAGE_MODEL_H_
 
+#include <chrono>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -46,6 +47,11 @@ struct ModelOptions {
   // When set, only archives signed by one of these keys load (checked before
   // any of the archive's code runs); others fail with PERMISSION_DENIED.
   std::shared_ptr<const TrustedKeys> trusted_keys;
+  // Making the model in an interpreter (the archive's module code, unpickling)
+  // may take this long (0: no limit); past it, it is interrupted as a call
+  // past its deadline is, that load or call fails with DEADLINE_EXCEEDED and
+  // the interpreter serves on. Code blocked inside C stops when it returns.
+  std::chrono::milliseconds load_timeout{0};
 };
 
 class Model {
