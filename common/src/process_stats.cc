@@ -95,15 +95,22 @@ void IdleMemoryReleaser::Run() {
   // (whenever this thread starts) is released too.
   uint64_t seen = activity_at_start_;
   uint64_t released_at = seen;
+  auto paged_out_at = std::chrono::steady_clock::time_point::max();  // not yet
   MutexLock lock(&mu_);
   while (!stopping_) {
     stop_changed_.WaitUntil(&mu_, std::chrono::steady_clock::now() + period_);
     if (stopping_) break;
     const uint64_t now = g_memory_activity.load();
+    const auto time = std::chrono::steady_clock::now();
     if (now == seen && now != released_at) {  // quiet for a period, after activity
       Release();
       released_at = now;
+      paged_out_at = time;
       releases_.fetch_add(1);
+    } else if (now == seen && page_out_ && paged_out_at != decltype(paged_out_at)::max() &&
+               time - paged_out_at >= 10 * period_) {
+      PageOut();
+      paged_out_at = time;
     }
     seen = now;
   }
@@ -111,8 +118,13 @@ void IdleMemoryReleaser::Run() {
 
 void IdleMemoryReleaser::Release() {
   ReleaseFreeMemory();
-  if (!page_out_) return;
+  PageOut();
+}
+
+void IdleMemoryReleaser::PageOut() {
+  if (!page_out_ || !page_out_works_) return;
   StatusOr<double> released = PageOutMappedFiles(page_out_);
+  if (released.status().code() == StatusCode::kUnimplemented) page_out_works_ = false;
   if (!released.ok()) {
     if (!paged_out_logged_) Log().warn("idle memory release: {}", released.status().ToString());
   } else if (!paged_out_logged_) {

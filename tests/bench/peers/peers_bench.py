@@ -38,7 +38,8 @@ row agree within --stability-pct (at most --max-trials windows; when they never
 agree, the load is measured again over a fixed number of requests, about 3
 windows' worth, without the check, and marked stable: false).
 
-Memory is the whole serving stack's, idle after the load, from
+Memory is the whole serving stack's, idle after the load (once it has been
+alone and idle for --settle-s, both alike), from
 /proc/PID/smaps_rollup of every process in its tree (chorus' supervisor and
 serving process; TorchServe's Java frontend and each Python worker, not the
 `torchserve` launcher script, which --foreground keeps as their parent): summed
@@ -687,11 +688,17 @@ def run_pair(args, work, servers):
             passes = cell.setdefault("passes", {}).setdefault(str(concurrency), [])
             passes.append(perf_analyzer(args, server, concurrency, work,
                                         f"{label}-c{concurrency}-{len(passes) + 1}"))
+        server.load_ended = time.monotonic()
         if server.crashes():
             raise RuntimeError(f"{server.kind} lost a worker {server.crashes()} time(s) "
                                f"(see {server.log_path})")
 
     def memory(server, cell):
+        # The same settling time for both stacks, alone and idle (chorus gives
+        # memory back after a quiet second and pages out every 10 s while
+        # quiet; pages the other stack still mapped are not reclaimed).
+        settled = max(server.load_ended, getattr(server, "alone_since", 0.0)) + args.settle_s
+        time.sleep(max(0.0, settled - time.monotonic()))
         cell["memory"] = server.memory()
 
     try:
@@ -703,6 +710,7 @@ def run_pair(args, work, servers):
         attempt(a, measure)
         if hasattr(a, "stack"):
             a.stop()
+        b.alone_since = time.monotonic()
         attempt(b, memory)
     finally:
         for server in servers:
@@ -910,6 +918,8 @@ def parse_args():
                              "KServe v2 HTTP/REST (TorchServe is always HTTP)")
     parser.add_argument("--torchserve-log-config", default=None,
                         help="a log4j2 file for TorchServe (default: TorchServe's own)")
+    parser.add_argument("--settle-s", type=float, default=12.0,
+                        help="memory is read once a stack has been alone and idle this long")
     parser.add_argument("--start-timeout-s", type=float, default=300)
     parser.add_argument("--perf-timeout-s", type=float, default=300)
     parser.add_argument("--keep", action="store_true",
@@ -972,6 +982,7 @@ def main():
                 "models": args.models, "workers": args.workers,
                 "concurrency": args.concurrency, "quick": args.quick,
                 "window_ms": args.window_ms, "stability_pct": args.stability_pct,
+                "settle_s": args.settle_s,
                 "max_trials": args.max_trials, "warmup_requests": args.warmup_requests,
                 "cores": os.cpu_count(),
                 "intra_op_threads": {str(n): intra_op_threads(n) for n in args.workers},

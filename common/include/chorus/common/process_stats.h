@@ -48,7 +48,9 @@ StatusOr<double> PageOutMappedFiles(const MappedFileFilter& matches);
 // thread checks every `period` whether NoteMemoryActivity() was called since
 // its last look; after activity followed by one quiet period it releases once
 // (ReleaseFreeMemory), so a busy process never pays for it. With `page_out`,
-// each release also pages out the mapped files it matches (PageOutMappedFiles).
+// each release also pages out the mapped files it matches (PageOutMappedFiles),
+// and so does every 10 quiet periods after it: pages another process mapped
+// too are not reclaimed, and become this one's own when that process exits.
 class IdleMemoryReleaser {
  public:
   explicit IdleMemoryReleaser(std::chrono::milliseconds period, MappedFileFilter page_out = {});
@@ -64,11 +66,15 @@ class IdleMemoryReleaser {
   void Run() CHORUS_EXCLUDES(mu_);
 
   void Release();
+  void PageOut();
 
   const std::chrono::milliseconds period_;
   const MappedFileFilter page_out_;
   const uint64_t activity_at_start_;  // NoteMemoryActivity's count at construction
-  bool paged_out_logged_ = false;     // the first page-out is logged; touched by thread_ only
+  // Touched by thread_ only: the first page-out is logged; an UNIMPLEMENTED one
+  // (an old kernel) is not tried again.
+  bool paged_out_logged_ = false;
+  bool page_out_works_ = true;
   std::atomic<int64_t> releases_{0};
   Mutex mu_;
   CondVar stop_changed_;
