@@ -628,8 +628,15 @@ triton_seen = [int(has_triton_package()), int(importlib.util.find_spec('triton')
                int(sys.modules.get('triton') is not None)]
 bindings_installed = (installed('cuda') and importlib.machinery.PathFinder.find_spec(
     'bindings', [p + '/cuda' for p in sys.path if isinstance(p, str)]) is not None)
-bindings_seen = [int(torch.cuda._utils._HAS_CUDA_BINDINGS),
-                 int(sys.modules.get('cuda.bindings') is not None)]
+def importable(name):
+    try:
+        importlib.import_module(name)
+        return 1
+    except ImportError:
+        return 0
+# torch.cuda imports them when it can (torch 2.14; torch 2.11 does not use them).
+bindings_seen = [importable('cuda.bindings'),
+                 int(getattr(torch.cuda._utils, '_HAS_CUDA_BINDINGS', importable('cuda.bindings')))]
 )"));
     ASSERT_OK_AND_ASSIGN(Object triton, session.Eval("triton_installed"));
     ASSERT_OK_AND_ASSIGN(Object bindings, session.Eval("bindings_installed"));
