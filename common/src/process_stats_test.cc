@@ -99,6 +99,14 @@ TEST(ProcessStatsTest, PagingOutMappedFilesKeepsTheirContents) {
   EXPECT_EQ(file.Checksum(), checksum);  // read back from the file
 }
 
+// Up to 10 s.
+void WaitForARelease(const IdleMemoryReleaser& releaser) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (releaser.releases() == 0 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+}
+
 TEST(ProcessStatsTest, IdleMemoryReleaserPagesOutWhatItIsGiven) {
   ASSERT_OK_AND_ASSIGN(ScopedTempDir dir, ScopedTempDir::Create("chorus-pageout-"));
   MappedFile file(dir.path() + "/library.so");
@@ -107,10 +115,7 @@ TEST(ProcessStatsTest, IdleMemoryReleaserPagesOutWhatItIsGiven) {
   IdleMemoryReleaser releaser(std::chrono::milliseconds(100),
                               [&](std::string_view path) { return file.Is(path); });
   NoteMemoryActivity();
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-  while (releaser.releases() == 0 && std::chrono::steady_clock::now() < deadline) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
+  WaitForARelease(releaser);
   ASSERT_EQ(releaser.releases(), 1);
   ASSERT_OK_AND_ASSIGN(double after, ResidentMiB());
   EXPECT_GE(resident - after, 28.0) << resident << " -> " << after;
@@ -154,10 +159,7 @@ TEST(ProcessStatsTest, IdleMemoryReleaserReturnsAQuietHeapOnce) {
     NoteMemoryActivity();
   });
   worker.join();
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-  while (releaser.releases() == 0 && std::chrono::steady_clock::now() < deadline) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
+  WaitForARelease(releaser);
   ASSERT_EQ(releaser.releases(), 1);
   ASSERT_OK_AND_ASSIGN(double released, ResidentMiB());
   EXPECT_GE(after_free - released, 60.0) << after_free << " -> " << released;

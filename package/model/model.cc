@@ -121,7 +121,7 @@ StatusOr<Object> MakeReplica(InterpreterSession& session, const std::shared_ptr<
   if (load_timeout.count() > 0) options.deadline = std::chrono::steady_clock::now() + load_timeout;
   StatusOr<Object> replica =
       load.Call({ArchiveToIValue(archive), EntryPointToIValue(entry)}, {}, options);
-  if (replica.status().code() == StatusCode::kDeadlineExceeded) {
+  if (load_timeout.count() > 0 && replica.status().code() == StatusCode::kDeadlineExceeded) {
     return replica.status().Annotate("making the model in interpreter " +
                                      std::to_string(session.index()) + " took longer than " +
                                      std::to_string(load_timeout.count()) + " ms");

@@ -113,6 +113,28 @@ def test_files_without_a_usable_config_are_refused_with_what_to_write(served):
         assert "max_batch_sise" in refused.value.message
 
 
+def export_with_stock_torch(tmp_path, module, source, cls):
+    """A stock torch.package (no chorus in the exporting process) of `module.cls()`,
+    `module` written from `source` and interned; returns its path."""
+    folder = tmp_path / "source"
+    folder.mkdir(exist_ok=True)
+    (folder / f"{module}.py").write_text(source)
+    archive = tmp_path / f"{module}.pt"
+    exporter = f"""
+import sys
+sys.path.insert(0, {str(folder)!r})
+import {module}
+from torch.package import PackageExporter
+with PackageExporter({str(archive)!r}) as exporter:
+    exporter.intern({module!r})
+    exporter.extern(["torch", "torch.**"])
+    exporter.save_pickle("model", "model.pkl", {module}.{cls}())
+"""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    subprocess.run([sys.executable, "-c", exporter], check=True, env=env)
+    return archive
+
+
 ENDLESS_SOURCE = '''
 import torch
 
@@ -130,23 +152,7 @@ class Endless(torch.nn.Module):
 def test_a_model_that_never_answers_zeros_fails_to_load_and_the_rest_serve(exports, tmp_path):
     # Its config.json leaves out the outputs, so chorus runs it on zeros to learn them: that
     # run is bounded by --request-timeout-ms (60 s without it) and then interrupted.
-    source = tmp_path / "source"
-    source.mkdir()
-    (source / "endless_def.py").write_text(ENDLESS_SOURCE)
-    endless = tmp_path / "endless.pt"
-    exporter = f"""
-import sys
-import time
-sys.path.insert(0, {str(source)!r})
-import endless_def
-from torch.package import PackageExporter
-with PackageExporter({str(endless)!r}) as exporter:
-    exporter.intern("endless_def")
-    exporter.extern(["torch", "torch.**"])
-    exporter.save_pickle("model", "model.pkl", endless_def.Endless())
-"""
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    subprocess.run([sys.executable, "-c", exporter], check=True, env=env)
+    endless = export_with_stock_torch(tmp_path, "endless_def", ENDLESS_SOURCE, "Endless")
     repo = tmp_path / "repository"
     entry = {"entry_point": {"package": "model", "resource": "model.pkl"}}
     add(repo, "endless", endless, {**entry, **SIGNATURE})
@@ -191,22 +197,7 @@ def test_a_model_that_never_finishes_unpickling_fails_to_load_and_the_rest_serve
                                                                                tmp_path):
     # Making the model in an interpreter is bounded by --model-load-timeout-ms (2 minutes by
     # default), then interrupted like a call past its deadline.
-    source = tmp_path / "source"
-    source.mkdir()
-    (source / "stuck_def.py").write_text(STUCK_SOURCE)
-    stuck = tmp_path / "stuck.pt"
-    exporter = f"""
-import sys
-sys.path.insert(0, {str(source)!r})
-import stuck_def
-from torch.package import PackageExporter
-with PackageExporter({str(stuck)!r}) as exporter:
-    exporter.intern("stuck_def")
-    exporter.extern(["torch", "torch.**"])
-    exporter.save_pickle("model", "model.pkl", stuck_def.Stuck())
-"""
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    subprocess.run([sys.executable, "-c", exporter], check=True, env=env)
+    stuck = export_with_stock_torch(tmp_path, "stuck_def", STUCK_SOURCE, "Stuck")
     repo = tmp_path / "repository"
     entry = {"entry_point": {"package": "model", "resource": "model.pkl"}}
     outputs = {"outputs": [{"name": "logits", "datatype": "FP32", "dims": [10]}]}

@@ -26,6 +26,7 @@
 #include <thread>
 #include <vector>
 
+#include "chorus/interpreter/gpu_host.h"
 #include "chorus/interpreter/interpreter_manager.h"
 #include "tests/bench/bench_util.h"
 
@@ -140,11 +141,7 @@ nlohmann::json MeasureWorkload(InterpreterManager& manager, const Workload& work
 // it); plus the copies by library name.
 // The CUDA wheels' libraries (nvidia-*, triton) and torch's CUDA parts.
 bool IsCudaLibrary(const std::string& path) {
-  for (const char* marker :
-       {"/nvidia/", "/triton/", "/cuda/", "_cuda.so", "libcudart", "libnccl"}) {
-    if (path.find(marker) != std::string::npos) return true;
-  }
-  return false;
+  return IsGpuOnlyLibrary(path) || path.find("/triton/") != std::string::npos;
 }
 
 nlohmann::json ResidentMiBByKind(const std::string& cache) {
