@@ -1,6 +1,6 @@
 # chorus_public_headers(target): the component's public headers, include/chorus/...
 # beside its CMakeLists.txt, for its users in the build tree and once installed;
-# and the repository root for its own private includes ("runtime/training/...").
+# and the repository root for its own private includes ("training/collectives/src/...").
 function(chorus_public_headers target)
   target_include_directories(${target}
     PUBLIC

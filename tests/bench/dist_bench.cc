@@ -18,9 +18,9 @@
 #include <vector>
 
 #include "chorus/interpreter/interpreter_manager.h"
-#include "chorus/training/bindings.h"
-#include "chorus/training/communicator.h"
-#include "chorus/training/hierarchical.h"
+#include "chorus/training/collectives/bindings.h"
+#include "chorus/training/collectives/communicator.h"
+#include "chorus/training/collectives/hierarchical.h"
 #include "tests/bench/bench_util.h"
 
 namespace chorus::bench {

@@ -10,7 +10,7 @@
 #include <thread>
 #include <vector>
 
-#include "runtime/training/nccl/nccl_communicator.h"
+#include "training/collectives/nccl/nccl_communicator.h"
 
 using namespace chorus;
 

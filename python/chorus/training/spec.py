@@ -1,6 +1,6 @@
 """A training job's spec: what it trains and how, with its defaults.
 
-The C++ TrainingSpec (runtime/training/include/chorus/training/training_spec.h) is the
+The C++ TrainingSpec (training/job/include/chorus/training/job/training_spec.h) is the
 same spec with the same defaults, checked by training_spec_test; the service
 fills that one from its request and hands its JSON to the trainer, which reads
 it with JobSpec.from_dict. Shaped like torchtitan's JobConfig: small nested

@@ -1,0 +1,102 @@
+#include "chorus/server/frontends/http/http_endpoint.h"
+
+#include <nlohmann/json.hpp>
+
+#include "chorus/server/frontends/http/http_status.h"
+
+namespace chorus {
+namespace {
+
+constexpr char kJson[] = "application/json";
+
+// What an error httplib answers itself (no route ran) says.
+std::string RoutingErrorMessage(const httplib::Request& request, int http_status,
+                                int64_t max_body_bytes) {
+  switch (http_status) {
+    case 413:
+      return "the request body exceeds the server's limit of " + std::to_string(max_body_bytes) +
+             " bytes";
+    case 404:
+      return "no such endpoint: " + request.method + " " + request.path;
+    case 400:
+      return "the request could not be read (a POST needs Content-Length, 0 for no body)";
+    default:
+      return "the request could not be served";
+  }
+}
+
+}  // namespace
+
+HttpEndpoint::HttpEndpoint(const HttpEndpointOptions& options) {
+  if (options.request_threads > 0) {
+    const int threads = options.request_threads;
+    server_->new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
+  }
+  // Off by default in cpp-httplib: every answer would wait ~40 ms for the
+  // client's delayed ACK (Nagle).
+  server_->set_tcp_nodelay(true);
+  const int64_t max_body = options.max_body_bytes;
+  if (max_body > 0) server_->set_payload_max_length(static_cast<size_t>(max_body));
+  server_->set_error_handler(
+      [this, max_body](const httplib::Request& request, httplib::Response& response) {
+        if (!response.body.empty()) return;
+        const std::string message = RoutingErrorMessage(request, response.status, max_body);
+        response.set_content(ErrorBodyFor(request.path, message, response.status), kJson);
+      });
+  const Authorizer* authorizer = options.authorizer;
+  if (authorizer == nullptr) return;
+  server_->set_pre_routing_handler(
+      [this, authorizer](const httplib::Request& request, httplib::Response& response) {
+        if (request.path.rfind("/v2/health/", 0) == 0) {
+          return httplib::Server::HandlerResponse::Unhandled;
+        }
+        Status allowed = authorizer->Check(request.get_header_value("Authorization"));
+        if (allowed.ok()) return httplib::Server::HandlerResponse::Unhandled;
+        ReplyError(request.path, response, allowed);
+        return httplib::Server::HandlerResponse::Handled;
+      });
+}
+
+HttpEndpoint::~HttpEndpoint() { Stop(); }
+
+void HttpEndpoint::SetErrorBody(const std::string& prefix, ErrorBody body) {
+  error_bodies_[prefix] = std::move(body);
+}
+
+std::string HttpEndpoint::ErrorBodyFor(const std::string& path, const std::string& message,
+                                       int http_status) const {
+  const ErrorBody* chosen = nullptr;
+  size_t longest = 0;
+  for (const auto& [prefix, body] : error_bodies_) {
+    if (path.rfind(prefix, 0) == 0 && prefix.size() >= longest) {
+      chosen = &body;
+      longest = prefix.size();
+    }
+  }
+  if (chosen != nullptr) return (*chosen)(message, http_status);
+  return nlohmann::json{{"error", message}}.dump(-1, ' ', false,
+                                                 nlohmann::json::error_handler_t::replace);
+}
+
+void HttpEndpoint::ReplyError(const std::string& path, httplib::Response& response,
+                              const Status& status) const {
+  response.status = HttpStatusCode(status.code());
+  response.set_content(ErrorBodyFor(path, std::string(status.message()), response.status), kJson);
+}
+
+Status HttpEndpoint::Serve(const std::string& host, int requested, const std::string& what) {
+  port_ = requested == 0 ? server_->bind_to_any_port(host)
+                         : (server_->bind_to_port(host, requested) ? requested : -1);
+  if (port_ < 0) {
+    return UnavailableError("cannot listen for " + what + " on port " + std::to_string(requested));
+  }
+  thread_ = std::thread([this] { server_->listen_after_bind(); });
+  return OkStatus();
+}
+
+void HttpEndpoint::Stop() {
+  server_->stop();
+  if (thread_.joinable()) thread_.join();
+}
+
+}  // namespace chorus

@@ -1,0 +1,189 @@
+#include "chorus/server/frontends/http/rest_service.h"
+
+#include <future>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+
+#include "chorus/server/frontends/http/generation_stream.h"
+#include "chorus/server/frontends/http/http_status.h"
+#include "chorus/server/frontends/http/kserve_json.h"
+
+namespace chorus {
+namespace {
+
+constexpr char kJson[] = "application/json";
+// A model, optionally with its version: /v2/models/NAME[/versions/VERSION]
+#define CHORUS_MODEL_PATH R"(/v2/models/([^/]+)(?:/versions/([^/]+))?)"
+
+void ReplyError(httplib::Response& response, const Status& status) {
+  response.status = HttpStatusCode(status.code());
+  response.set_content(RenderError(status), kJson);
+}
+
+// Answers `status`'s error, or `body` when it is OK.
+void Reply(httplib::Response& response, const Status& status, const std::string& body) {
+  if (!status.ok()) return ReplyError(response, status);
+  response.set_content(body, kJson);
+}
+
+std::string ModelName(const httplib::Request& request) { return request.matches[1].str(); }
+std::string ModelVersion(const httplib::Request& request) {
+  return request.matches.size() > 2 ? request.matches[2].str() : "";
+}
+
+// Waits for the core's answer to a call it finishes from another thread.
+class Completion {
+ public:
+  std::function<void(Status)> Callback() {
+    return [this](Status status) { done_.set_value(std::move(status)); };
+  }
+  Status Wait() { return done_.get_future().get(); }
+
+ private:
+  std::promise<Status> done_;
+};
+
+StatusOr<std::optional<size_t>> JsonLength(const httplib::Request& request) {
+  if (!request.has_header(kInferenceHeaderLength)) return std::optional<size_t>();
+  const std::string value = request.get_header_value(kInferenceHeaderLength);
+  if (value.empty() || value.find_first_not_of("0123456789") != std::string::npos ||
+      value.size() > 18) {
+    return InvalidArgumentError(std::string(kInferenceHeaderLength) +
+                                " is not a byte count: " + value);
+  }
+  return std::optional<size_t>(std::stoull(value));
+}
+
+}  // namespace
+
+void RestService::Register(HttpEndpoint* endpoint) {
+  httplib::Server* server = &endpoint->routes();
+  server->Get("/v2/health/live", [](const httplib::Request&, httplib::Response& response) {
+    response.set_content(R"({"live":true})", kJson);
+  });
+  server->Get("/v2/health/ready", [this](const httplib::Request&, httplib::Response& response) {
+    const bool ready = core_->ServerReady();
+    response.status = ready ? 200 : 503;
+    response.set_content(nlohmann::json{{"ready", ready}}.dump(), kJson);
+  });
+  server->Get("/v2", [this](const httplib::Request&, httplib::Response& response) {
+    inference::ServerMetadataResponse metadata;
+    core_->ServerMetadata(&metadata);
+    response.set_content(RenderServerMetadata(metadata), kJson);
+  });
+  server->Get("/v2/models/stats", [this](const httplib::Request&, httplib::Response& response) {
+    inference::ModelStatisticsResponse statistics;
+    Status status = core_->ModelStatistics("", "", &statistics);
+    Reply(response, status, RenderStatistics(statistics));
+  });
+  server->Get(
+      CHORUS_MODEL_PATH, [this](const httplib::Request& request, httplib::Response& response) {
+        inference::ModelMetadataResponse metadata;
+        Status status = core_->ModelMetadata(ModelName(request), ModelVersion(request), &metadata);
+        Reply(response, status, RenderModelMetadata(metadata));
+      });
+  server->Get(CHORUS_MODEL_PATH "/ready",
+              [this](const httplib::Request& request, httplib::Response& response) {
+                const bool ready = core_->ModelReady(ModelName(request), ModelVersion(request));
+                response.status = ready ? 200 : 503;
+                response.set_content(
+                    nlohmann::json{{"name", ModelName(request)}, {"ready", ready}}.dump(), kJson);
+              });
+  server->Get(CHORUS_MODEL_PATH "/config", [this](const httplib::Request& request,
+                                                  httplib::Response& response) {
+    inference::ModelConfigResponse config;
+    Status status = core_->ModelConfig(ModelName(request), ModelVersion(request), &config);
+    Reply(response, status, RenderModelConfig(config));
+  });
+  server->Get(CHORUS_MODEL_PATH "/stats", [this](const httplib::Request& request,
+                                                 httplib::Response& response) {
+    inference::ModelStatisticsResponse statistics;
+    Status status = core_->ModelStatistics(ModelName(request), ModelVersion(request), &statistics);
+    Reply(response, status, RenderStatistics(statistics));
+  });
+  server->Post(CHORUS_MODEL_PATH "/infer",
+               [this](const httplib::Request& request, httplib::Response& response) {
+                 Infer(request, response);
+               });
+  server->Post(CHORUS_MODEL_PATH "/generate",
+               [this](const httplib::Request& request, httplib::Response& response) {
+                 Generate(request, response, /*stream=*/false);
+               });
+  server->Post(CHORUS_MODEL_PATH "/generate_stream",
+               [this](const httplib::Request& request, httplib::Response& response) {
+                 Generate(request, response, /*stream=*/true);
+               });
+  server->Post("/v2/repository/index",
+               [this](const httplib::Request& request, httplib::Response& response) {
+                 const auto body = nlohmann::json::parse(request.body, nullptr, false);
+                 const bool ready_only = body.is_object() && body.value("ready", false);
+                 inference::RepositoryIndexResponse index;
+                 core_->RepositoryIndex(ready_only, &index);
+                 response.set_content(RenderRepositoryIndex(index), kJson);
+               });
+  server->Post(R"(/v2/repository/models/([^/]+)/(load|unload))",
+               [this](const httplib::Request& request, httplib::Response& response) {
+                 Repository(request, response);
+               });
+}
+
+void RestService::Infer(const httplib::Request& http_request, httplib::Response& http_response) {
+  StatusOr<std::optional<size_t>> json_length = JsonLength(http_request);
+  if (!json_length.ok()) return ReplyError(http_response, json_length.status());
+  StatusOr<inference::ModelInferRequest> request = ParseInferRequest(
+      http_request.body, *json_length, ModelName(http_request), ModelVersion(http_request));
+  if (!request.ok()) return ReplyError(http_response, request.status());
+  inference::ModelInferResponse response;
+  Completion completion;
+  core_->Infer(&*request, &response, InferenceCore::Clock::time_point::max(), nullptr,
+               completion.Callback());
+  Status status = completion.Wait();
+  if (!status.ok()) return ReplyError(http_response, status);
+  RestBody body = RenderInferResponse(*request, response);
+  if (body.json_length.has_value()) {
+    http_response.set_header(kInferenceHeaderLength, std::to_string(*body.json_length));
+    http_response.set_content(std::move(body.content), "application/octet-stream");
+  } else {
+    http_response.set_content(std::move(body.content), kJson);
+  }
+}
+
+void RestService::Generate(const httplib::Request& http_request, httplib::Response& http_response,
+                           bool stream) {
+  StatusOr<GenerateRequest> request = ParseGenerateRequest(http_request.body);
+  if (!request.ok()) return ReplyError(http_response, request.status());
+  const std::string model = ModelName(http_request);
+  inference::ModelMetadataResponse metadata;
+  Status found = core_->ModelMetadata(model, ModelVersion(http_request), &metadata);
+  if (!found.ok()) return ReplyError(http_response, found);
+  const std::string version = metadata.versions_size() > 0 ? metadata.versions(0) : "";
+  auto queue = std::make_shared<ChunkQueue>();
+  core_->GenerateText(model, ChunkQueue::Request(queue, std::move(request->prompt), "",
+                                                 std::move(request->parameters_json)));
+  if (!stream) {
+    GenerationChunk last;
+    StatusOr<std::string> text = queue->WholeText(&last);
+    if (!text.ok()) return ReplyError(http_response, text.status());
+    return http_response.set_content(RenderGenerateResponse(model, version, *text), kJson);
+  }
+  EventRenderer events;
+  events.chunk = [model, version](const GenerationChunk& chunk) {
+    return "data: " + RenderGenerateResponse(model, version, chunk.text) + "\n\n";
+  };
+  events.close = [](const GenerationChunk&) { return std::string(); };
+  events.error = [](const Status& status) { return "data: " + RenderError(status) + "\n\n"; };
+  ServeEvents(queue, std::move(events), http_response, ReplyError);
+}
+
+void RestService::Repository(const httplib::Request& request, httplib::Response& response) {
+  Completion completion;
+  if (request.matches[2].str() == "load") {
+    core_->LoadModel(request.matches[1].str(), completion.Callback());
+  } else {
+    core_->UnloadModel(request.matches[1].str(), completion.Callback());
+  }
+  Reply(response, completion.Wait(), "{}");
+}
+
+}  // namespace chorus

@@ -1,0 +1,140 @@
+// The Open Inference Protocol's operations with no transport: the gRPC
+// service and the HTTP/REST endpoints both convert their request to the
+// protocol's messages, hand it here, and convert the answer back. So both
+// validate alike, share one scheduler per model and report the same errors.
+// Authorization is the transports' (they see the credentials).
+#ifndef CHORUS_SERVER_MODELS_INFERENCE_CORE_H_
+#define CHORUS_SERVER_MODELS_INFERENCE_CORE_H_
+
+#include <atomic>
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "chorus/common/background_runner.h"
+#include "chorus/common/status.h"
+#include "chorus/inference/grpc_service.pb.h"
+#include "chorus/server/models/model_repository.h"
+
+namespace chorus {
+
+struct InferenceCoreOptions {
+  // 0: only the client's deadline.
+  std::chrono::milliseconds request_timeout{0};
+  // Triton's strict readiness: the server is ready only while every model of
+  // the repository that should serve does (quarantined ones aside).
+  bool strict_readiness = true;
+};
+
+class InferenceCore {
+ public:
+  using Clock = std::chrono::steady_clock;
+
+  // Both outlive the core; `background` runs repository loads and unloads.
+  InferenceCore(ModelRepository* repository, BackgroundRunner* background,
+                InferenceCoreOptions options)
+      : repository_(repository), background_(background), options_(options) {}
+
+  // Whether calls are taken: false until the server has started and again
+  // once it drains. Any thread.
+  void SetAccepting(bool accepting) { accepting_.store(accepting); }
+  bool accepting() const { return accepting_.load(); }
+  // ServerReady's answer, and /v2/health/ready's: accepting, and (strict
+  // readiness) every model that should serve does.
+  bool ServerReady() const;
+
+  // The server's name, version and protocol extensions.
+  void ServerMetadata(inference::ServerMetadataResponse* response) const;
+
+  // Whether version `version` ("" = the newest) of `name` serves now.
+  bool ModelReady(const std::string& name, const std::string& version) const;
+
+  // Each fills `response` for `name`/`version` ("" = the newest; "" name for
+  // statistics = every loaded model). NOT_FOUND for a model that is not loaded.
+  Status ModelMetadata(const std::string& name, const std::string& version,
+                       inference::ModelMetadataResponse* response) const;
+  Status ModelConfig(const std::string& name, const std::string& version,
+                     inference::ModelConfigResponse* response) const;
+  Status ModelStatistics(const std::string& name, const std::string& version,
+                         inference::ModelStatisticsResponse* response) const;
+
+  // The repository's models and their states (only READY ones if `ready_only`).
+  void RepositoryIndex(bool ready_only, inference::RepositoryIndexResponse* response) const;
+
+  // Loads (or unloads) `name` on the background thread, since a load can take
+  // seconds; `done` gets the result there, or at once (UNAVAILABLE) when the
+  // server is shutting down.
+  void LoadModel(std::string name, std::function<void(Status)> done);
+  void UnloadModel(std::string name, std::function<void(Status)> done);
+
+  // Validates `*request` against the model's signature and queues it on the
+  // model's scheduler, ending at the earlier of `deadline` and the server's
+  // request timeout; `cancelled` (optional) is set when the client goes away.
+  // `done` is called exactly once, on a scheduler worker or at once (invalid
+  // request, unknown model, not ready), after `*response` is filled when OK.
+  // `request` and `response` must stay valid until then.
+  void Infer(const inference::ModelInferRequest* request, inference::ModelInferResponse* response,
+             Clock::time_point deadline, std::shared_ptr<std::atomic<bool>> cancelled,
+             std::function<void(Status)> done);
+
+  // One request of a ModelStreamInfer stream. A decoupled model's responses
+  // go to `respond` as the model yields them, then, if the request asked for
+  // it ("triton_enable_empty_final_response"), an empty one flagged
+  // "triton_final_response"; another model's one response is flagged final.
+  // Errors go to `respond` too (error_message set). `respond` is called from
+  // a scheduler worker, or at once; then `done`, exactly once.
+  void StreamInfer(std::shared_ptr<const inference::ModelInferRequest> request,
+                   Clock::time_point deadline, std::shared_ptr<std::atomic<bool>> cancelled,
+                   std::function<void(inference::ModelStreamInferResponse)> respond,
+                   std::function<void()> done);
+
+  // Hands `call` (prompt or chat messages, sampling parameters, callbacks) to
+  // the engines of generative model `name`'s newest version, its deadline
+  // capped by the server's request timeout. An unknown model (NOT_FOUND), one
+  // that does not generate (INVALID_ARGUMENT) or a server not ready
+  // (UNAVAILABLE) reach call.done at once.
+  void GenerateText(const std::string& name, GenerationRequest call);
+
+  // The generative models that serve now, by name (OpenAI's model list).
+  std::vector<std::shared_ptr<LoadedModel>> GenerativeModels() const;
+
+ private:
+  // The model `request` names, if the server serves and has it loaded.
+  StatusOr<std::shared_ptr<LoadedModel>> ServingModel(
+      const inference::ModelInferRequest& request) const;
+  // `request` decoded for `model`'s scheduler, ending at the earlier of
+  // `deadline` and the server's request timeout; a refused request is counted
+  // in the model's statistics.
+  StatusOr<InferenceRequest> PrepareCall(LoadedModel& model,
+                                         const inference::ModelInferRequest& request,
+                                         Clock::time_point deadline,
+                                         std::shared_ptr<std::atomic<bool>> cancelled,
+                                         Clock::time_point start) const;
+  // Infer, on a model already found and not decoupled.
+  void InferOnce(std::shared_ptr<LoadedModel> model, const inference::ModelInferRequest* request,
+                 inference::ModelInferResponse* response, Clock::time_point deadline,
+                 std::shared_ptr<std::atomic<bool>> cancelled, std::function<void(Status)> done);
+  // `call` on `model`'s engines, recorded in its statistics.
+  void SubmitGeneration(std::shared_ptr<LoadedModel> model, GenerationRequest call) const;
+  void ChangeRepository(std::function<Status()> change, std::function<void(Status)> done);
+  // A generative model's request: its text goes to the generation engines;
+  // each chunk becomes a response through `respond` (final flagged), or, with
+  // no `respond`, the whole text one response in `*response`.
+  void Generate(std::shared_ptr<LoadedModel> model,
+                std::shared_ptr<const inference::ModelInferRequest> request,
+                inference::ModelInferResponse* response, Clock::time_point deadline,
+                std::shared_ptr<std::atomic<bool>> cancelled,
+                std::function<void(inference::ModelStreamInferResponse)> respond,
+                std::function<void(Status)> done);
+
+  ModelRepository* const repository_;
+  BackgroundRunner* const background_;
+  const InferenceCoreOptions options_;
+  std::atomic<bool> accepting_{false};
+};
+
+}  // namespace chorus
+
+#endif  // CHORUS_SERVER_MODELS_INFERENCE_CORE_H_

@@ -1,0 +1,81 @@
+// A model's config.json in the repository (<repository>/<model>/config.json):
+// how to serve the files of its version folders. Every key is optional; an
+// unknown key or a wrong value is INVALID_ARGUMENT naming it. The schema, with
+// its defaults, is in docs/server.md ("Model configuration").
+#ifndef CHORUS_SERVER_MODELS_MODEL_CONFIG_H_
+#define CHORUS_SERVER_MODELS_MODEL_CONFIG_H_
+
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "chorus/common/status.h"
+#include "chorus/package/manifest.h"
+#include "chorus/serving/generation_scheduler.h"
+
+namespace chorus {
+
+// What a version folder holds.
+enum class ModelFormat {
+  kDetect,        // decided by the file (any of the below)
+  kChorus,        // a chorus package (torch.package with a chorus manifest)
+  kTorchPackage,  // a stock torch.package archive (PackageExporter)
+  kTorchScript,   // torch.jit.save
+  kTorchExport,   // torch.export.save (.pt2)
+  kAotInductor,   // torch._inductor.aoti_compile_and_package (.pt2)
+};
+
+// config.json's name of `format` ("chorus", "torch_package", ...).
+const char* ModelFormatName(ModelFormat format);
+
+struct ModelConfig {
+  ModelFormat format = ModelFormat::kDetect;
+  // The file in the version folder ("" = the first *.pt or *.pt2 file there by name).
+  std::string default_model_filename;
+  // A stock torch.package archive's model: a pickle ("package", "resource")
+  // or a factory ("module", "factory").
+  std::optional<EntryPoint> entry_point;
+  // The signature of a file without a manifest, in torch dtype names; shapes
+  // are the config's "dims" (-1: any size), which, as in Triton's config, leave
+  // out the batch dimension when max_batch_size > 0. Outputs may be left out:
+  // they are then read from one run of the model on zeros.
+  std::vector<TensorSpec> inputs;
+  std::vector<TensorSpec> outputs;
+
+  // Scheduling (each overrides the manifest's hint or the server's default).
+  std::optional<int64_t> max_batch_size;  // > 0: batched along dimension 0
+  std::optional<bool> dynamic_batching;
+  std::optional<std::chrono::microseconds> max_queue_delay;
+  std::optional<std::vector<int64_t>> preferred_batch_sizes;
+  std::optional<size_t> max_queue;
+  // The model streams (its call returns a generator): served by
+  // ModelStreamInfer only, each request alone, zero or more responses each.
+  bool decoupled = false;
+  // The model generates text (chorus.generation's protocol): served by an
+  // engine per interpreter with these settings ("generation": {...}, each key
+  // optional: cache_blocks, block_size, max_running, max_step_tokens,
+  // prefill_chunk, engines). Implies decoupled.
+  std::optional<GenerationOptions> generation;
+
+  // True when the config gives a signature (inputs).
+  bool has_signature() const { return !inputs.empty(); }
+};
+
+// Parses config.json's text. Errors name the key ("config.json: inputs[1].dims: ...").
+StatusOr<ModelConfig> ParseModelConfig(std::string_view json);
+// The config of the model in `model_dir`: its config.json, or the defaults
+// when there is none. Errors name the file.
+StatusOr<ModelConfig> ReadModelConfig(const std::string& model_dir);
+
+// The manifest to serve a manifest-less file with: the config's signature and
+// batching, named `name` version `version`. FAILED_PRECONDITION when the
+// config has no signature.
+StatusOr<Manifest> SignatureManifest(const ModelConfig& config, const std::string& name,
+                                     const std::string& version);
+
+}  // namespace chorus
+
+#endif  // CHORUS_SERVER_MODELS_MODEL_CONFIG_H_

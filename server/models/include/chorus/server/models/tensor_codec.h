@@ -1,0 +1,57 @@
+// Tensors on the wire (Open Inference Protocol) <-> what models take and
+// return (at::Tensor, or string tensors for BYTES: chorus/serving/
+// model_values.h), validated against a model's manifest before the model ever
+// sees them. BYTES elements travel raw as a 4-byte little-endian length and
+// the bytes, one after another (Triton's layout), or typed in bytes_contents.
+#ifndef CHORUS_SERVER_MODELS_TENSOR_CODEC_H_
+#define CHORUS_SERVER_MODELS_TENSOR_CODEC_H_
+
+#include <ATen/ATen.h>
+
+#include <string>
+#include <vector>
+
+#include "chorus/common/status.h"
+#include "chorus/inference/grpc_service.pb.h"
+#include "chorus/package/manifest.h"
+#include "chorus/serving/model_values.h"
+
+namespace chorus {
+
+// KServe datatype name of a manifest dtype ("float32" -> "FP32"), or "".
+std::string WireDatatype(const std::string& manifest_dtype);
+
+// A tensor of `shape` holding `raw` (row-major, native byte order), whose
+// elements are of the wire `datatype` ("FP32"). INVALID_ARGUMENT for an unknown
+// datatype or BYTES, a negative dimension, or a byte count the shape does not need.
+StatusOr<at::Tensor> TensorFromRaw(const std::string& datatype, const std::vector<int64_t>& shape,
+                                   const std::string& raw);
+
+// The request's inputs as tensors in the manifest's order. INVALID_ARGUMENT,
+// naming the input, for: an unknown, duplicate or missing input; a datatype
+// or shape that does not match the signature (or a batch over the model's
+// maximum); raw and typed contents together; raw contents of the wrong size;
+// typed contents of the wrong kind or count.
+StatusOr<std::vector<c10::IValue>> DecodeInputs(const inference::ModelInferRequest& request,
+                                                const Manifest& manifest);
+
+// The string tensor of `shape` that `raw` holds in BYTES' raw layout.
+// INVALID_ARGUMENT for a length running past the end, bytes left over, or an
+// element count the shape does not have.
+StatusOr<StringTensor> StringTensorFromRaw(const std::vector<int64_t>& shape,
+                                           const std::string& raw);
+// `elements` in BYTES' raw layout.
+std::string StringsToRaw(const std::vector<std::string>& elements);
+
+// Fills `response` with `outputs` (manifest order) as raw contents, keeping
+// only those the request asked for (all when it asked for none).
+// INVALID_ARGUMENT for a requested output the model does not have; INTERNAL
+// when the outputs' count or dtypes differ from the manifest's, or a string
+// output is not a well-formed string tensor.
+Status EncodeOutputs(const std::vector<c10::IValue>& outputs, const Manifest& manifest,
+                     const inference::ModelInferRequest& request,
+                     inference::ModelInferResponse* response);
+
+}  // namespace chorus
+
+#endif  // CHORUS_SERVER_MODELS_TENSOR_CODEC_H_

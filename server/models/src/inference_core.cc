@@ -1,0 +1,426 @@
+#include "chorus/server/models/inference_core.h"
+
+#include <algorithm>
+
+#include <nlohmann/json.hpp>
+
+#include "chorus/server/models/infer_parameters.h"
+#include "chorus/server/models/model_repository.h"
+#include "chorus/server/models/tensor_codec.h"
+#include "chorus/server/models/triton_model_config.h"
+
+namespace chorus {
+namespace {
+
+constexpr char kServerName[] = "chorus";
+constexpr char kServerVersion[] = "0.1.0";
+
+void FillDuration(const ModelStatsSnapshot::Duration& from, inference::StatisticDuration* to) {
+  to->set_count(from.count);
+  to->set_ns(from.ns);
+}
+
+void FillStatistics(const LoadedModel& model, inference::ModelStatistics* out) {
+  ModelStatsSnapshot stats = model.Snapshot();
+  out->set_name(model.name());
+  out->set_version(model.version());
+  out->set_last_inference(stats.last_inference_ms);
+  out->set_inference_count(stats.inference_count);
+  out->set_execution_count(stats.execution_count);
+  auto* infer = out->mutable_inference_stats();
+  FillDuration(stats.success, infer->mutable_success());
+  FillDuration(stats.fail, infer->mutable_fail());
+  FillDuration(stats.queue, infer->mutable_queue());
+  FillDuration(stats.compute_infer, infer->mutable_compute_infer());
+  // Decoding and encoding tensors are not timed apart from the model's run:
+  // Triton's tools require the three compute counts to agree.
+  infer->mutable_compute_input()->set_count(stats.compute_infer.count);
+  infer->mutable_compute_output()->set_count(stats.compute_infer.count);
+  for (const auto& [size, duration] : stats.batches) {
+    auto* batch = out->add_batch_stats();
+    batch->set_batch_size(size);
+    FillDuration(duration, batch->mutable_compute_infer());
+  }
+}
+
+// Who answers: the model, its version and the request's id.
+void FillResponseHeader(const LoadedModel& model, const inference::ModelInferRequest& request,
+                        inference::ModelInferResponse* response) {
+  response->set_model_name(model.name());
+  response->set_model_version(model.version());
+  response->set_id(request.id());
+}
+
+inference::ModelStreamInferResponse StreamError(const inference::ModelInferRequest& request,
+                                                const Status& status) {
+  inference::ModelStreamInferResponse response;
+  response.set_error_message(std::string(status.message()));
+  response.mutable_infer_response()->set_model_name(request.model_name());
+  response.mutable_infer_response()->set_id(request.id());
+  return response;
+}
+
+void MarkFinal(inference::ModelInferResponse* response, bool final) {
+  (*response->mutable_parameters())["triton_final_response"].set_bool_param(final);
+}
+
+// A generate request's sampling parameters as JSON: its parameters but
+// Triton's own (triton_*, stream), which the engine does not take.
+std::string SamplingParametersJson(const inference::ModelInferRequest& request) {
+  nlohmann::json out = nlohmann::json::object();
+  for (const auto& [name, value] : request.parameters()) {
+    if (name.rfind("triton_", 0) == 0 || name == "stream") continue;
+    switch (value.parameter_choice_case()) {
+      case inference::InferParameter::kBoolParam:
+        out[name] = value.bool_param();
+        break;
+      case inference::InferParameter::kInt64Param:
+        out[name] = value.int64_param();
+        break;
+      case inference::InferParameter::kDoubleParam:
+        out[name] = value.double_param();
+        break;
+      case inference::InferParameter::kUint64Param:
+        out[name] = value.uint64_param();
+        break;
+      default:
+        out[name] = value.string_param();
+        break;
+    }
+  }
+  return out.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
+// The one prompt of a generate request (its string input, Triton's text_input).
+StatusOr<std::string> PromptOf(const LoadedModel& model,
+                               const inference::ModelInferRequest& request) {
+  CHORUS_ASSIGN_OR_RETURN(std::vector<c10::IValue> inputs, DecodeInputs(request, model.manifest()));
+  StatusOr<StringTensor> text = StringTensorFromIValue(inputs.front());
+  if (!text.ok() || text->elements.size() != 1) {
+    return InvalidArgumentError("a generate request has one prompt: a BYTES input of one element");
+  }
+  return std::move(text->elements.front());
+}
+
+// A response carrying `text` as the model's string output.
+void FillText(const LoadedModel& model, const inference::ModelInferRequest& request,
+              const std::string& text, const std::string& finish_reason,
+              inference::ModelInferResponse* response) {
+  FillResponseHeader(model, request, response);
+  auto* out = response->add_outputs();
+  out->set_name(model.manifest().outputs.front().name);
+  out->set_datatype("BYTES");
+  out->add_shape(1);
+  response->add_raw_output_contents(StringsToRaw({text}));
+  MarkFinal(response, !finish_reason.empty());
+  if (!finish_reason.empty()) {
+    (*response->mutable_parameters())["finish_reason"].set_string_param(finish_reason);
+  }
+}
+
+}  // namespace
+
+void InferenceCore::ServerMetadata(inference::ServerMetadataResponse* response) const {
+  response->set_name(kServerName);
+  response->set_version(kServerVersion);
+  for (const char* extension : {"model_repository", "statistics", "binary_tensor_data"}) {
+    response->add_extensions(extension);
+  }
+}
+
+bool InferenceCore::ServerReady() const {
+  return accepting() && (!options_.strict_readiness || repository_->AllLoaded());
+}
+
+bool InferenceCore::ModelReady(const std::string& name, const std::string& version) const {
+  return accepting() && repository_->Find(name, version).ok();
+}
+
+Status InferenceCore::ModelMetadata(const std::string& name, const std::string& version,
+                                    inference::ModelMetadataResponse* response) const {
+  CHORUS_ASSIGN_OR_RETURN(std::shared_ptr<LoadedModel> model, repository_->Find(name, version));
+  const Manifest& manifest = model->manifest();
+  response->set_name(model->name());
+  response->add_versions(model->version());
+  response->set_platform(PlatformName(model->model().kind()));
+  auto fill = [](const TensorSpec& spec, inference::ModelMetadataResponse::TensorMetadata* out) {
+    out->set_name(spec.name);
+    out->set_datatype(WireDatatype(spec.dtype));
+    for (int64_t d : spec.shape) out->add_shape(d);
+  };
+  for (const TensorSpec& spec : manifest.inputs) fill(spec, response->add_inputs());
+  for (const TensorSpec& spec : manifest.outputs) fill(spec, response->add_outputs());
+  return OkStatus();
+}
+
+Status InferenceCore::ModelConfig(const std::string& name, const std::string& version,
+                                  inference::ModelConfigResponse* response) const {
+  CHORUS_ASSIGN_OR_RETURN(std::shared_ptr<LoadedModel> model, repository_->Find(name, version));
+  FillTritonModelConfig(*model, response->mutable_config());
+  return OkStatus();
+}
+
+Status InferenceCore::ModelStatistics(const std::string& name, const std::string& version,
+                                      inference::ModelStatisticsResponse* response) const {
+  std::vector<std::shared_ptr<LoadedModel>> models;
+  if (name.empty()) {
+    models = repository_->Loaded();
+  } else {
+    CHORUS_ASSIGN_OR_RETURN(std::shared_ptr<LoadedModel> model, repository_->Find(name, version));
+    models.push_back(std::move(model));
+  }
+  for (const auto& model : models) FillStatistics(*model, response->add_model_stats());
+  return OkStatus();
+}
+
+void InferenceCore::RepositoryIndex(bool ready_only,
+                                    inference::RepositoryIndexResponse* response) const {
+  for (const RepositoryEntry& entry : repository_->Index()) {
+    if (ready_only && entry.state != "READY") continue;
+    auto* model = response->add_models();
+    model->set_name(entry.name);
+    model->set_version(entry.version);
+    model->set_state(entry.state);
+    model->set_reason(entry.reason);
+  }
+}
+
+void InferenceCore::LoadModel(std::string name, std::function<void(Status)> done) {
+  ModelRepository* repository = repository_;
+  ChangeRepository([repository, name = std::move(name)] { return repository->Load(name); },
+                   std::move(done));
+}
+
+void InferenceCore::UnloadModel(std::string name, std::function<void(Status)> done) {
+  ModelRepository* repository = repository_;
+  ChangeRepository([repository, name = std::move(name)] { return repository->Unload(name); },
+                   std::move(done));
+}
+
+void InferenceCore::ChangeRepository(std::function<Status()> change,
+                                     std::function<void(Status)> done) {
+  // Post drops the work unrun when it refuses it, so `done` is shared.
+  auto finish = std::make_shared<std::function<void(Status)>>(std::move(done));
+  if (!background_->Post([change = std::move(change), finish] { (*finish)(change()); })) {
+    (*finish)(UnavailableError("the server is shutting down"));
+  }
+}
+
+StatusOr<std::shared_ptr<LoadedModel>> InferenceCore::ServingModel(
+    const inference::ModelInferRequest& request) const {
+  if (!accepting()) return UnavailableError("the server is not ready");
+  return repository_->Find(request.model_name(), request.model_version());
+}
+
+StatusOr<InferenceRequest> InferenceCore::PrepareCall(LoadedModel& model,
+                                                      const inference::ModelInferRequest& request,
+                                                      Clock::time_point deadline,
+                                                      std::shared_ptr<std::atomic<bool>> cancelled,
+                                                      Clock::time_point start) const {
+  StatusOr<std::vector<c10::IValue>> inputs = DecodeInputs(request, model.manifest());
+  if (!inputs.ok()) {
+    InferenceResult rejected;
+    rejected.status = inputs.status();
+    model.RecordRequest(rejected, Clock::now() - start);
+    return inputs.status();
+  }
+  InferenceRequest call;
+  call.id = request.id();
+  call.inputs = std::move(*inputs);
+  call.deadline = deadline;
+  if (options_.request_timeout.count() > 0) {
+    call.deadline = std::min(deadline, start + options_.request_timeout);
+  }
+  call.cancelled = std::move(cancelled);
+  return call;
+}
+
+void InferenceCore::Infer(const inference::ModelInferRequest* request,
+                          inference::ModelInferResponse* response, Clock::time_point deadline,
+                          std::shared_ptr<std::atomic<bool>> cancelled,
+                          std::function<void(Status)> done) {
+  StatusOr<std::shared_ptr<LoadedModel>> model = ServingModel(*request);
+  if (!model.ok()) return done(model.status());
+  if ((*model)->generation() != nullptr) {
+    // The caller keeps `request` alive until done: an unowned shared_ptr.
+    std::shared_ptr<const inference::ModelInferRequest> unowned(
+        request, [](const inference::ModelInferRequest*) {});
+    return Generate(std::move(*model), std::move(unowned), response, deadline, std::move(cancelled),
+                    nullptr, std::move(done));
+  }
+  if ((*model)->scheduling().decoupled) {
+    return done(InvalidArgumentError("model \"" + (*model)->name() +
+                                     "\" is decoupled (it streams responses): call "
+                                     "ModelStreamInfer"));
+  }
+  InferOnce(std::move(*model), request, response, deadline, std::move(cancelled), std::move(done));
+}
+
+void InferenceCore::InferOnce(std::shared_ptr<LoadedModel> model,
+                              const inference::ModelInferRequest* request,
+                              inference::ModelInferResponse* response, Clock::time_point deadline,
+                              std::shared_ptr<std::atomic<bool>> cancelled,
+                              std::function<void(Status)> done) {
+  const Clock::time_point start = Clock::now();
+  StatusOr<InferenceRequest> call =
+      PrepareCall(*model, *request, deadline, std::move(cancelled), start);
+  if (!call.ok()) return done(call.status());
+  model->scheduler().Submit(std::move(*call), [model, request, response, start,
+                                               done = std::move(done)](InferenceResult result) {
+    Status status = result.status;
+    if (status.ok()) {
+      FillResponseHeader(*model, *request, response);
+      status = EncodeOutputs(result.outputs, model->manifest(), *request, response);
+    }
+    model->RecordRequest(result, Clock::now() - start);
+    done(status);
+  });
+}
+
+void InferenceCore::StreamInfer(std::shared_ptr<const inference::ModelInferRequest> request,
+                                Clock::time_point deadline,
+                                std::shared_ptr<std::atomic<bool>> cancelled,
+                                std::function<void(inference::ModelStreamInferResponse)> respond,
+                                std::function<void()> done) {
+  const Clock::time_point start = Clock::now();
+  auto fail = [&](const Status& status) {
+    respond(StreamError(*request, status));
+    done();
+  };
+  StatusOr<std::shared_ptr<LoadedModel>> model = ServingModel(*request);
+  if (!model.ok()) return fail(model.status());
+  if ((*model)->generation() != nullptr) {
+    return Generate(std::move(*model), request, nullptr, deadline, std::move(cancelled), respond,
+                    [request, respond, done](Status status) {
+                      if (!status.ok()) respond(StreamError(*request, status));
+                      done();
+                    });
+  }
+  if (!(*model)->scheduling().decoupled) {  // one response, flagged final
+    auto response = std::make_shared<inference::ModelInferResponse>();
+    const inference::ModelInferRequest* raw = request.get();
+    return InferOnce(std::move(*model), raw, response.get(), deadline, std::move(cancelled),
+                     [request, response, respond, done](Status status) {
+                       inference::ModelStreamInferResponse answer = StreamError(*request, status);
+                       if (status.ok()) {
+                         answer.clear_error_message();
+                         MarkFinal(response.get(), true);
+                         *answer.mutable_infer_response() = std::move(*response);
+                       }
+                       respond(std::move(answer));
+                       done();
+                     });
+  }
+  StatusOr<InferenceRequest> call =
+      PrepareCall(**model, *request, deadline, std::move(cancelled), start);
+  if (!call.ok()) return fail(call.status());
+  call->on_response = [model = *model, request, respond](std::vector<c10::IValue> outputs) {
+    inference::ModelStreamInferResponse answer;
+    inference::ModelInferResponse* response = answer.mutable_infer_response();
+    FillResponseHeader(*model, *request, response);
+    Status encoded = EncodeOutputs(outputs, model->manifest(), *request, response);
+    if (!encoded.ok()) {
+      respond(StreamError(*request, encoded));
+      return false;
+    }
+    MarkFinal(response, false);
+    respond(std::move(answer));
+    return true;
+  };
+  (*model)->scheduler().Submit(
+      std::move(*call), [model = *model, request, respond, done, start](InferenceResult result) {
+        if (!result.status.ok()) {
+          respond(StreamError(*request, result.status));
+        } else if (BoolParameter(request->parameters(), "triton_enable_empty_final_response")) {
+          inference::ModelStreamInferResponse last;
+          FillResponseHeader(*model, *request, last.mutable_infer_response());
+          MarkFinal(last.mutable_infer_response(), true);
+          respond(std::move(last));
+        }
+        model->RecordRequest(result, Clock::now() - start);
+        done();
+      });
+}
+
+void InferenceCore::GenerateText(const std::string& name, GenerationRequest call) {
+  if (!accepting()) return call.done(UnavailableError("the server is not ready"));
+  StatusOr<std::shared_ptr<LoadedModel>> model = repository_->Find(name, "");
+  if (!model.ok()) return call.done(model.status());
+  if ((*model)->generation() == nullptr) {
+    return call.done(
+        InvalidArgumentError("model \"" + name +
+                             "\" does not generate text (its package holds no chorus.generation "
+                             "model; call it with ModelInfer or /v2/models/" +
+                             name + "/infer)"));
+  }
+  SubmitGeneration(std::move(*model), std::move(call));
+}
+
+std::vector<std::shared_ptr<LoadedModel>> InferenceCore::GenerativeModels() const {
+  std::vector<std::shared_ptr<LoadedModel>> models;
+  if (!accepting()) return models;
+  for (std::shared_ptr<LoadedModel>& model : repository_->Loaded()) {
+    if (model->generation() != nullptr) models.push_back(std::move(model));
+  }
+  return models;
+}
+
+void InferenceCore::SubmitGeneration(std::shared_ptr<LoadedModel> model,
+                                     GenerationRequest call) const {
+  const Clock::time_point start = Clock::now();
+  if (options_.request_timeout.count() > 0) {
+    call.deadline = std::min(call.deadline, start + options_.request_timeout);
+  }
+  call.done = [model, start, done = std::move(call.done)](Status status) {
+    InferenceResult result;
+    result.status = status;
+    result.batch_size = 1;
+    model->RecordRequest(result, Clock::now() - start);
+    done(status);
+  };
+  GenerationScheduler* engines = model->generation();
+  engines->Submit(std::move(call));
+}
+
+void InferenceCore::Generate(std::shared_ptr<LoadedModel> model,
+                             std::shared_ptr<const inference::ModelInferRequest> request,
+                             inference::ModelInferResponse* response, Clock::time_point deadline,
+                             std::shared_ptr<std::atomic<bool>> cancelled,
+                             std::function<void(inference::ModelStreamInferResponse)> respond,
+                             std::function<void(Status)> done) {
+  StatusOr<std::string> prompt = PromptOf(*model, *request);
+  if (!prompt.ok()) {
+    InferenceResult result;
+    result.status = prompt.status();
+    model->RecordRequest(result, std::chrono::nanoseconds(0));
+    return done(prompt.status());
+  }
+  GenerationRequest call;
+  call.prompt = std::move(*prompt);
+  call.parameters_json = SamplingParametersJson(*request);
+  call.deadline = deadline;
+  call.cancelled = std::move(cancelled);
+  auto text = std::make_shared<std::string>();
+  auto finish_reason = std::make_shared<std::string>();
+  call.on_chunk = [model, request, respond, text, finish_reason](const GenerationChunk& chunk) {
+    *finish_reason = chunk.finish_reason;
+    if (!respond) {
+      *text += chunk.text;
+      return true;
+    }
+    inference::ModelStreamInferResponse answer;
+    FillText(*model, *request, chunk.text, chunk.finish_reason, answer.mutable_infer_response());
+    respond(std::move(answer));
+    return true;
+  };
+  call.done = [model, request, response, text, finish_reason,
+               done = std::move(done)](Status status) {
+    if (status.ok() && response != nullptr) {
+      FillText(*model, *request, *text, *finish_reason, response);
+    }
+    done(status);
+  };
+  SubmitGeneration(std::move(model), std::move(call));
+}
+
+}  // namespace chorus

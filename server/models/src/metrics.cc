@@ -1,0 +1,184 @@
+#include "chorus/server/models/metrics.h"
+
+#include <iterator>
+#include <memory>
+#include <sstream>
+#include <utility>
+#include <vector>
+
+#include "chorus/common/process_stats.h"
+
+namespace chorus {
+namespace {
+
+std::string Labels(const LoadedModel& model) {
+  return "{model=\"" + model.name() + "\",version=\"" + model.version() + "\"}";
+}
+
+void AppendHistogram(std::ostream& out, const char* name, const std::string& labels,
+                     const LatencyHistogram& histogram) {
+  for (size_t i = 0; i < std::size(LatencyHistogram::kBounds); ++i) {
+    out << name << "_bucket{" << labels << ",le=\"" << LatencyHistogram::kBounds[i] << "\"} "
+        << histogram.buckets[i] << "\n";
+  }
+  out << name << "_bucket{" << labels << ",le=\"+Inf\"} " << histogram.count << "\n";
+  out << name << "_sum{" << labels << "} " << histogram.sum << "\n";
+  out << name << "_count{" << labels << "} " << histogram.count << "\n";
+}
+
+// Per generative model: sequences, KV cache use, tokens and their latencies.
+void AppendGenerationMetrics(std::ostream& out,
+                             const std::vector<std::shared_ptr<LoadedModel>>& models) {
+  std::vector<std::pair<std::string, GenerationStats>> generative;
+  for (const auto& model : models) {
+    if (GenerationScheduler* generation = model->generation()) {
+      generative.emplace_back(
+          "model=\"" + model->name() + "\",version=\"" + model->version() + "\"",
+          generation->Stats());
+    }
+  }
+  if (generative.empty()) return;
+  auto each = [&](const char* name, const char* type, const char* help, auto value) {
+    AppendMetricHeader(out, name, type, help);
+    for (const auto& [labels, stats] : generative) {
+      out << name << "{" << labels << "} " << value(stats) << "\n";
+    }
+  };
+  each("chorus_generation_running_sequences", "gauge", "Sequences in the engines' batches",
+       [](const GenerationStats& s) { return s.running; });
+  each("chorus_generation_waiting_sequences", "gauge",
+       "Sequences waiting for KV cache blocks or for their engine",
+       [](const GenerationStats& s) { return s.waiting; });
+  each("chorus_generation_kv_cache_blocks_used", "gauge", "KV cache blocks in use",
+       [](const GenerationStats& s) { return s.cache_blocks_used; });
+  each("chorus_generation_kv_cache_blocks", "gauge", "KV cache blocks in all",
+       [](const GenerationStats& s) { return s.cache_blocks_total; });
+  each("chorus_generation_tokens_total", "counter", "Tokens generated",
+       [](const GenerationStats& s) { return s.generated_tokens; });
+  AppendMetricHeader(out, "chorus_generation_time_to_first_token_seconds", "histogram",
+                     "From a request's arrival to its first token");
+  for (const auto& [labels, stats] : generative) {
+    AppendHistogram(out, "chorus_generation_time_to_first_token_seconds", labels,
+                    stats.time_to_first_token);
+  }
+  AppendMetricHeader(out, "chorus_generation_inter_token_latency_seconds", "histogram",
+                     "Between a request's successive tokens");
+  for (const auto& [labels, stats] : generative) {
+    AppendHistogram(out, "chorus_generation_inter_token_latency_seconds", labels,
+                    stats.inter_token_latency);
+  }
+}
+
+}  // namespace
+
+void AppendMetricHeader(std::ostream& out, const char* name, const char* type, const char* help) {
+  out << "# HELP " << name << " " << help << "\n# TYPE " << name << " " << type << "\n";
+}
+
+std::string RenderRestartMetrics(int restarts, const std::string& last_exit) {
+  std::ostringstream out;
+  AppendMetricHeader(out, "chorus_server_restarts_total", "counter",
+                     "Serving processes the supervisor restarted after they died");
+  out << "chorus_server_restarts_total " << restarts << "\n";
+  if (restarts > 0) {
+    AppendMetricHeader(out, "chorus_server_last_exit_info", "gauge",
+                       "How the last serving process that died ended");
+    out << "chorus_server_last_exit_info{reason=\"" << last_exit << "\"} 1\n";
+  }
+  return out.str();
+}
+
+std::string RenderProcessMetrics(int64_t limit_mib) {
+  std::ostringstream out;
+  auto gauge = [&](const char* name, const char* help, double mib) {
+    AppendMetricHeader(out, name, "gauge", help);
+    out << name << " " << static_cast<int64_t>(mib * (1 << 20)) << "\n";
+  };
+  if (StatusOr<double> resident = ResidentMiB(); resident.ok()) {
+    gauge("process_resident_memory_bytes", "Resident memory of the serving process", *resident);
+  }
+  if (StatusOr<double> data = DataMiB(); data.ok()) {
+    gauge("chorus_process_data_bytes",
+          "Private writable memory of the serving process (what the memory limit counts)", *data);
+  }
+  if (limit_mib > 0) {
+    gauge("chorus_process_memory_limit_bytes", "The serving process's memory limit",
+          static_cast<double>(limit_mib));
+  }
+  return out.str();
+}
+
+std::string RenderMetrics(const ModelRepository& repository, const InterpreterManager& manager) {
+  std::ostringstream out;
+  const auto models = repository.Loaded();
+  std::vector<ModelStatsSnapshot> stats;
+  for (const auto& model : models) stats.push_back(model->Snapshot());
+
+  auto per_model = [&](const char* name, const char* type, const char* help, auto value) {
+    AppendMetricHeader(out, name, type, help);
+    for (size_t i = 0; i < models.size(); ++i) {
+      out << name << Labels(*models[i]) << " " << value(stats[i]) << "\n";
+    }
+  };
+  per_model("nv_inference_request_success", "counter", "Successful inference requests",
+            [](const ModelStatsSnapshot& s) { return s.success.count; });
+  per_model("nv_inference_request_failure", "counter", "Failed inference requests",
+            [](const ModelStatsSnapshot& s) { return s.fail.count; });
+  per_model("nv_inference_count", "counter", "Inferences performed (batched samples count each)",
+            [](const ModelStatsSnapshot& s) { return s.inference_count; });
+  per_model("nv_inference_exec_count", "counter", "Model executions (a batch counts once)",
+            [](const ModelStatsSnapshot& s) { return s.execution_count; });
+  per_model("nv_inference_request_duration_us", "counter",
+            "Cumulative end-to-end request duration, microseconds",
+            [](const ModelStatsSnapshot& s) { return (s.success.ns + s.fail.ns) / 1000; });
+  per_model("nv_inference_queue_duration_us", "counter",
+            "Cumulative time requests waited in the queue, microseconds",
+            [](const ModelStatsSnapshot& s) { return s.queue.ns / 1000; });
+  per_model("nv_inference_compute_infer_duration_us", "counter",
+            "Cumulative model execution time, microseconds",
+            [](const ModelStatsSnapshot& s) { return s.compute_infer.ns / 1000; });
+  per_model("nv_inference_pending_request_count", "gauge", "Requests queued or running",
+            [](const ModelStatsSnapshot& s) { return s.pending; });
+
+  AppendMetricHeader(out, "chorus_batch_size", "histogram", "Samples per model execution");
+  const int64_t bounds[] = {1, 2, 4, 8, 16, 32, 64, 128};
+  for (size_t i = 0; i < models.size(); ++i) {
+    const std::string labels =
+        "model=\"" + models[i]->name() + "\",version=\"" + models[i]->version() + "\"";
+    uint64_t cumulative = 0, total = 0, sum = 0;
+    for (const auto& [size, duration] : stats[i].batches) {
+      total += duration.count;
+      sum += duration.count * size;
+    }
+    for (int64_t bound : bounds) {
+      cumulative = 0;
+      for (const auto& [size, duration] : stats[i].batches) {
+        if (size <= bound) cumulative += duration.count;
+      }
+      out << "chorus_batch_size_bucket{" << labels << ",le=\"" << bound << "\"} " << cumulative
+          << "\n";
+    }
+    out << "chorus_batch_size_bucket{" << labels << ",le=\"+Inf\"} " << total << "\n";
+    out << "chorus_batch_size_sum{" << labels << "} " << sum << "\n";
+    out << "chorus_batch_size_count{" << labels << "} " << total << "\n";
+  }
+
+  AppendGenerationMetrics(out, models);
+
+  const auto interpreters = manager.Stats();
+  AppendMetricHeader(out, "chorus_interpreter_busy_seconds_total", "counter",
+                     "Time sessions held each interpreter, seconds");
+  for (size_t i = 0; i < interpreters.size(); ++i) {
+    out << "chorus_interpreter_busy_seconds_total{interpreter=\"" << i << "\"} "
+        << interpreters[i].busy_seconds << "\n";
+  }
+  AppendMetricHeader(out, "chorus_interpreter_sessions", "gauge",
+                     "Sessions open on each interpreter");
+  for (size_t i = 0; i < interpreters.size(); ++i) {
+    out << "chorus_interpreter_sessions{interpreter=\"" << i << "\"} " << interpreters[i].sessions
+        << "\n";
+  }
+  return out.str();
+}
+
+}  // namespace chorus

@@ -1,0 +1,273 @@
+#include "chorus/server/models/model_config.h"
+
+#include <algorithm>
+#include <initializer_list>
+#include <nlohmann/json.hpp>
+
+#include "chorus/common/file_util.h"
+#include "chorus/package/dtype.h"
+#include "chorus/package/format.h"
+
+namespace chorus {
+namespace {
+
+using Json = nlohmann::json;
+
+Status KeyError(const std::string& key, const std::string& why) {
+  return InvalidArgumentError("config.json: " + key + ": " + why);
+}
+
+// INVALID_ARGUMENT naming the first key of `object` not in `known`.
+Status CheckKeys(const Json& object, const std::string& prefix,
+                 std::initializer_list<const char*> known) {
+  for (const auto& item : object.items()) {
+    if (std::none_of(known.begin(), known.end(), [&](const char* k) { return item.key() == k; })) {
+      std::string names;
+      for (const char* k : known) names += (names.empty() ? "" : ", ") + std::string(k);
+      return KeyError(prefix + item.key(), "unknown key (known: " + names + ")");
+    }
+  }
+  return OkStatus();
+}
+
+StatusOr<std::string> StringAt(const Json& value, const std::string& key) {
+  if (!value.is_string() || value.get<std::string>().empty()) {
+    return KeyError(key, "must be a non-empty string");
+  }
+  return value.get<std::string>();
+}
+
+StatusOr<int64_t> IntAt(const Json& value, const std::string& key, int64_t minimum) {
+  if (!value.is_number_integer() || value.get<int64_t>() < minimum) {
+    return KeyError(key, "must be an integer >= " + std::to_string(minimum));
+  }
+  return value.get<int64_t>();
+}
+
+// "FP32" (the protocol's), "TYPE_FP32" (Triton's config) or "float32" (torch's);
+// strings: "BYTES", "TYPE_STRING" or "string".
+StatusOr<std::string> DatatypeAt(const Json& value, const std::string& key) {
+  CHORUS_ASSIGN_OR_RETURN(std::string name, StringAt(value, key));
+  std::string_view wire = name;
+  if (wire.rfind("TYPE_", 0) == 0) wire.remove_prefix(5);
+  if (wire == "STRING") wire = InfoOf(Dtype::kString).wire;
+  if (const DtypeInfo* info = DtypeByWireName(wire)) return std::string(info->name);
+  if (const DtypeInfo* info = DtypeByName(name)) return std::string(info->name);
+  return KeyError(key, "unknown datatype \"" + name + "\" (FP32, INT64, ... as in the protocol)");
+}
+
+StatusOr<std::vector<TensorSpec>> TensorsAt(const Json& list, const std::string& key) {
+  if (!list.is_array() || list.empty()) return KeyError(key, "must be a non-empty list");
+  std::vector<TensorSpec> tensors;
+  for (size_t i = 0; i < list.size(); ++i) {
+    const std::string at = key + "[" + std::to_string(i) + "]";
+    const Json& tensor = list[i];
+    if (!tensor.is_object()) return KeyError(at, "must be an object");
+    CHORUS_RETURN_IF_ERROR(CheckKeys(tensor, at + ".", {"name", "datatype", "dims"}));
+    TensorSpec spec;
+    if (!tensor.contains("name")) return KeyError(at + ".name", "is required");
+    CHORUS_ASSIGN_OR_RETURN(spec.name, StringAt(tensor["name"], at + ".name"));
+    if (!tensor.contains("datatype")) return KeyError(at + ".datatype", "is required");
+    CHORUS_ASSIGN_OR_RETURN(spec.dtype, DatatypeAt(tensor["datatype"], at + ".datatype"));
+    if (!tensor.contains("dims") || !tensor["dims"].is_array()) {
+      return KeyError(at + ".dims", "is required: a list of sizes (-1: any)");
+    }
+    for (size_t d = 0; d < tensor["dims"].size(); ++d) {
+      CHORUS_ASSIGN_OR_RETURN(
+          int64_t size, IntAt(tensor["dims"][d], at + ".dims[" + std::to_string(d) + "]", -1));
+      spec.shape.push_back(size);
+    }
+    for (const TensorSpec& other : tensors) {
+      if (other.name == spec.name) return KeyError(at + ".name", "\"" + spec.name + "\" twice");
+    }
+    tensors.push_back(std::move(spec));
+  }
+  return tensors;
+}
+
+StatusOr<EntryPoint> EntryPointAt(const Json& value) {
+  if (!value.is_object()) return KeyError("entry_point", "must be an object");
+  CHORUS_RETURN_IF_ERROR(
+      CheckKeys(value, "entry_point.", {"package", "resource", "module", "factory"}));
+  EntryPoint entry;
+  if (value.contains("package") || value.contains("resource")) {
+    if (value.contains("module") || value.contains("factory")) {
+      return KeyError("entry_point", "either package and resource, or module and factory");
+    }
+    entry.kind = package_format::kEntryPointPickle;
+    CHORUS_ASSIGN_OR_RETURN(entry.package,
+                            StringAt(value.value("package", Json()), "entry_point.package"));
+    CHORUS_ASSIGN_OR_RETURN(entry.resource,
+                            StringAt(value.value("resource", Json()), "entry_point.resource"));
+  } else {
+    entry.kind = package_format::kEntryPointFactory;
+    CHORUS_ASSIGN_OR_RETURN(entry.module,
+                            StringAt(value.value("module", Json()), "entry_point.module"));
+    CHORUS_ASSIGN_OR_RETURN(entry.factory,
+                            StringAt(value.value("factory", Json()), "entry_point.factory"));
+  }
+  return entry;
+}
+
+constexpr std::pair<ModelFormat, const char*> kFormatNames[] = {
+    {ModelFormat::kChorus, "chorus"},
+    {ModelFormat::kTorchPackage, "torch_package"},
+    {ModelFormat::kTorchScript, "torchscript"},
+    {ModelFormat::kTorchExport, "torch_export"},
+    {ModelFormat::kAotInductor, "aot_inductor"},
+};
+
+StatusOr<ModelFormat> FormatAt(const Json& value) {
+  CHORUS_ASSIGN_OR_RETURN(std::string name, StringAt(value, "format"));
+  std::string known;
+  for (const auto& [format, format_name] : kFormatNames) {
+    if (name == format_name) return format;
+    known += (known.empty() ? "" : ", ") + std::string(format_name);
+  }
+  return KeyError("format", "unknown format \"" + name + "\" (" + known + ")");
+}
+
+Status ParseScheduling(const Json& config, ModelConfig* out) {
+  if (config.contains("max_batch_size")) {
+    CHORUS_ASSIGN_OR_RETURN(out->max_batch_size,
+                            IntAt(config["max_batch_size"], "max_batch_size", 0));
+  }
+  if (config.contains("dynamic_batching")) {
+    if (!config["dynamic_batching"].is_boolean()) {
+      return KeyError("dynamic_batching", "must be true or false");
+    }
+    out->dynamic_batching = config["dynamic_batching"].get<bool>();
+  }
+  if (config.contains("max_queue_delay_us")) {
+    CHORUS_ASSIGN_OR_RETURN(int64_t us,
+                            IntAt(config["max_queue_delay_us"], "max_queue_delay_us", 0));
+    out->max_queue_delay = std::chrono::microseconds(us);
+  }
+  if (config.contains("preferred_batch_sizes")) {
+    const Json& sizes = config["preferred_batch_sizes"];
+    if (!sizes.is_array()) return KeyError("preferred_batch_sizes", "must be a list");
+    std::vector<int64_t> preferred;
+    for (size_t i = 0; i < sizes.size(); ++i) {
+      CHORUS_ASSIGN_OR_RETURN(
+          int64_t size, IntAt(sizes[i], "preferred_batch_sizes[" + std::to_string(i) + "]", 1));
+      preferred.push_back(size);
+    }
+    out->preferred_batch_sizes = std::move(preferred);
+  }
+  if (config.contains("decoupled")) {
+    if (!config["decoupled"].is_boolean()) return KeyError("decoupled", "must be true or false");
+    out->decoupled = config["decoupled"].get<bool>();
+  }
+  if (config.contains("generation")) {
+    const Json& generation = config["generation"];
+    if (!generation.is_object()) return KeyError("generation", "must be an object");
+    CHORUS_RETURN_IF_ERROR(CheckKeys(generation, "generation.",
+                                     {"cache_blocks", "block_size", "max_running",
+                                      "max_step_tokens", "prefill_chunk", "engines"}));
+    GenerationOptions options;
+    options.engines = 0;  // one per interpreter unless given
+    for (auto [key, field] : {std::pair{"cache_blocks", &options.cache_blocks},
+                              std::pair{"block_size", &options.block_size},
+                              std::pair{"max_running", &options.max_running},
+                              std::pair{"max_step_tokens", &options.max_step_tokens},
+                              std::pair{"prefill_chunk", &options.prefill_chunk},
+                              std::pair{"engines", &options.engines}}) {
+      if (!generation.contains(key)) continue;
+      CHORUS_ASSIGN_OR_RETURN(int64_t value,
+                              IntAt(generation[key], std::string("generation.") + key, 1));
+      *field = static_cast<int>(std::min<int64_t>(value, 1 << 30));
+    }
+    out->generation = options;
+    out->decoupled = true;
+  }
+  if (config.contains("max_queue")) {
+    // 0: every request is refused (a model kept loaded but closed to traffic).
+    CHORUS_ASSIGN_OR_RETURN(int64_t queue, IntAt(config["max_queue"], "max_queue", 0));
+    out->max_queue = static_cast<size_t>(queue);
+  }
+  return OkStatus();
+}
+
+}  // namespace
+
+const char* ModelFormatName(ModelFormat format) {
+  for (const auto& [known, name] : kFormatNames) {
+    if (known == format) return name;
+  }
+  return "detect";
+}
+
+StatusOr<ModelConfig> ParseModelConfig(std::string_view json) {
+  const Json config = Json::parse(json, nullptr, /*allow_exceptions=*/false);
+  if (config.is_discarded() || !config.is_object()) {
+    return InvalidArgumentError("config.json is not a JSON object");
+  }
+  CHORUS_RETURN_IF_ERROR(
+      CheckKeys(config, "",
+                {"format", "default_model_filename", "entry_point", "inputs", "outputs",
+                 "max_batch_size", "dynamic_batching", "max_queue_delay_us",
+                 "preferred_batch_sizes", "max_queue", "decoupled", "generation"}));
+  ModelConfig out;
+  if (config.contains("format")) {
+    CHORUS_ASSIGN_OR_RETURN(out.format, FormatAt(config["format"]));
+  }
+  if (config.contains("default_model_filename")) {
+    CHORUS_ASSIGN_OR_RETURN(out.default_model_filename,
+                            StringAt(config["default_model_filename"], "default_model_filename"));
+    if (out.default_model_filename.find('/') != std::string::npos) {
+      return KeyError("default_model_filename", "must be a file name, not a path");
+    }
+  }
+  if (config.contains("entry_point")) {
+    CHORUS_ASSIGN_OR_RETURN(out.entry_point, EntryPointAt(config["entry_point"]));
+  }
+  if (config.contains("inputs")) {
+    CHORUS_ASSIGN_OR_RETURN(out.inputs, TensorsAt(config["inputs"], "inputs"));
+  }
+  if (config.contains("outputs")) {
+    if (!config.contains("inputs")) return KeyError("outputs", "given without inputs");
+    CHORUS_ASSIGN_OR_RETURN(out.outputs, TensorsAt(config["outputs"], "outputs"));
+  }
+  CHORUS_RETURN_IF_ERROR(ParseScheduling(config, &out));
+  return out;
+}
+
+StatusOr<ModelConfig> ReadModelConfig(const std::string& model_dir) {
+  const std::string path = model_dir + "/config.json";
+  StatusOr<std::string> text = ReadFile(path);
+  if (!text.ok()) {
+    if (text.status().code() == StatusCode::kNotFound) return ModelConfig{};
+    return text.status();
+  }
+  StatusOr<ModelConfig> config = ParseModelConfig(*text);
+  if (!config.ok())
+    return Status(config.status().code(), model_dir + "/" + config.status().message());
+  return config;
+}
+
+StatusOr<Manifest> SignatureManifest(const ModelConfig& config, const std::string& name,
+                                     const std::string& version) {
+  if (!config.has_signature()) {
+    return FailedPreconditionError("config.json gives no signature (\"inputs\")");
+  }
+  Manifest manifest;
+  manifest.model_name = name;
+  manifest.model_version = version;
+  const int64_t max_batch_size = config.max_batch_size.value_or(0);
+  manifest.batching.batchable = max_batch_size > 0;
+  manifest.batching.batch_dim = 0;
+  manifest.batching.max_batch_size = max_batch_size;
+  auto with_batch = [&](std::vector<TensorSpec> tensors) {
+    for (TensorSpec& tensor : tensors) {
+      if (max_batch_size > 0) tensor.shape.insert(tensor.shape.begin(), -1);
+    }
+    return tensors;
+  };
+  manifest.inputs = with_batch(config.inputs);
+  manifest.outputs = with_batch(config.outputs);
+  if (config.entry_point) manifest.entry_point = *config.entry_point;
+  manifest.device = "cpu";
+  return manifest;
+}
+
+}  // namespace chorus

@@ -1,0 +1,91 @@
+#include "chorus/server/models/model_config.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "chorus/common/status_matchers.h"
+
+namespace chorus {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+TEST(ModelConfigTest, ATritonStyleSignatureGetsTheBatchDimension) {
+  ASSERT_OK_AND_ASSIGN(ModelConfig config, ParseModelConfig(R"({
+    "format": "torchscript",
+    "max_batch_size": 8,
+    "inputs": [{"name": "image", "datatype": "TYPE_FP32", "dims": [3, -1, -1]},
+               {"name": "scale", "datatype": "float64", "dims": []}],
+    "outputs": [{"name": "logits", "datatype": "FP32", "dims": [10]}],
+    "max_queue_delay_us": 500
+  })"));
+  EXPECT_EQ(config.format, ModelFormat::kTorchScript);
+  ASSERT_OK_AND_ASSIGN(Manifest manifest, SignatureManifest(config, "resnet", "3"));
+  EXPECT_EQ(manifest.model_name, "resnet");
+  EXPECT_TRUE(manifest.batching.batchable);
+  EXPECT_EQ(manifest.batching.max_batch_size, 8);
+  ASSERT_EQ(manifest.inputs.size(), 2u);
+  EXPECT_EQ(manifest.inputs[0].dtype, "float32");
+  EXPECT_THAT(manifest.inputs[0].shape, ElementsAre(-1, 3, -1, -1));
+  EXPECT_EQ(manifest.inputs[1].dtype, "float64");
+  EXPECT_THAT(manifest.inputs[1].shape, ElementsAre(-1));
+  EXPECT_THAT(manifest.outputs[0].shape, ElementsAre(-1, 10));
+  EXPECT_EQ(config.max_queue_delay->count(), 500);
+}
+
+TEST(ModelConfigTest, WithoutBatchingDimsAreTheWholeShape) {
+  ASSERT_OK_AND_ASSIGN(ModelConfig config, ParseModelConfig(R"({
+    "entry_point": {"package": "model", "resource": "model.pkl"},
+    "inputs": [{"name": "x", "datatype": "INT64", "dims": [1, 16]}]})"));
+  ASSERT_TRUE(config.entry_point.has_value());
+  EXPECT_EQ(config.entry_point->kind, "pickle");
+  EXPECT_EQ(config.entry_point->resource, "model.pkl");
+  ASSERT_OK_AND_ASSIGN(Manifest manifest, SignatureManifest(config, "m", "1"));
+  EXPECT_FALSE(manifest.batching.batchable);
+  EXPECT_THAT(manifest.inputs[0].shape, ElementsAre(1, 16));
+  EXPECT_TRUE(manifest.outputs.empty());  // learned from a run
+}
+
+TEST(ModelConfigTest, EveryWrongKeyOrValueIsNamed) {
+  const std::pair<const char*, const char*> cases[] = {
+      {R"({"max_batch_sise": 8})", "config.json: max_batch_sise: unknown key"},
+      {R"({"max_batch_size": -1})", "config.json: max_batch_size: must be an integer >= 0"},
+      {R"({"max_batch_size": "8"})", "config.json: max_batch_size"},
+      {R"({"dynamic_batching": 1})", "config.json: dynamic_batching: must be true or false"},
+      {R"({"format": "onnx"})", "config.json: format: unknown format \"onnx\""},
+      {R"({"inputs": []})", "config.json: inputs: must be a non-empty list"},
+      {R"({"inputs": [{"name": "x", "datatype": "FP33", "dims": [4]}]})",
+       "config.json: inputs[0].datatype: unknown datatype \"FP33\""},
+      {R"({"inputs": [{"name": "x", "datatype": "FP32"}]})", "config.json: inputs[0].dims"},
+      {R"({"inputs": [{"name": "x", "datatype": "FP32", "dims": [4, -2]}]})",
+       "config.json: inputs[0].dims[1]: must be an integer >= -1"},
+      {R"({"inputs": [{"name": "x", "datatype": "FP32", "dims": [4], "shape": [4]}]})",
+       "config.json: inputs[0].shape: unknown key"},
+      {R"({"inputs": [{"name": "x", "datatype": "FP32", "dims": []},
+                      {"name": "x", "datatype": "FP32", "dims": []}]})",
+       "config.json: inputs[1].name: \"x\" twice"},
+      {R"({"outputs": [{"name": "y", "datatype": "FP32", "dims": []}]})",
+       "config.json: outputs: given without inputs"},
+      {R"({"entry_point": {"package": "model"}})", "config.json: entry_point.resource"},
+      {R"({"entry_point": {"package": "m", "resource": "r", "module": "x"}})",
+       "config.json: entry_point: either package and resource, or module and factory"},
+      {R"({"default_model_filename": "../model.pt"})", "default_model_filename"},
+      {R"({"preferred_batch_sizes": [4, 0]})", "config.json: preferred_batch_sizes[1]"},
+      {R"([1, 2])", "config.json is not a JSON object"},
+  };
+  for (const auto& [json, message] : cases) {
+    EXPECT_THAT(ParseModelConfig(json).status(),
+                StatusIs(StatusCode::kInvalidArgument, HasSubstr(message)))
+        << json;
+  }
+}
+
+TEST(ModelConfigTest, NoSignatureIsFailedPrecondition) {
+  ASSERT_OK_AND_ASSIGN(ModelConfig config, ParseModelConfig(R"({"max_batch_size": 4})"));
+  EXPECT_THAT(SignatureManifest(config, "m", "1").status(),
+              StatusIs(StatusCode::kFailedPrecondition, HasSubstr("\"inputs\"")));
+}
+
+}  // namespace
+}  // namespace chorus

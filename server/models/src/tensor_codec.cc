@@ -1,0 +1,390 @@
+#include "chorus/server/models/tensor_codec.h"
+
+#include <cstring>
+#include <limits>
+#include <map>
+#include <optional>
+#include <set>
+
+#include "chorus/package/dtype.h"
+#include "chorus/package/torch_dtype.h"
+
+namespace chorus {
+namespace {
+
+Status Invalid(const std::string& input, const std::string& what) {
+  return InvalidArgumentError("input \"" + input + "\": " + what);
+}
+
+std::string ShapeText(const std::vector<int64_t>& shape) {
+  std::string text = "[";
+  for (size_t i = 0; i < shape.size(); ++i) text += (i ? ", " : "") + std::to_string(shape[i]);
+  return text + "]";
+}
+
+bool HasTypedContents(const inference::InferTensorContents& c) {
+  return c.bool_contents_size() || c.int_contents_size() || c.int64_contents_size() ||
+         c.uint_contents_size() || c.uint64_contents_size() || c.fp32_contents_size() ||
+         c.fp64_contents_size() || c.bytes_contents_size();
+}
+
+// The number of elements of `shape`; INVALID_ARGUMENT for a negative
+// dimension or a count whose bytes could not be addressed. Checked before
+// anything is allocated, so a request cannot make the server allocate what
+// its contents do not back.
+StatusOr<int64_t> ElementCount(const std::vector<int64_t>& shape) {
+  constexpr int64_t kMaxElements = int64_t{1} << 56;
+  int64_t n = 1;
+  for (int64_t d : shape) {
+    if (d < 0) return InvalidArgumentError("negative dimension in shape " + ShapeText(shape));
+    if (d != 0 && n > kMaxElements / d) {
+      return InvalidArgumentError("shape " + ShapeText(shape) + " has too many elements");
+    }
+    n *= d;
+  }
+  return n;
+}
+
+at::Tensor Empty(const std::vector<int64_t>& shape, const DtypeInfo& dtype) {
+  return at::empty(shape, at::TensorOptions().dtype(ScalarTypeOf(dtype.dtype)));
+}
+
+// Integer values of a typed field, refused unless each fits `T`.
+template <typename T, typename Values>
+StatusOr<at::Tensor> FromIntegers(const Values& values, const std::vector<int64_t>& shape,
+                                  const DtypeInfo& dtype, const std::string& name) {
+  at::Tensor tensor = Empty(shape, dtype);
+  T* out = tensor.data_ptr<T>();
+  for (int i = 0; i < values.size(); ++i) {
+    if (values[i] < std::numeric_limits<T>::min() || values[i] > std::numeric_limits<T>::max()) {
+      return Invalid(name, "value " + std::to_string(values[i]) + " does not fit " + dtype.wire);
+    }
+    out[i] = static_cast<T>(values[i]);
+  }
+  return tensor;
+}
+
+// Values of a typed field whose C++ type is the tensor's.
+template <typename Values>
+StatusOr<at::Tensor> FromSameType(const Values& values, const std::vector<int64_t>& shape,
+                                  const DtypeInfo& dtype) {
+  at::Tensor tensor = Empty(shape, dtype);
+  if (values.size() > 0) {
+    std::memcpy(tensor.data_ptr(), values.data(), values.size() * dtype.element_size);
+  }
+  return tensor;
+}
+
+// The tensor held by the typed field that matches `dtype`, after checking it
+// holds one value per element of `shape` (`elements`).
+StatusOr<at::Tensor> FromTypedContents(const inference::InferTensorContents& c,
+                                       const DtypeInfo& dtype, const std::string& name,
+                                       const std::vector<int64_t>& shape, int64_t elements) {
+  int count = 0;
+  switch (dtype.dtype) {
+    case Dtype::kBool:
+      count = c.bool_contents_size();
+      break;
+    case Dtype::kInt8:
+    case Dtype::kInt16:
+    case Dtype::kInt32:
+      count = c.int_contents_size();
+      break;
+    case Dtype::kInt64:
+      count = c.int64_contents_size();
+      break;
+    case Dtype::kUint8:
+      count = c.uint_contents_size();
+      break;
+    case Dtype::kFloat32:
+      count = c.fp32_contents_size();
+      break;
+    case Dtype::kFloat64:
+      count = c.fp64_contents_size();
+      break;
+    default:
+      return Invalid(name, std::string(dtype.wire) + " travels only as raw contents");
+  }
+  if (count != elements) {
+    return Invalid(name, std::to_string(count) + " typed values for " + std::to_string(elements) +
+                             " elements");
+  }
+  switch (dtype.dtype) {
+    case Dtype::kBool:
+      return FromIntegers<bool>(c.bool_contents(), shape, dtype, name);
+    case Dtype::kInt8:
+      return FromIntegers<int8_t>(c.int_contents(), shape, dtype, name);
+    case Dtype::kInt16:
+      return FromIntegers<int16_t>(c.int_contents(), shape, dtype, name);
+    case Dtype::kInt32:
+      return FromSameType(c.int_contents(), shape, dtype);
+    case Dtype::kInt64:
+      return FromSameType(c.int64_contents(), shape, dtype);
+    case Dtype::kUint8:
+      return FromIntegers<uint8_t>(c.uint_contents(), shape, dtype, name);
+    case Dtype::kFloat32:
+      return FromSameType(c.fp32_contents(), shape, dtype);
+    default:
+      return FromSameType(c.fp64_contents(), shape, dtype);
+  }
+}
+
+// `values`, if every input of a batchable model that has the batch
+// dimension has the same number of rows along it (they are batched together).
+StatusOr<std::vector<c10::IValue>> CheckBatchRows(std::vector<c10::IValue> values,
+                                                  const Manifest& manifest) {
+  const size_t dim = manifest.batching.batch_dim;
+  if (!manifest.batching.batchable) return values;
+  std::optional<int64_t> rows;
+  for (size_t i = 0; i < values.size(); ++i) {
+    const std::vector<int64_t> shape = ShapeOf(values[i]);
+    if (shape.size() <= dim) continue;
+    if (!rows) {
+      rows = shape[dim];
+    } else if (shape[dim] != *rows) {
+      return Invalid(manifest.inputs[i].name, std::to_string(shape[dim]) +
+                                                  " rows along the batch dimension; " +
+                                                  "the other inputs have " + std::to_string(*rows));
+    }
+  }
+  return values;
+}
+
+// The string input `name` of `shape` from the request's raw or typed contents.
+StatusOr<c10::IValue> DecodeStrings(const inference::ModelInferRequest::InferInputTensor& input,
+                                    const std::vector<int64_t>& shape, const std::string* raw) {
+  CHORUS_ASSIGN_OR_RETURN(const int64_t elements, ElementCount(shape));
+  StringTensor tensor;
+  if (raw != nullptr) {
+    StatusOr<StringTensor> decoded = StringTensorFromRaw(shape, *raw);
+    if (!decoded.ok()) return Invalid(input.name(), decoded.status().message());
+    tensor = std::move(decoded).value();
+  } else {
+    const auto& c = input.contents();
+    if (HasTypedContents(c) && c.bytes_contents_size() == 0 && elements > 0) {
+      return Invalid(input.name(), "BYTES values travel in bytes_contents");
+    }
+    if (c.bytes_contents_size() != elements) {
+      return Invalid(input.name(), std::to_string(c.bytes_contents_size()) + " typed values for " +
+                                       std::to_string(elements) + " elements");
+    }
+    tensor.shape = shape;
+    tensor.elements.assign(c.bytes_contents().begin(), c.bytes_contents().end());
+  }
+  return StringTensorToIValue(std::move(tensor));
+}
+
+// OK if `value` is of the dtype `spec` declares.
+Status CheckOutputDtype(const c10::IValue& value, const TensorSpec& spec) {
+  std::string returned = "a list of str";
+  if (value.isTensor()) {
+    std::optional<Dtype> dtype = DtypeOf(value.toTensor().scalar_type());
+    if (!dtype) {
+      return InternalError("output \"" + spec.name + "\" has a dtype the protocol cannot carry");
+    }
+    returned = InfoOf(*dtype).name;
+  }
+  if (returned == spec.dtype || (spec.dtype == "string" && !value.isTensor())) return OkStatus();
+  return InternalError("output \"" + spec.name + "\": the model returned " + returned +
+                       ", its signature declares " + spec.dtype);
+}
+
+}  // namespace
+
+StatusOr<at::Tensor> TensorFromRaw(const std::string& datatype, const std::vector<int64_t>& shape,
+                                   const std::string& raw) {
+  const DtypeInfo* dtype = DtypeByWireName(datatype);
+  if (dtype == nullptr) return InvalidArgumentError("unknown datatype \"" + datatype + "\"");
+  if (dtype->dtype == Dtype::kString) return InvalidArgumentError("BYTES is not a tensor dtype");
+  CHORUS_ASSIGN_OR_RETURN(const int64_t elements, ElementCount(shape));
+  const size_t expected = static_cast<size_t>(elements) * dtype->element_size;
+  if (raw.size() != expected) {
+    return InvalidArgumentError("raw contents hold " + std::to_string(raw.size()) +
+                                " bytes; shape " + ShapeText(shape) + " of " + datatype +
+                                " needs " + std::to_string(expected));
+  }
+  at::Tensor tensor = Empty(shape, *dtype);
+  if (expected > 0) std::memcpy(tensor.data_ptr(), raw.data(), expected);
+  return tensor;
+}
+
+StatusOr<StringTensor> StringTensorFromRaw(const std::vector<int64_t>& shape,
+                                           const std::string& raw) {
+  CHORUS_ASSIGN_OR_RETURN(const int64_t elements, ElementCount(shape));
+  StringTensor tensor;
+  tensor.shape = shape;
+  size_t at = 0;
+  while (at < raw.size()) {
+    if (raw.size() - at < 4) {
+      return InvalidArgumentError("raw BYTES contents end inside the length of element " +
+                                  std::to_string(tensor.elements.size()));
+    }
+    const auto* p = reinterpret_cast<const unsigned char*>(raw.data() + at);
+    const uint32_t length = p[0] | (p[1] << 8) | (p[2] << 16) | (uint32_t{p[3]} << 24);
+    at += 4;
+    if (raw.size() - at < length) {
+      return InvalidArgumentError("raw BYTES element " + std::to_string(tensor.elements.size()) +
+                                  " claims " + std::to_string(length) + " bytes; " +
+                                  std::to_string(raw.size() - at) + " are left");
+    }
+    if (static_cast<int64_t>(tensor.elements.size()) == elements) {
+      return InvalidArgumentError("raw BYTES contents hold more than the " +
+                                  std::to_string(elements) + " elements of shape " +
+                                  ShapeText(shape));
+    }
+    tensor.elements.emplace_back(raw, at, length);
+    at += length;
+  }
+  if (static_cast<int64_t>(tensor.elements.size()) != elements) {
+    return InvalidArgumentError("raw BYTES contents hold " +
+                                std::to_string(tensor.elements.size()) + " elements; shape " +
+                                ShapeText(shape) + " needs " + std::to_string(elements));
+  }
+  return tensor;
+}
+
+std::string StringsToRaw(const std::vector<std::string>& elements) {
+  size_t size = 0;
+  for (const std::string& element : elements) size += 4 + element.size();
+  std::string raw;
+  raw.reserve(size);
+  for (const std::string& element : elements) {
+    const uint32_t length = static_cast<uint32_t>(element.size());
+    for (int shift = 0; shift < 32; shift += 8) raw.push_back(static_cast<char>(length >> shift));
+    raw += element;
+  }
+  return raw;
+}
+
+std::string WireDatatype(const std::string& manifest_dtype) {
+  const DtypeInfo* d = DtypeByName(manifest_dtype);
+  return d ? d->wire : "";
+}
+
+StatusOr<std::vector<c10::IValue>> DecodeInputs(const inference::ModelInferRequest& request,
+                                                const Manifest& manifest) {
+  const bool raw = request.raw_input_contents_size() > 0;
+  if (raw && request.raw_input_contents_size() != request.inputs_size()) {
+    return InvalidArgumentError(std::to_string(request.raw_input_contents_size()) +
+                                " raw_input_contents for " + std::to_string(request.inputs_size()) +
+                                " inputs");
+  }
+  std::map<std::string, size_t> position;
+  for (size_t i = 0; i < manifest.inputs.size(); ++i) position[manifest.inputs[i].name] = i;
+  std::vector<c10::IValue> values(manifest.inputs.size());
+  for (int k = 0; k < request.inputs_size(); ++k) {
+    const auto& input = request.inputs(k);
+    auto it = position.find(input.name());
+    if (it == position.end()) return Invalid(input.name(), "the model has no such input");
+    if (!values[it->second].isNone()) return Invalid(input.name(), "given twice");
+    const TensorSpec& spec = manifest.inputs[it->second];
+    const DtypeInfo* dtype = DtypeByName(spec.dtype);
+    if (dtype == nullptr || input.datatype() != dtype->wire) {
+      return Invalid(input.name(), "expected datatype " + WireDatatype(spec.dtype) + ", got " +
+                                       (input.datatype().empty() ? "none" : input.datatype()));
+    }
+    std::vector<int64_t> shape(input.shape().begin(), input.shape().end());
+    bool matches = shape.size() == spec.shape.size();
+    for (size_t d = 0; matches && d < shape.size(); ++d) {
+      matches = shape[d] >= 0 && (spec.shape[d] == -1 || spec.shape[d] == shape[d]);
+    }
+    if (!matches) {
+      return Invalid(input.name(), "shape " + ShapeText(shape) + " does not match the model's " +
+                                       ShapeText(spec.shape));
+    }
+    const auto& batching = manifest.batching;
+    if (batching.batchable && batching.max_batch_size > 0 &&
+        static_cast<int64_t>(shape.size()) > batching.batch_dim &&
+        shape[batching.batch_dim] > batching.max_batch_size) {
+      return Invalid(input.name(), "batch of " + std::to_string(shape[batching.batch_dim]) +
+                                       " exceeds the model's maximum of " +
+                                       std::to_string(batching.max_batch_size));
+    }
+    const bool typed = input.has_contents() && HasTypedContents(input.contents());
+    if (raw && typed) {
+      return Invalid(input.name(),
+                     "has typed contents and the request has raw_input_contents; "
+                     "use one or the other");
+    }
+    if (dtype->dtype == Dtype::kString) {
+      CHORUS_ASSIGN_OR_RETURN(
+          values[it->second],
+          DecodeStrings(input, shape, raw ? &request.raw_input_contents(k) : nullptr));
+      continue;
+    }
+    at::Tensor tensor;
+    if (raw) {
+      StatusOr<at::Tensor> decoded =
+          TensorFromRaw(input.datatype(), shape, request.raw_input_contents(k));
+      if (!decoded.ok()) return Invalid(input.name(), decoded.status().message());
+      tensor = std::move(decoded).value();
+    } else {
+      StatusOr<int64_t> elements = ElementCount(shape);
+      if (!elements.ok()) return Invalid(input.name(), elements.status().message());
+      if (typed) {
+        CHORUS_ASSIGN_OR_RETURN(
+            tensor, FromTypedContents(input.contents(), *dtype, input.name(), shape, *elements));
+      } else if (*elements == 0) {
+        tensor = Empty(shape, *dtype);  // nothing to send
+      } else {
+        return Invalid(input.name(), "no contents (typed or raw)");
+      }
+    }
+    values[it->second] = std::move(tensor);
+  }
+  for (size_t i = 0; i < values.size(); ++i) {
+    if (values[i].isNone()) {
+      return Invalid(manifest.inputs[i].name, "missing (the model needs every input)");
+    }
+  }
+  return CheckBatchRows(std::move(values), manifest);
+}
+
+Status EncodeOutputs(const std::vector<c10::IValue>& outputs, const Manifest& manifest,
+                     const inference::ModelInferRequest& request,
+                     inference::ModelInferResponse* response) {
+  std::set<std::string> wanted;
+  for (const auto& requested : request.outputs()) {
+    bool known = false;
+    for (const TensorSpec& spec : manifest.outputs) known = known || spec.name == requested.name();
+    if (!known) {
+      return InvalidArgumentError("output \"" + requested.name() +
+                                  "\": the model has no such output");
+    }
+    wanted.insert(requested.name());
+  }
+  // What the model returned must be what its signature (and ModelMetadata)
+  // says: a client trusts the metadata (as Triton does, a mismatch fails).
+  if (outputs.size() != manifest.outputs.size()) {
+    return InternalError("the model returned " + std::to_string(outputs.size()) +
+                         " outputs; its signature declares " +
+                         std::to_string(manifest.outputs.size()));
+  }
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    CHORUS_RETURN_IF_ERROR(CheckOutputDtype(outputs[i], manifest.outputs[i]));
+  }
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    const TensorSpec& spec = manifest.outputs[i];
+    if (!wanted.empty() && wanted.count(spec.name) == 0) continue;
+    auto* out = response->add_outputs();
+    out->set_name(spec.name);
+    out->set_datatype(WireDatatype(spec.dtype));
+    if (!outputs[i].isTensor()) {
+      StatusOr<StringTensor> strings = StringTensorFromIValue(outputs[i]);
+      if (!strings.ok()) {
+        return InternalError("output \"" + spec.name +
+                             "\": " + std::string(strings.status().message()));
+      }
+      for (int64_t size : strings->shape) out->add_shape(size);
+      response->add_raw_output_contents(StringsToRaw(strings->elements));
+      continue;
+    }
+    at::Tensor tensor = outputs[i].toTensor().contiguous();
+    for (int64_t size : tensor.sizes()) out->add_shape(size);
+    response->add_raw_output_contents(static_cast<const char*>(tensor.data_ptr()),
+                                      tensor.numel() * tensor.element_size());
+  }
+  return OkStatus();
+}
+
+}  // namespace chorus

@@ -1,0 +1,237 @@
+#include <fmt/ranges.h>
+#include <grpcpp/grpcpp.h>
+#include <grpcpp/health_check_service_interface.h>
+#include <httplib.h>
+
+#include <algorithm>
+#include <mutex>
+#include <thread>
+
+#include "chorus/common/file_util.h"
+#include "chorus/common/logging.h"
+#include "chorus/common/process_stats.h"
+#include "chorus/interpreter/gpu_host.h"
+#include "chorus/server/frontends/grpc/inference_service.h"
+#include "chorus/server/frontends/http/http_endpoint.h"
+#include "chorus/server/frontends/http/rest_service.h"
+#include "chorus/server/frontends/openai/openai_service.h"
+#include "chorus/server/models/inference_core.h"
+#include "chorus/server/models/metrics.h"
+#include "chorus/server/rpc/authorizer.h"
+#include "chorus/server/server.h"
+#include "chorus/server/training/training_service.h"
+
+namespace chorus {
+namespace {
+
+class ServerImpl final : public Server {
+ public:
+  ~ServerImpl() override { Shutdown(); }
+
+  Status Initialize(const ServerOptions& options);
+  int port() const override { return port_; }
+  int metrics_port() const override { return metrics_ ? metrics_->port() : -1; }
+  int http_port() const override { return http_ ? http_->port() : -1; }
+  void Shutdown() override;
+
+ private:
+  Status StartGrpc(const ServerOptions& options);
+  Status StartMetrics(const ServerOptions& options);
+  Status StartHttp(const ServerOptions& options);
+
+  ServerOptions options_;
+  std::unique_ptr<InterpreterManager> manager_;
+  std::unique_ptr<ModelRepository> repository_;
+  std::unique_ptr<BackgroundRunner> background_;
+  std::unique_ptr<Authorizer> authorizer_;
+  std::unique_ptr<InferenceCore> core_;
+  std::unique_ptr<InferenceService> service_;
+  std::unique_ptr<RestService> rest_;
+  std::unique_ptr<OpenAiService> openai_;
+  std::unique_ptr<JobRegistry> jobs_;
+  std::unique_ptr<JobJournal> journal_;
+  std::unique_ptr<TrainingService> training_;
+  std::unique_ptr<grpc::Server> grpc_;
+  std::unique_ptr<HttpEndpoint> metrics_;
+  std::unique_ptr<HttpEndpoint> http_;
+  std::unique_ptr<IdleMemoryReleaser> memory_releaser_;
+  int port_ = 0;
+  std::once_flag shutdown_once_;
+};
+
+Status ServerImpl::Initialize(const ServerOptions& options) {
+  options_ = options;
+  if (options.tls_cert.empty() != options.tls_key.empty()) {
+    return InvalidArgumentError("--tls-cert and --tls-key go together");
+  }
+  if (options.memory_limit_mib > 0) CHORUS_RETURN_IF_ERROR(LimitDataMiB(options.memory_limit_mib));
+  InterpreterManagerOptions interpreters;
+  interpreters.num_interpreters = options.interpreters;
+  interpreters.cache_dir = options.cache_dir;
+  CHORUS_ASSIGN_OR_RETURN(manager_, InterpreterManager::Create(interpreters));
+  RepositoryOptions repository;
+  if (!options.trusted_keys_dir.empty()) {
+    CHORUS_ASSIGN_OR_RETURN(repository.trusted_keys,
+                            TrustedKeys::FromDirectory(options.trusted_keys_dir));
+    std::vector<std::string> ids = repository.trusted_keys->key_ids();
+    Log().info("serving only archives signed by {} trusted key(s) in {}: {}", ids.size(),
+               options.trusted_keys_dir, fmt::join(ids, ", "));
+  }
+  repository.max_queue = options.max_queue;
+  repository.workers = manager_->size();
+  repository.drain_timeout = options.drain_timeout;
+  // The run on zeros that learns a model's outputs is a request like any other.
+  if (options.request_timeout.count() > 0) {
+    repository.probe_timeout = std::min(repository.probe_timeout, options.request_timeout);
+  }
+  repository.load_timeout = options.model_load_timeout;
+  repository.quarantined = options.quarantined;
+  repository_ =
+      std::make_unique<ModelRepository>(options.model_repository, manager_.get(), repository);
+  CHORUS_RETURN_IF_ERROR(repository_->LoadAll());
+  if (options.idle_memory_release.count() > 0) {
+    // Without a GPU, the pages loading torch's CUDA libraries touched are
+    // never used again (140 MiB with torch 2.14's CUDA wheels).
+    MappedFileFilter page_out;
+    if (!HostHasGpu()) page_out = IsGpuOnlyLibrary;
+    memory_releaser_ =
+        std::make_unique<IdleMemoryReleaser>(options.idle_memory_release, std::move(page_out));
+  }
+  NoteMemoryActivity();  // loading allocated and freed much: released once quiet
+  background_ = std::make_unique<BackgroundRunner>();
+  authorizer_ = std::make_unique<Authorizer>(options.auth_token);
+  InferenceCoreOptions core;
+  core.request_timeout = options.request_timeout;
+  core.strict_readiness = options.strict_readiness;
+  core_ = std::make_unique<InferenceCore>(repository_.get(), background_.get(), core);
+  service_ = std::make_unique<InferenceService>(authorizer_.get(), core_.get());
+  rest_ = std::make_unique<RestService>(core_.get());
+  openai_ = std::make_unique<OpenAiService>(core_.get());
+  jobs_ = std::make_unique<JobRegistry>(manager_.get());
+  journal_ = std::make_unique<JobJournal>(options.jobs_file);
+  training_ = std::make_unique<TrainingService>(
+      TrainingService::Context{authorizer_.get(), manager_.get(), background_.get(),
+                               repository_.get(), options.model_repository,
+                               repository.trusted_keys},
+      jobs_.get(), journal_.get());
+  // A journal that cannot be read must not keep the models from serving.
+  if (Status resumed = training_->ResumeJournaledJobs(options.quarantined_jobs); !resumed.ok()) {
+    Log().error("training jobs not resumed: {}", resumed.ToString());
+  }
+  CHORUS_RETURN_IF_ERROR(StartGrpc(options));
+  CHORUS_RETURN_IF_ERROR(StartHttp(options));
+  CHORUS_RETURN_IF_ERROR(StartMetrics(options));
+  core_->SetAccepting(true);
+  Log().info(
+      "serving {} model(s) with {} interpreters: gRPC on port {}, HTTP/REST on {}, "
+      "metrics on {}",
+      repository_->Loaded().size(), manager_->size(), port_, http_port(), metrics_port());
+  if (StatusOr<double> in_use = DataMiB(); options.memory_limit_mib > 0 && in_use.ok()) {
+    Log().info("memory: {:.0f} MiB of private memory in use of the {} MiB limit", *in_use,
+               options.memory_limit_mib);
+  }
+  return OkStatus();
+}
+
+Status ServerImpl::StartGrpc(const ServerOptions& options) {
+  std::shared_ptr<grpc::ServerCredentials> credentials = grpc::InsecureServerCredentials();
+  if (!options.tls_cert.empty()) {
+    CHORUS_ASSIGN_OR_RETURN(std::string cert, ReadFile(options.tls_cert));
+    CHORUS_ASSIGN_OR_RETURN(std::string key, ReadFile(options.tls_key));
+    grpc::SslServerCredentialsOptions ssl;
+    ssl.pem_key_cert_pairs.push_back({key, cert});
+    credentials = grpc::SslServerCredentials(ssl);
+  }
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort(options.host + ":" + std::to_string(options.port), credentials, &port_);
+  builder.SetMaxReceiveMessageSize(static_cast<int>(options.max_message_bytes));
+  builder.SetMaxSendMessageSize(static_cast<int>(options.max_message_bytes));
+  builder.RegisterService(service_.get());
+  builder.RegisterService(training_.get());
+  grpc_ = builder.BuildAndStart();
+  if (grpc_ == nullptr || port_ == 0) {
+    return UnavailableError("cannot listen on " + options.host + ":" +
+                            std::to_string(options.port));
+  }
+  return OkStatus();
+}
+
+Status ServerImpl::StartHttp(const ServerOptions& options) {
+  if (options.http_port < 0) return OkStatus();
+  HttpEndpointOptions endpoint;
+  endpoint.request_threads = RestService::kRequestThreads;
+  endpoint.max_body_bytes = options.max_message_bytes;
+  endpoint.authorizer = authorizer_.get();
+  http_ = std::make_unique<HttpEndpoint>(endpoint);
+  rest_->Register(http_.get());
+  openai_->Register(http_.get());
+  return http_->Serve(options.host, options.http_port, "HTTP/REST");
+}
+
+Status ServerImpl::StartMetrics(const ServerOptions& options) {
+  if (options.metrics_port < 0) return OkStatus();
+  metrics_ = std::make_unique<HttpEndpoint>(HttpEndpointOptions{});
+  httplib::Server* metrics = &metrics_->routes();
+  const std::string restarts = RenderRestartMetrics(options.restarts, options.last_exit);
+  // KServe v2's health endpoints, for probes that speak HTTP.
+  metrics->Get("/v2/health/live", [](const httplib::Request&, httplib::Response& response) {
+    response.set_content("{\"live\":true}", "application/json");
+  });
+  metrics->Get("/v2/health/ready", [this](const httplib::Request&, httplib::Response& response) {
+    const bool ready = core_->ServerReady();
+    response.status = ready ? 200 : 503;
+    response.set_content(ready ? "{\"ready\":true}" : "{\"ready\":false}", "application/json");
+  });
+  metrics->Get("/metrics", [this, restarts](const httplib::Request&, httplib::Response& response) {
+    response.set_content(RenderMetrics(*repository_, *manager_) + jobs_->RenderMetrics() +
+                             restarts + RenderProcessMetrics(options_.memory_limit_mib),
+                         "text/plain; version=0.0.4");
+  });
+  return metrics_->Serve(options.host, options.metrics_port, "metrics");
+}
+
+void ServerImpl::Shutdown() {
+  std::call_once(shutdown_once_, [this] {
+    const auto drain_deadline = std::chrono::steady_clock::now() + options_.drain_timeout;
+    if (core_) core_->SetAccepting(false);
+    if (grpc_) {
+      grpc_->GetHealthCheckService()->SetServingStatus(false);
+      // Stops accepting; waits for in-flight calls (their models keep running)
+      // until the drain deadline, then cancels what is left.
+      grpc_->Shutdown(std::chrono::system_clock::now() + options_.drain_timeout);
+      grpc_->Wait();
+    }
+    // Answered calls may still be finishing their callbacks on the models'
+    // workers: let them, within what is left of the drain time. REST calls
+    // in flight are answered by the drain; then the HTTP server stops.
+    if (repository_) repository_->DrainAll(drain_deadline);
+    if (http_) http_->Stop();
+    if (metrics_) metrics_->Stop();
+    // Queued job work (builds, deletions) finishes before the jobs go.
+    if (training_) training_->Stop();
+    if (background_) background_->Stop();
+    jobs_.reset();
+    background_.reset();
+    grpc_.reset();
+    repository_.reset();
+    manager_.reset();
+    Log().info("server stopped");
+  });
+}
+
+}  // namespace
+
+StatusOr<std::unique_ptr<Server>> Server::Start(const ServerOptions& options) {
+  auto server = std::make_unique<ServerImpl>();
+  Status started = server->Initialize(options);
+  if (!started.ok() && options.memory_limit_mib > 0) {
+    // Start-up itself may be what did not fit.
+    return started.Annotate("with a memory limit of " + std::to_string(options.memory_limit_mib) +
+                            " MiB");
+  }
+  CHORUS_RETURN_IF_ERROR(started);
+  return std::unique_ptr<Server>(std::move(server));
+}
+
+}  // namespace chorus
