@@ -7,13 +7,15 @@
 #   make test          deps + build + every test through CTest, the sanitizer
 #                      build of the torch-free core (build-asan/), clang's
 #                      thread-safety and dropped-Status analysis over every
-#                      file, clang-format (check-format), ruff and mypy
-#                      (check-python), and test-other-torch
+#                      file, clang-format (check-format), the code's shape
+#                      (check-structure), ruff and mypy (check-python), and
+#                      test-other-torch
 #   make format        clang-format every C++ file in place
 #   make demo          deps + build + the main job
 #   make bench         deps + build + the benchmark suite -> build/bench/suite.{json,md},
 #                      build/bench/suite_{throughput,memory}.png (about 20 minutes)
 #   make bench-check   make bench, then its ratios against tests/bench/suite/baseline.json
+#   make bench-check-short  the suite's short form against its baseline (~2 min)
 #   make bench-NAME    deps + build + benchmark NAME -> build/bench/NAME.json
 #   make test-other-torch  the interpreter core built against each of
 #                      OTHER_TORCH_VERSIONS (a venv per version, as for the default)
@@ -40,7 +42,7 @@ CTEST_ARGS ?=
 # across runs as ccache's and pip's are.
 export TORCHINDUCTOR_CACHE_DIR ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/chorus/inductor
 
-.PHONY: all deps debian-packages print-python configure build test test-core test-asan check-thread-safety test-other-torch demo bench bench-check clean format check-format check-python
+.PHONY: all deps debian-packages print-python configure build test test-core test-asan check-thread-safety check-structure test-other-torch demo bench bench-check bench-check-short clean format check-format check-python
 
 all: build
 
@@ -66,7 +68,7 @@ configure: deps
 build: configure
 	@$(CMAKE) --build $(BUILD) -j $(JOBS)
 
-test: check-format build check-python test-asan check-thread-safety test-other-torch
+test: check-format check-structure build check-python test-asan check-thread-safety test-other-torch
 	cd $(BUILD) && ctest --output-on-failure -j 1 $(CTEST_ARGS)
 
 # The other supported torch versions: the interpreter core (where the
@@ -107,6 +109,12 @@ bench: build
 bench-check: bench
 	@$(SUITE)/check.py $(BUILD)/bench/suite.json tests/bench/suite/baseline.json
 
+# The short form (about 2 minutes) against its own baseline, a failure
+# confirmed by a second run (make test only prints these ratios).
+bench-check-short: build
+	@PYTHONPATH=$(BUILD)/share/chorus/python tests/bench/suite/short_check.sh $(PYTHON) \
+	  $(BUILD)/bin $(BUILD)/bench
+
 bench-%: build
 	@$(BUILD)/bin/bench_$* --out $(BUILD)/bench/$*.json
 
@@ -128,6 +136,11 @@ check-python: build
 	  echo "ruff: clean" && \
 	  cd $(BUILD)/share/chorus/python && $$bin/mypy --config-file $(CURDIR)/python/pyproject.toml \
 	    --cache-dir $(abspath $(BUILD))/mypy-cache
+
+# The code's shape (docs/architecture.md): which folder includes which, files
+# of at most 600 lines, functions of at most 60, each folder's main header.
+check-structure: debian-packages
+	@lint=$$(tools/make-venv.sh tools/requirements/lint.txt) && $$lint tools/check_structure.py
 
 check-format: debian-packages
 	@$(CXX_SOURCES) | xargs clang-format --dry-run --Werror && echo "clang-format: clean"

@@ -118,7 +118,7 @@ def check_includes(root, files):
         if folder is None:
             continue
         allowed = FOLDERS[folder][2]
-        if path.endswith("_test.cc") and allowed != "*":
+        if re.search(r"_test(_support)?\.(cc|h)$", path) and allowed != "*":
             allowed = allowed + TEST_EXTRA
         with open(os.path.join(root, path), encoding="utf-8") as f:
             text = f.read()

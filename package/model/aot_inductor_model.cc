@@ -69,7 +69,6 @@ class AotInductorModel final : public Model {
 
   const Manifest* manifest() const override { return &signature_; }
   bool carries_signature() const override { return carries_signature_; }
-  ArchiveKind kind() const override { return ArchiveKind::kAotInductor; }
   const std::shared_ptr<Archive>& archive() const override { return archive_; }
 
   StatusOr<c10::IValue> Forward(const std::vector<c10::IValue>& inputs,

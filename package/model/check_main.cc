@@ -33,7 +33,7 @@ nlohmann::json Check(const std::string& path, double atol, double rtol) {
     report["error"] = model.status().ToString();
     return report;
   }
-  if ((*model)->kind() != ArchiveKind::kTorchPackage || (*model)->manifest() == nullptr) {
+  if ((*model)->format() != ModelFormat::kChorus) {
     report["error"] = "check needs a chorus package (a torch.package archive with a manifest)";
     return report;
   }
@@ -86,7 +86,7 @@ nlohmann::json Validate(const std::string& path, const std::string& trusted_keys
     report["error"] = verified.ToString();
     return report;
   }
-  report["kind"] = ArchiveKindName((*archive)->kind());
+  report["kind"] = FormatInfo((*archive)->format()).description;
   report["manifest"] = (*archive)->manifest().has_value();
   report["ok"] = true;
   return report;

@@ -143,7 +143,6 @@ class PythonModel final : public Model {
 
   const Manifest* manifest() const override { return ManifestOf(*archive_, signature_); }
   bool carries_signature() const override { return carries_signature_; }
-  ArchiveKind kind() const override { return archive_->kind(); }
   const std::shared_ptr<Archive>& archive() const override { return archive_; }
 
   // Serves with the signature the file carries (a program's), not the options'.
@@ -220,7 +219,6 @@ class TorchScriptModel final : public Model {
 
   const Manifest* manifest() const override { return ManifestOf(*archive_, signature_); }
   bool carries_signature() const override { return false; }
-  ArchiveKind kind() const override { return ArchiveKind::kTorchScript; }
   const std::shared_ptr<Archive>& archive() const override { return archive_; }
 
   StatusOr<c10::IValue> Forward(const std::vector<c10::IValue>& inputs,
@@ -245,9 +243,49 @@ c10::IValue ArchiveToIValue(std::shared_ptr<Archive> archive) {
 
 Status Model::ForwardEach(const std::vector<c10::IValue>&, const CallOptions&,
                           const std::function<bool(const c10::IValue&)>&) {
-  return UnimplementedError(std::string(ArchiveKindName(kind())) +
+  return UnimplementedError(std::string(FormatInfo(format()).description) +
                             " models answer once; only Python models stream");
 }
+
+namespace {
+
+StatusOr<std::shared_ptr<Model>> LoadTorchScript(const std::string& path,
+                                                 const std::shared_ptr<Archive>& archive,
+                                                 const ModelOptions& options) {
+  try {
+    return std::shared_ptr<Model>(
+        std::make_shared<TorchScriptModel>(archive, options.signature, torch::jit::load(path)));
+  } catch (const c10::Error& e) {
+    return InvalidArgumentError("cannot load TorchScript archive " + path + ": " +
+                                e.what_without_backtrace());
+  }
+}
+
+// A torch.package archive or a torch.export program: a replica per
+// interpreter, the first made now, so that a model that cannot load fails
+// here, not later.
+StatusOr<std::shared_ptr<Model>> LoadOnInterpreters(InterpreterManager* manager,
+                                                    const std::string& path,
+                                                    const std::shared_ptr<Archive>& archive,
+                                                    const EntryPoint& entry,
+                                                    const ModelOptions& options) {
+  if (manager == nullptr) {
+    return InvalidArgumentError(std::string(FormatInfo(archive->format()).description) +
+                                "s run on interpreters: pass an InterpreterManager");
+  }
+  auto model = std::make_shared<PythonModel>(manager, archive, entry, options.signature,
+                                             options.load_timeout);
+  InterpreterSession session = manager->AcquireOne();
+  StatusOr<Object> first = model->In(session);
+  if (!first.ok()) return first.status().Annotate("loading " + path);
+  if (archive->format() == ModelFormat::kTorchExport) {
+    CHORUS_ASSIGN_OR_RETURN(Manifest signature, ProgramSignature(*first, path));
+    model->UseOwnSignature(std::move(signature));
+  }
+  return std::shared_ptr<Model>(model);
+}
+
+}  // namespace
 
 StatusOr<std::shared_ptr<Model>> Model::Load(InterpreterManager* manager, const std::string& path,
                                              const ModelOptions& options) {
@@ -255,46 +293,30 @@ StatusOr<std::shared_ptr<Model>> Model::Load(InterpreterManager* manager, const 
   archive_options.verify_sha256 = options.verify_sha256;
   CHORUS_ASSIGN_OR_RETURN(std::shared_ptr<Archive> archive, OpenShared(path, archive_options));
   if (options.trusted_keys) CHORUS_RETURN_IF_ERROR(options.trusted_keys->Verify(*archive));
-  if (archive->kind() == ArchiveKind::kTorchScript) {
-    try {
-      return std::shared_ptr<Model>(
-          std::make_shared<TorchScriptModel>(archive, options.signature, torch::jit::load(path)));
-    } catch (const c10::Error& e) {
-      return InvalidArgumentError("cannot load TorchScript archive " + path + ": " +
-                                  e.what_without_backtrace());
-    }
-  }
-  if (archive->kind() == ArchiveKind::kAotInductor) {
-    size_t instances = options.concurrent_runs;
-    if (instances == 0) instances = manager != nullptr ? static_cast<size_t>(manager->size()) : 1;
-    return internal::LoadAotInductorModel(archive, options.signature, instances);
-  }
   EntryPoint entry;
-  if (archive->kind() == ArchiveKind::kTorchExport) {
-    entry.kind = package_format::kEntryPointExport;
-  } else if (archive->manifest()) {
-    entry = archive->manifest()->entry_point;
-  } else if (options.entry_point) {
-    entry = *options.entry_point;
-  } else {
-    return NotFoundError(path + " has no chorus manifest (" + package_format::kManifestRecord +
-                         "); package it with chorus-package or pass an entry point");
+  switch (archive->format()) {
+    case ModelFormat::kTorchScript:
+      return LoadTorchScript(path, archive, options);
+    case ModelFormat::kAotInductor: {
+      size_t instances = options.concurrent_runs;
+      if (instances == 0) instances = manager != nullptr ? static_cast<size_t>(manager->size()) : 1;
+      return internal::LoadAotInductorModel(archive, options.signature, instances);
+    }
+    case ModelFormat::kTorchExport:
+      entry.kind = package_format::kEntryPointExport;
+      break;
+    case ModelFormat::kChorus:
+      entry = archive->manifest()->entry_point;
+      break;
+    case ModelFormat::kTorchPackage:
+      if (!options.entry_point) {
+        return NotFoundError(path + " has no chorus manifest (" + package_format::kManifestRecord +
+                             "); package it with chorus-package or pass an entry point");
+      }
+      entry = *options.entry_point;
+      break;
   }
-  if (manager == nullptr) {
-    return InvalidArgumentError(std::string(ArchiveKindName(archive->kind())) +
-                                "s run on interpreters: pass an InterpreterManager");
-  }
-  auto model = std::make_shared<PythonModel>(manager, archive, entry, options.signature,
-                                             options.load_timeout);
-  // Made once now, so that a model that cannot load fails here, not later.
-  InterpreterSession session = manager->AcquireOne();
-  StatusOr<Object> first = model->In(session);
-  if (!first.ok()) return first.status().Annotate("loading " + path);
-  if (archive->kind() == ArchiveKind::kTorchExport) {
-    CHORUS_ASSIGN_OR_RETURN(Manifest signature, ProgramSignature(*first, path));
-    model->UseOwnSignature(std::move(signature));
-  }
-  return std::shared_ptr<Model>(model);
+  return LoadOnInterpreters(manager, path, archive, entry, options);
 }
 
 }  // namespace chorus

@@ -221,8 +221,8 @@ torch.jit.save(torch.jit.script(model), ")" +
             0);
   ASSERT_OK_AND_ASSIGN(auto python, Model::Load(manager_, package_path));
   ASSERT_OK_AND_ASSIGN(auto script, Model::Load(nullptr, script_path));  // no interpreter needed
-  EXPECT_EQ(script->kind(), ArchiveKind::kTorchScript);
-  EXPECT_EQ(python->kind(), ArchiveKind::kTorchPackage);
+  EXPECT_EQ(script->format(), ModelFormat::kTorchScript);
+  EXPECT_EQ(python->format(), ModelFormat::kChorus);
   at::manual_seed(5);
   at::Tensor x = at::randn({6, 4});
   ASSERT_OK_AND_ASSIGN(c10::IValue python_out, python->Forward({x}));
@@ -342,7 +342,7 @@ assert "chorus" not in sys.modules
 
 TEST_F(Pt2Test, ExportedProgramServesItsOwnSignatureOnSharedWeights) {
   ASSERT_OK_AND_ASSIGN(auto model, Model::Load(manager_, kPt2Dir + "/program.pt2"));
-  EXPECT_EQ(model->kind(), ArchiveKind::kTorchExport);
+  EXPECT_EQ(model->format(), ModelFormat::kTorchExport);
   ASSERT_NE(model->manifest(), nullptr);
   EXPECT_TRUE(model->carries_signature());
   const Manifest& signature = *model->manifest();
@@ -378,7 +378,7 @@ TEST_F(Pt2Test, ExportedProgramServesItsOwnSignatureOnSharedWeights) {
 
 TEST_F(Pt2Test, AotInductorPackageRunsWithoutAnInterpreterAndChecksItsInputs) {
   ASSERT_OK_AND_ASSIGN(auto model, Model::Load(nullptr, kPt2Dir + "/aoti.pt2"));
-  EXPECT_EQ(model->kind(), ArchiveKind::kAotInductor);
+  EXPECT_EQ(model->format(), ModelFormat::kAotInductor);
   ASSERT_NE(model->manifest(), nullptr);
   EXPECT_TRUE(model->carries_signature());
   EXPECT_EQ(model->manifest()->outputs[0].name, "scores");

@@ -74,7 +74,7 @@ class ArchiveImpl final : public Archive {
   Status CheckDirectory(const std::vector<zip::Entry>& entries);
   Status CheckRecords(const std::vector<zip::Entry>& entries);
   Status CheckRecord(const zip::Entry& entry, uint64_t index);
-  Status DetectKind();
+  Status DetectFormat();
   bool HasRecordUnder(const char* directory) const;
   Status VerifyCrcs(bool storages);
 
@@ -204,15 +204,15 @@ Status ArchiveImpl::CheckRecords(const std::vector<zip::Entry>& entries) {
   return OkStatus();
 }
 
-Status ArchiveImpl::DetectKind() {
+Status ArchiveImpl::DetectFormat() {
   if (Find(fmt::kTorchPackageVersionRecord) && Find(fmt::kExternModulesRecord)) {
-    kind_ = ArchiveKind::kTorchPackage;
+    format_ = ModelFormat::kTorchPackage;
   } else if (Find(fmt::kTorchScriptDataRecord) && Find(fmt::kTorchScriptConstantsRecord)) {
-    kind_ = ArchiveKind::kTorchScript;
+    format_ = ModelFormat::kTorchScript;
   } else if (Find(fmt::kPt2ArchiveFormatRecord) && HasRecordUnder(fmt::kAotInductorDirectory)) {
-    kind_ = ArchiveKind::kAotInductor;
+    format_ = ModelFormat::kAotInductor;
   } else if (Find(fmt::kPt2ArchiveFormatRecord) && HasRecordUnder(fmt::kExportModelsDirectory)) {
-    kind_ = ArchiveKind::kTorchExport;
+    format_ = ModelFormat::kTorchExport;
   } else {
     return Refused(path_, "not a torch.package, TorchScript, torch.export or AOTInductor archive");
   }
@@ -249,7 +249,7 @@ Status ArchiveImpl::Initialize(const std::string& path, const ArchiveOptions& op
   CHORUS_RETURN_IF_ERROR(CheckDirectory(*entries));
   CHORUS_RETURN_IF_ERROR(OpenZip());
   CHORUS_RETURN_IF_ERROR(CheckRecords(*entries));
-  CHORUS_RETURN_IF_ERROR(DetectKind());
+  CHORUS_RETURN_IF_ERROR(DetectFormat());
   CHORUS_RETURN_IF_ERROR(VerifyCrcs(options.verify_storage_crc));
   if (const ArchiveRecord* record = Find(fmt::kManifestRecord)) {
     CHORUS_ASSIGN_OR_RETURN(RecordData text, ReadRecord(*record));
@@ -257,6 +257,7 @@ Status ArchiveImpl::Initialize(const std::string& path, const ArchiveOptions& op
         ParseManifest(std::string_view(reinterpret_cast<const char*>(text.data), text.size));
     if (!manifest.ok()) return Refused(path_, manifest.status().message());
     manifest_ = std::move(*manifest);
+    if (format_ == ModelFormat::kTorchPackage) format_ = ModelFormat::kChorus;
   }
   if (options.verify_sha256) CHORUS_RETURN_IF_ERROR(VerifySha256());
   return OkStatus();
@@ -284,20 +285,6 @@ StatusOr<RecordData> ArchiveImpl::ReadRecord(const ArchiveRecord& record) const 
 }
 
 }  // namespace
-
-const char* ArchiveKindName(ArchiveKind kind) {
-  switch (kind) {
-    case ArchiveKind::kTorchPackage:
-      return fmt::kKindTorchPackage;
-    case ArchiveKind::kTorchScript:
-      return fmt::kKindTorchScript;
-    case ArchiveKind::kTorchExport:
-      return fmt::kKindTorchExport;
-    case ArchiveKind::kAotInductor:
-      return fmt::kKindAotInductor;
-  }
-  return "archive";
-}
 
 StatusOr<std::shared_ptr<Archive>> Archive::Open(const std::string& path,
                                                  const ArchiveOptions& options) {

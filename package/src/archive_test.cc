@@ -24,7 +24,7 @@ TEST(ArchiveTest, OpensAGoodPackage) {
   auto archive = Archive::Open(kCorpus + "good.pt");
   ASSERT_TRUE(archive.ok()) << archive.status().ToString();
   const Archive& a = **archive;
-  EXPECT_EQ(a.kind(), ArchiveKind::kTorchPackage);
+  EXPECT_EQ(a.format(), ModelFormat::kChorus);
   EXPECT_EQ(a.prefix(), "good/");
   ASSERT_TRUE(a.manifest().has_value());
   EXPECT_EQ(a.manifest()->model_name, "tiny_mlp");

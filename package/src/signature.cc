@@ -131,7 +131,7 @@ class TrustedKeysImpl final : public TrustedKeys {
   Status Verify(const Archive& archive) const override {
     if (!archive.manifest()) {
       return Denied(archive, std::string("is not signed: only chorus packages carry signatures (") +
-                                 ArchiveKindName(archive.kind()) +
+                                 FormatInfo(archive.format()).description +
                                  "; convert it with chorus-package create --from-...)");
     }
     std::vector<std::string> untrusted;

@@ -178,6 +178,67 @@ def test_two_servers_of_two_train_as_one_server_of_four_and_as_one_rank(
     assert hsdp_bytes < 0.6 * fsdp_bytes, (fsdp_bytes, hsdp_bytes)
 
 
+def drive_one_job_across(client, other, driver, peer, archive, tmp_path):
+    """A job on both servers, driven through the driver (`client`): the peer (`other`)
+    refuses to drive it; step, save, load, evaluate and export run on both hosts."""
+    job = client.create_job(**spec(archive, dp_shard=2, hosts=[driver.address, peer.address]))
+    (listed,) = other.list_jobs()
+    assert listed.job_id == job and listed.host == 1
+    with pytest.raises(ClientError) as refused:
+        other.step(job, 1)
+    assert refused.value.code == grpc.StatusCode.FAILED_PRECONDITION
+    assert driver.address in refused.value.message
+    assert rpc_code(lambda: other.delete(job)) == grpc.StatusCode.FAILED_PRECONDITION
+    steps = client.step(job, 2)
+    assert len(steps) == 2  # the refusals left it whole
+    gauge = f'chorus_training_cross_host_bytes_per_host{{job="{job}"}} '
+    (line,) = [x for x in driver.metrics().splitlines() if x.startswith(gauge)]
+    assert float(line.split()[-1]) == steps[-1].cross_host_bytes_per_host > 0
+    saved = client.save(job, str(tmp_path / "ckpt"))
+    assert saved.path.endswith("step-00000002") and saved.step == 2
+    assert sorted(os.listdir(saved.path)) == ["host-0", "host-1"]
+    third = client.step(job, 1)[0].loss
+    assert client.load(job, str(tmp_path / "ckpt")) == 2
+    assert client.step(job, 1)[0].loss == third  # both hosts went back to step 2
+    with pytest.raises(ClientError) as refused:  # a bad path fails the call only
+        client.load(job, str(tmp_path / "nowhere"))
+    assert refused.value.code == grpc.StatusCode.NOT_FOUND
+    logits = client.evaluate(job, PROBE)
+    exported = client.export(job, "across")
+    with driver.client() as inference:
+        served = inference.infer("across", {"tokens": PROBE})
+    np.testing.assert_allclose(next(iter(served.values())), logits, rtol=1e-4, atol=1e-4)
+    assert exported.version == 1 and client.stats(job).state == "READY"
+    client.delete(job)
+
+
+def assert_bad_hosts_are_refused_at_once(client, other, driver, peer, archive):
+    """Host lists and layouts a job cannot run on fail its creation before anything
+    is built, and without waiting on the other host."""
+    # A server listed twice, or a bad layout, is refused before anything is built.
+    for hosts, layout, wanted in (
+            ([driver.address, driver.address], "", "distinct"),
+            ([driver.address], "", "every server"),
+            ([driver.address, peer.address], "ring", "layout")):
+        with pytest.raises(ClientError) as refused:
+            client.create_job(**spec(archive, hosts=hosts, layout=layout))
+        assert refused.value.code == grpc.StatusCode.INVALID_ARGUMENT, hosts
+        assert wanted in refused.value.message
+    # The driver listed second: the "other host" it calls is itself; a host
+    # without the interpreters. Each says so at once, not after the 60 s the
+    # hosts would wait for each other.
+    started = time.monotonic()
+    with pytest.raises(ClientError) as refused:
+        client.create_job(**spec(archive, hosts=[peer.address, driver.address]))
+    assert "driver itself" in refused.value.message
+    with pytest.raises(ClientError) as refused:
+        other.create_job(**spec(archive, dp_shard=2))  # the peer's own job
+        client.create_job(**spec(archive, hosts=[driver.address, peer.address]))
+    assert "host 1" in refused.value.message and "are free" in refused.value.message
+    assert time.monotonic() - started < 10
+    other.delete(other.list_jobs()[0].job_id)
+
+
 def test_a_job_across_servers_is_driven_only_through_its_driver(veth, llama_archive, tmp_path):
     """Calls go through the driver; save, load, evaluate and export run on both hosts."""
     models = tmp_path / "models"
@@ -185,59 +246,8 @@ def test_a_job_across_servers_is_driven_only_through_its_driver(veth, llama_arch
     driver, peer = start_pair(models, veth, "loopback")
     try:
         with TrainingClient(driver.address) as client, TrainingClient(peer.address) as other:
-            job = client.create_job(**spec(llama_archive, dp_shard=2,
-                                           hosts=[driver.address, peer.address]))
-            (listed,) = other.list_jobs()
-            assert listed.job_id == job and listed.host == 1
-            with pytest.raises(ClientError) as refused:
-                other.step(job, 1)
-            assert refused.value.code == grpc.StatusCode.FAILED_PRECONDITION
-            assert driver.address in refused.value.message
-            assert rpc_code(lambda: other.delete(job)) == grpc.StatusCode.FAILED_PRECONDITION
-            steps = client.step(job, 2)
-            assert len(steps) == 2  # the refusals left it whole
-            gauge = f'chorus_training_cross_host_bytes_per_host{{job="{job}"}} '
-            (line,) = [x for x in driver.metrics().splitlines() if x.startswith(gauge)]
-            assert float(line.split()[-1]) == steps[-1].cross_host_bytes_per_host > 0
-            saved = client.save(job, str(tmp_path / "ckpt"))
-            assert saved.path.endswith("step-00000002") and saved.step == 2
-            assert sorted(os.listdir(saved.path)) == ["host-0", "host-1"]
-            third = client.step(job, 1)[0].loss
-            assert client.load(job, str(tmp_path / "ckpt")) == 2
-            assert client.step(job, 1)[0].loss == third  # both hosts went back to step 2
-            with pytest.raises(ClientError) as refused:  # a bad path fails the call only
-                client.load(job, str(tmp_path / "nowhere"))
-            assert refused.value.code == grpc.StatusCode.NOT_FOUND
-            logits = client.evaluate(job, PROBE)
-            exported = client.export(job, "across")
-            with driver.client() as inference:
-                served = inference.infer("across", {"tokens": PROBE})
-            np.testing.assert_allclose(next(iter(served.values())), logits, rtol=1e-4,
-                                       atol=1e-4)
-            assert exported.version == 1 and client.stats(job).state == "READY"
-            client.delete(job)
-            # A server listed twice, or a bad layout, is refused before anything is built.
-            for hosts, layout, wanted in (
-                    ([driver.address, driver.address], "", "distinct"),
-                    ([driver.address], "", "every server"),
-                    ([driver.address, peer.address], "ring", "layout")):
-                with pytest.raises(ClientError) as refused:
-                    client.create_job(**spec(llama_archive, hosts=hosts, layout=layout))
-                assert refused.value.code == grpc.StatusCode.INVALID_ARGUMENT, hosts
-                assert wanted in refused.value.message
-            # The driver listed second: the "other host" it calls is itself; a host
-            # without the interpreters. Each says so at once, not after the 60 s the
-            # hosts would wait for each other.
-            started = time.monotonic()
-            with pytest.raises(ClientError) as refused:
-                client.create_job(**spec(llama_archive, hosts=[peer.address, driver.address]))
-            assert "driver itself" in refused.value.message
-            with pytest.raises(ClientError) as refused:
-                other.create_job(**spec(llama_archive, dp_shard=2))  # the peer's own job
-                client.create_job(**spec(llama_archive, hosts=[driver.address, peer.address]))
-            assert "host 1" in refused.value.message and "are free" in refused.value.message
-            assert time.monotonic() - started < 10
-            other.delete(other.list_jobs()[0].job_id)
+            drive_one_job_across(client, other, driver, peer, llama_archive, tmp_path)
+            assert_bad_hosts_are_refused_at_once(client, other, driver, peer, llama_archive)
             assert not client.list_jobs() and not other.list_jobs()
     finally:
         assert peer.stop() == 0 and driver.stop() == 0

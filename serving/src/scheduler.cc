@@ -118,7 +118,6 @@ bool ModelScheduler::Answered(Pending& pending) {
 
 void ModelScheduler::DescribeForCrashReport(const std::vector<Pending>& batch,
                                             ScopedCrashContext& context) const {
-  context.Append(options_.label.empty() ? std::string_view("?") : options_.label);
   context.Append(batch.size() > 1 ? ", requests " : ", request ");
   for (size_t i = 0; i < batch.size(); ++i) {
     if (i > 0) context.Append(", ");
@@ -213,20 +212,11 @@ void ModelScheduler::WorkerLoop() {
   }
 }
 
-void ModelScheduler::Execute(std::vector<Pending> batch) {
-  // Requests that expired or were cancelled in the queue are answered now.
-  batch.erase(std::remove_if(batch.begin(), batch.end(), [&](Pending& p) { return Answered(p); }),
-              batch.end());
-  if (batch.empty()) return;
-  ScopedCrashContext crash_context("model ");
-  DescribeForCrashReport(batch, crash_context);
-  const Clock::time_point start = Clock::now();
-  if (batch.front().request.on_response) return ExecuteDecoupled(batch.front(), start);
+StatusOr<std::vector<c10::IValue>> ModelScheduler::RunBatch(const std::vector<Pending>& batch,
+                                                            int64_t total) const {
   const int64_t dim = options_.batching.batch_dim;
-  int64_t total = 0;
   Clock::time_point deadline = Clock::time_point::min();
   for (const Pending& p : batch) {
-    total += p.batch_size;
     deadline = std::max(deadline, p.request.deadline);  // never cut a request short
   }
   std::vector<c10::IValue> inputs;
@@ -240,21 +230,34 @@ void ModelScheduler::Execute(std::vector<Pending> batch) {
       inputs.push_back(ConcatValues(parts, dim));
     }
   }
-  StatusOr<c10::IValue> output = model_->Forward(inputs, CallOptions{deadline});
-  StatusOr<std::vector<c10::IValue>> outputs =
-      output.ok() ? FlattenOutputs(*output, model_->manifest()) : output.status();
-  if (outputs.ok() && batch.size() > 1) {
-    for (const c10::IValue& value : *outputs) {
-      const std::vector<int64_t> shape = ShapeOf(value);
-      const int64_t rows = static_cast<int64_t>(shape.size()) > dim ? shape[dim] : 0;
-      if (rows != total) {
-        outputs = InternalError("the model returned an output with " + std::to_string(rows) +
-                                " rows along the batch dimension for a batch of " +
-                                std::to_string(total));
-        break;
-      }
+  CHORUS_ASSIGN_OR_RETURN(c10::IValue output, model_->Forward(inputs, CallOptions{deadline}));
+  CHORUS_ASSIGN_OR_RETURN(std::vector<c10::IValue> outputs,
+                          FlattenOutputs(output, model_->manifest()));
+  if (batch.size() == 1) return outputs;
+  for (const c10::IValue& value : outputs) {
+    const std::vector<int64_t> shape = ShapeOf(value);
+    const int64_t rows = static_cast<int64_t>(shape.size()) > dim ? shape[dim] : 0;
+    if (rows != total) {
+      return InternalError("the model returned an output with " + std::to_string(rows) +
+                           " rows along the batch dimension for a batch of " +
+                           std::to_string(total));
     }
   }
+  return outputs;
+}
+
+void ModelScheduler::Execute(std::vector<Pending> batch) {
+  // Requests that expired or were cancelled in the queue are answered now.
+  batch.erase(std::remove_if(batch.begin(), batch.end(), [&](Pending& p) { return Answered(p); }),
+              batch.end());
+  if (batch.empty()) return;
+  ScopedCrashContext crash_context(options_.label.text());
+  DescribeForCrashReport(batch, crash_context);
+  const Clock::time_point start = Clock::now();
+  if (batch.front().request.on_response) return ExecuteDecoupled(batch.front(), start);
+  int64_t total = 0;
+  for (const Pending& p : batch) total += p.batch_size;
+  StatusOr<std::vector<c10::IValue>> outputs = RunBatch(batch, total);
   const auto compute = Clock::now() - start;
   NoteMemoryActivity();
   if (!outputs.ok()) LogPythonError(outputs.status());
@@ -272,8 +275,10 @@ void ModelScheduler::Execute(std::vector<Pending> batch) {
     } else if (batch.size() == 1) {
       result.outputs = *outputs;
     } else {
-      for (const c10::IValue& value : *outputs)
-        result.outputs.push_back(SliceValue(value, dim, offset, p.batch_size));
+      for (const c10::IValue& value : *outputs) {
+        result.outputs.push_back(
+            SliceValue(value, options_.batching.batch_dim, offset, p.batch_size));
+      }
     }
     offset += p.batch_size;
     p.done(std::move(result));

@@ -268,6 +268,32 @@ void PrintTable(const nlohmann::json& r) {
       r["rss_cuda_libraries_mib"].get<double>());
 }
 
+// The three workloads (compiled_model on torch 2.x only) on N interpreters and
+// one, with the interpreters' torch and Python versions.
+nlohmann::json MeasureWorkloads(InterpreterManager& manager, int n, int rounds, double seconds) {
+  nlohmann::json result;
+  Workload pure{"pure_python", kPurePythonSetup, "pure_python", {int64_t{20000}}};
+  Workload torch{"small_torch", kSmallTorchSetup, "small_torch", {at::randn({1, 64})}};
+  {
+    InterpreterSession session = manager.Acquire(0);
+    for (const auto& [key, expression] :
+         {std::pair("torch_version", "__import__('torch').__version__"),
+          std::pair("python_version", "__import__('platform').python_version()")}) {
+      result[key] = (*session.Eval(expression)).ToIValue()->toStringRef();
+    }
+  }
+  result["pure_python"] = MeasureWorkload(manager, pure, n, rounds, seconds);
+  result["small_torch"] = MeasureWorkload(manager, torch, n, rounds, seconds);
+  if (result["torch_version"].get<std::string>()[0] != '1') {
+    Workload compiled{"compiled_model",
+                      std::string(kSmallTorchSetup) + kCompiledModelSetup,
+                      "compiled_model",
+                      {at::randn({1, 64})}};
+    result["compiled_model"] = MeasureWorkload(manager, compiled, n, rounds, seconds);
+  }
+  return result;
+}
+
 }  // namespace
 }  // namespace chorus::bench
 
@@ -308,25 +334,7 @@ int main(int argc, char** argv) {
   result["interpreters"] = n;
   result["hardware_threads"] = std::thread::hardware_concurrency();
   result["rounds"] = rounds;
-  Workload pure{"pure_python", kPurePythonSetup, "pure_python", {int64_t{20000}}};
-  Workload torch{"small_torch", kSmallTorchSetup, "small_torch", {at::randn({1, 64})}};
-  {
-    InterpreterSession session = (*manager)->Acquire(0);
-    for (const auto& [key, expression] :
-         {std::pair("torch_version", "__import__('torch').__version__"),
-          std::pair("python_version", "__import__('platform').python_version()")}) {
-      result[key] = (*session.Eval(expression)).ToIValue()->toStringRef();
-    }
-  }
-  result["pure_python"] = MeasureWorkload(**manager, pure, n, rounds, seconds);
-  result["small_torch"] = MeasureWorkload(**manager, torch, n, rounds, seconds);
-  if (result["torch_version"].get<std::string>()[0] != '1') {
-    Workload compiled{"compiled_model",
-                      std::string(kSmallTorchSetup) + kCompiledModelSetup,
-                      "compiled_model",
-                      {at::randn({1, 64})}};
-    result["compiled_model"] = MeasureWorkload(**manager, compiled, n, rounds, seconds);
-  }
+  result.update(MeasureWorkloads(**manager, n, rounds, seconds));
   manager->reset();
   char self[4096] = {0};
   if (readlink("/proc/self/exe", self, sizeof(self) - 1) <= 0) return 1;

@@ -25,6 +25,7 @@
 #include <fstream>
 #include <iostream>
 #include <mutex>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -300,115 +301,144 @@ std::string MakeRepository(const std::string& relative) {
   return dir + "/repo";
 }
 
+struct Options {
+  std::string out = "build/bench/serve.json";
+  std::string data = "build/bench-data/serve";
+  double seconds = 3;
+  double soak_seconds = 60;
+  double chaos_seconds = 90;
+  int rounds = 3;
+};
+
+// The trivial model at concurrency 1 (ours, gRPC alone and perf_analyzer's), then
+// the trivial and the Python-heavy model at concurrency 1..16, on 2 interpreters.
+nlohmann::json MeasureOverheadAndSweep(const std::string& repository, const Options& options) {
+  nlohmann::json result;
+  ServerProcess two(repository, 2);
+  Load(two.port(), "trivial", 1, 0.5);  // warm-up
+  LoadResult overhead = Load(two.port(), "trivial", 1, options.seconds);
+  result["overhead_us_p50"] = overhead.p50_us;
+  result["grpc_floor_us_p50"] = GrpcFloorUs(two.port(), 3000);
+  const double perf_analyzer_p50 = PerfAnalyzerP50Us(two.port(), "trivial", options.data);
+  result["overhead_us_p50_perf_analyzer"] =
+      perf_analyzer_p50 < 0 ? nlohmann::json() : nlohmann::json(perf_analyzer_p50);
+  std::printf("trivial model, concurrency 1, perf_analyzer: p50 %.0f us\n", perf_analyzer_p50);
+  std::printf("\ntrivial model, concurrency 1: p50 %.0f us, p99 %.0f us (gRPC alone: %.0f us)\n",
+              overhead.p50_us, overhead.p99_us, result["grpc_floor_us_p50"].get<double>());
+  std::printf("%-8s %6s %12s %9s %9s %9s\n", "model", "conc", "requests/s", "p50 us", "p90 us",
+              "p99 us");
+  for (const char* model : {"trivial", "heavy"}) {
+    for (int concurrency : {1, 2, 4, 8, 16}) {
+      LoadResult r = Load(two.port(), model, concurrency, std::max(1.0, options.seconds / 2));
+      result["sweep"][model][std::to_string(concurrency)] = r.Json();
+      std::printf("%-8s %6d %12.1f %9.0f %9.0f %9.0f\n", model, concurrency, r.throughput, r.p50_us,
+                  r.p90_us, r.p99_us);
+    }
+  }
+  return result;
+}
+
+// The Python-heavy model under the same load on 1 interpreter and on 2, in
+// interleaved rounds.
+nlohmann::json MeasureInterpreterScaling(const std::string& repository, const Options& options) {
+  nlohmann::json result;
+  ServerProcess one(repository, 1), two(repository, 2);
+  Load(one.port(), "heavy", 4, 0.5);
+  Load(two.port(), "heavy", 4, 0.5);
+  std::vector<double> medians = InterleavedMedians(
+      options.rounds, {[&] { return Load(one.port(), "heavy", 4, options.seconds).throughput; },
+                       [&] { return Load(two.port(), "heavy", 4, options.seconds).throughput; }});
+  result["heavy_throughput_per_s"] = {{"interpreters_1", medians[0]},
+                                      {"interpreters_2", medians[1]}};
+  result["throughput_ratio_n_vs_1"] = medians[1] / medians[0];
+  std::printf("Python-heavy model: %.1f req/s with 1 interpreter, %.1f with 2 (%.2fx)\n",
+              medians[0], medians[1], medians[1] / medians[0]);
+  return result;
+}
+
+// 64 clients on the batching MLP for --soak-seconds: errors and RSS growth.
+nlohmann::json MeasureSoak(const std::string& repository, double soak_seconds) {
+  ServerProcess server(repository, 2);
+  Load(server.port(), "mlp", 64, 5);  // warm-up: allocator and caches settle
+  const double rss_start = server.ResidentMiB();
+  LoadResult soak = Load(server.port(), "mlp", 64, soak_seconds);
+  const double rss_end = server.ResidentMiB();
+  std::printf("soak: 64 clients, %.0f s, %lld requests, %lld errors, RSS %.1f -> %.1f MiB\n\n",
+              soak_seconds, static_cast<long long>(soak.requests),
+              static_cast<long long>(soak.errors), rss_start, rss_end);
+  return {{"clients", 64},
+          {"seconds", soak_seconds},
+          {"errors", soak.errors},
+          {"requests", soak.requests},
+          {"throughput_per_s", soak.throughput},
+          {"p99_us", soak.p99_us},
+          {"rss_start_mib", rss_start},
+          {"rss_end_mib", rss_end},
+          {"rss_growth_pct", 100.0 * (rss_end - rss_start) / rss_start}};
+}
+
+// Crash to ready again: the supervisor restarts the serving process, which
+// loads the repository; each round's pause doubles (250 ms, 500 ms, ...),
+// so the first round is what a lone crash costs.
+nlohmann::json MeasureRestart(const std::string& repository) {
+  nlohmann::json result;
+  ServerProcess supervised(repository, 2, /*supervised=*/true);
+  Load(supervised.port(), "mlp", 1, 0.5);
+  std::vector<double> rounds_s;
+  for (int round = 0; round < 3; ++round) {
+    rounds_s.push_back(RestartToReadySeconds(supervised, "mlp"));
+  }
+  result["restart_to_ready_s"] = rounds_s[0];
+  result["restart_to_ready_s_rounds"] = rounds_s;
+  std::printf(
+      "crash to ready again (supervised, 2 interpreters): %.2f s (rounds: %.2f, %.2f, "
+      "%.2f s; the supervisor's pause doubles each time)\n\n",
+      rounds_s[0], rounds_s[0], rounds_s[1], rounds_s[2]);
+  return result;
+}
+
+// The chaos run's figures (bin/bench_chaos), or nothing when it failed.
+std::optional<nlohmann::json> RunChaos(const Options& options) {
+  const std::string figures = options.data + "/chaos.json";
+  const std::string command = g_bin + "/bench_chaos --out '" + figures + "' --seconds " +
+                              std::to_string(options.chaos_seconds) + " > /dev/null";
+  if (std::system(command.c_str()) != 0) {
+    std::fprintf(stderr, "bench_serve: the chaos run failed (%s)\n", command.c_str());
+    return std::nullopt;
+  }
+  std::ifstream in(figures);
+  nlohmann::json chaos = nlohmann::json::parse(in);
+  std::printf("chaos (%d clients, %.0f s): %lld requests, %lld lost, %d restarts, RSS %+.2f%%\n\n",
+              chaos["clients"].get<int>(), chaos["seconds"].get<double>(),
+              chaos["requests"].get<long long>(), chaos["lost"].get<long long>(),
+              chaos["restarts"].get<int>(), chaos["rss_change_pct"].get<double>());
+  return chaos;
+}
+
 }  // namespace
 }  // namespace chorus::bench
 
 int main(int argc, char** argv) {
   using namespace chorus::bench;
   CLI::App app{"chorus serving benchmark (a load generator against chorus-server)"};
-  std::string out = "build/bench/serve.json", data = "build/bench-data/serve";
-  double soak_seconds = 60, seconds = 3, chaos_seconds = 90;
-  int rounds = 3;
-  AddCommonOptions(app, &out, &rounds);
-  app.add_option("--data", data, "scratch directory for the model repository");
-  app.add_option("--seconds", seconds, "seconds per measured load");
-  app.add_option("--soak-seconds", soak_seconds, "soak duration (>= 60 for the report)");
-  app.add_option("--chaos-seconds", chaos_seconds, "duration of the chaos run");
+  Options options;
+  AddCommonOptions(app, &options.out, &options.rounds);
+  app.add_option("--data", options.data, "scratch directory for the model repository");
+  app.add_option("--seconds", options.seconds, "seconds per measured load");
+  app.add_option("--soak-seconds", options.soak_seconds, "soak duration (>= 60 for the report)");
+  app.add_option("--chaos-seconds", options.chaos_seconds, "duration of the chaos run");
   CLI11_PARSE(app, argc, argv);
   char self[4096] = {0};
   if (readlink("/proc/self/exe", self, sizeof(self) - 1) <= 0) return 1;
   g_bin = std::string(self).substr(0, std::string(self).rfind('/'));
-  const std::string repository = MakeRepository(data);
+  const std::string repository = MakeRepository(options.data);
 
-  nlohmann::json result;
-  {
-    ServerProcess two(repository, 2);
-    Load(two.port(), "trivial", 1, 0.5);  // warm-up
-    LoadResult overhead = Load(two.port(), "trivial", 1, seconds);
-    result["overhead_us_p50"] = overhead.p50_us;
-    result["grpc_floor_us_p50"] = GrpcFloorUs(two.port(), 3000);
-    const double perf_analyzer_p50 = PerfAnalyzerP50Us(two.port(), "trivial", data);
-    result["overhead_us_p50_perf_analyzer"] =
-        perf_analyzer_p50 < 0 ? nlohmann::json() : nlohmann::json(perf_analyzer_p50);
-    std::printf("trivial model, concurrency 1, perf_analyzer: p50 %.0f us\n", perf_analyzer_p50);
-    std::printf("\ntrivial model, concurrency 1: p50 %.0f us, p99 %.0f us (gRPC alone: %.0f us)\n",
-                overhead.p50_us, overhead.p99_us, result["grpc_floor_us_p50"].get<double>());
-    std::printf("%-8s %6s %12s %9s %9s %9s\n", "model", "conc", "requests/s", "p50 us", "p90 us",
-                "p99 us");
-    for (const char* model : {"trivial", "heavy"}) {
-      for (int concurrency : {1, 2, 4, 8, 16}) {
-        LoadResult r = Load(two.port(), model, concurrency, std::max(1.0, seconds / 2));
-        result["sweep"][model][std::to_string(concurrency)] = r.Json();
-        std::printf("%-8s %6d %12.1f %9.0f %9.0f %9.0f\n", model, concurrency, r.throughput,
-                    r.p50_us, r.p90_us, r.p99_us);
-      }
-    }
-  }
-  {
-    ServerProcess one(repository, 1), two(repository, 2);
-    Load(one.port(), "heavy", 4, 0.5);
-    Load(two.port(), "heavy", 4, 0.5);
-    std::vector<double> medians = InterleavedMedians(
-        rounds, {[&] { return Load(one.port(), "heavy", 4, seconds).throughput; },
-                 [&] { return Load(two.port(), "heavy", 4, seconds).throughput; }});
-    result["heavy_throughput_per_s"] = {{"interpreters_1", medians[0]},
-                                        {"interpreters_2", medians[1]}};
-    result["throughput_ratio_n_vs_1"] = medians[1] / medians[0];
-    std::printf("Python-heavy model: %.1f req/s with 1 interpreter, %.1f with 2 (%.2fx)\n",
-                medians[0], medians[1], medians[1] / medians[0]);
-  }
-  {
-    ServerProcess server(repository, 2);
-    Load(server.port(), "mlp", 64, 5);  // warm-up: allocator and caches settle
-    const double rss_start = server.ResidentMiB();
-    LoadResult soak = Load(server.port(), "mlp", 64, soak_seconds);
-    const double rss_end = server.ResidentMiB();
-    result["soak"] = {{"clients", 64},
-                      {"seconds", soak_seconds},
-                      {"errors", soak.errors},
-                      {"requests", soak.requests},
-                      {"throughput_per_s", soak.throughput},
-                      {"p99_us", soak.p99_us},
-                      {"rss_start_mib", rss_start},
-                      {"rss_end_mib", rss_end},
-                      {"rss_growth_pct", 100.0 * (rss_end - rss_start) / rss_start}};
-    std::printf("soak: 64 clients, %.0f s, %lld requests, %lld errors, RSS %.1f -> %.1f MiB\n\n",
-                soak_seconds, static_cast<long long>(soak.requests),
-                static_cast<long long>(soak.errors), rss_start, rss_end);
-  }
-  {
-    // Crash to ready again: the supervisor restarts the serving process, which
-    // loads the repository; each round's pause doubles (250 ms, 500 ms, ...),
-    // so the first round is what a lone crash costs.
-    ServerProcess supervised(repository, 2, /*supervised=*/true);
-    Load(supervised.port(), "mlp", 1, 0.5);
-    std::vector<double> rounds_s;
-    for (int round = 0; round < 3; ++round) {
-      rounds_s.push_back(RestartToReadySeconds(supervised, "mlp"));
-    }
-    result["restart_to_ready_s"] = rounds_s[0];
-    result["restart_to_ready_s_rounds"] = rounds_s;
-    std::printf(
-        "crash to ready again (supervised, 2 interpreters): %.2f s (rounds: %.2f, %.2f, "
-        "%.2f s; the supervisor's pause doubles each time)\n\n",
-        rounds_s[0], rounds_s[0], rounds_s[1], rounds_s[2]);
-  }
-  {
-    const std::string figures = data + "/chaos.json";
-    const std::string command = g_bin + "/bench_chaos --out '" + figures + "' --seconds " +
-                                std::to_string(chaos_seconds) + " > /dev/null";
-    if (std::system(command.c_str()) != 0) {
-      std::fprintf(stderr, "bench_serve: the chaos run failed (%s)\n", command.c_str());
-      return 1;
-    }
-    std::ifstream in(figures);
-    nlohmann::json chaos = nlohmann::json::parse(in);
-    result["chaos"] = chaos;
-    std::printf(
-        "chaos (%d clients, %.0f s): %lld requests, %lld lost, %d restarts, RSS %+.2f%%\n\n",
-        chaos["clients"].get<int>(), chaos["seconds"].get<double>(),
-        chaos["requests"].get<long long>(), chaos["lost"].get<long long>(),
-        chaos["restarts"].get<int>(), chaos["rss_change_pct"].get<double>());
-  }
-  return WriteJson(out, result) ? 0 : 1;
+  nlohmann::json result = MeasureOverheadAndSweep(repository, options);
+  result.update(MeasureInterpreterScaling(repository, options));
+  result["soak"] = MeasureSoak(repository, options.soak_seconds);
+  result.update(MeasureRestart(repository));
+  std::optional<nlohmann::json> chaos = RunChaos(options);
+  if (!chaos) return 1;
+  result["chaos"] = *chaos;
+  return WriteJson(options.out, result) ? 0 : 1;
 }

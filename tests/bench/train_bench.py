@@ -67,68 +67,53 @@ def multi_host(client, spec, hosts, steps):
     return figures
 
 
-def main():
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--out", default="build/bench/train.json")
-    parser.add_argument("--bin", default=os.path.join(ROOT, "build", "bin"))
-    parser.add_argument("--steps", type=int, default=20)
-    args = parser.parse_args()
-    scratch = tempfile.mkdtemp(prefix="chorus-bench-train-")
-    archive = os.path.join(scratch, "llama3.pt")
-    package_llama.package(archive, "debug", {})
-    os.makedirs(os.path.join(scratch, "models"))
-    server, address = start_server(args.bin, scratch)
+def job_spec(archive, dp):
+    """The benchmark's job: the Llama 3 debug model on `dp` ranks."""
+    return dict(name="bench", archive=archive, model_factory="model:build",
+                model_config_json=json.dumps({"name": "debug", "vocab_size": 256}),
+                parallelize="parallelize:parallelize_for_job", data_loader="data:batches",
+                global_batch=8, seq_len=64, seed=0, dp_shard=dp,
+                optimizer={"lr": 2e-3, "weight_decay": 0.0})
+
+
+def train_and_resume(client, spec, key, dp, steps, scratch):
+    """`steps` straight steps of a job on `dp` ranks, and whether half of them, a
+    checkpoint, a new job loading it and the other half give the same losses and
+    outputs; the figures (printed too)."""
     probe = (np.arange(64, dtype=np.int64) * 7 % 256).reshape(1, 64)
+    job = client.create_job(**spec(dp))
+    straight = client.step(job, steps, timeout=3600)
+    straight_out = client.evaluate(job, probe)
+    client.delete(job)
+    job = client.create_job(**spec(dp))
+    first = client.step(job, steps // 2, timeout=3600)
+    client.save(job, os.path.join(scratch, f"ckpt-{key}"))
+    client.delete(job)
+    job = client.create_job(**spec(dp))
+    client.load(job, os.path.join(scratch, f"ckpt-{key}"))
+    second = client.step(job, steps - steps // 2, timeout=3600)
+    resumed_out = client.evaluate(job, probe)
+    client.delete(job)
+    losses = [m.loss for m in straight]
+    exact = ([m.loss for m in first + second] == losses and
+             np.array_equal(straight_out, resumed_out))
+    tail = straight[1:]
+    figures = {
+        "tokens_per_s": statistics.median(m.tokens_per_second for m in tail),
+        "mfu_pct": statistics.median(m.mfu_pct for m in tail),
+        "step_s": statistics.median(m.step_seconds for m in tail),
+        "loss_ratio_20_vs_1": losses[-1] / losses[0],
+        "resume_bit_exact": 1 if exact else 0,
+        "losses": losses,
+    }
+    print(f"{key:9s} {figures['tokens_per_s']:8.1f} tok/s  "
+          f"step {figures['step_s']:.3f} s  MFU {figures['mfu_pct']:.2f}%  "
+          f"loss {losses[0]:.3f} -> {losses[-1]:.3f}  resume exact: {exact}")
+    return figures
 
-    def spec(dp):
-        return dict(name="bench", archive=archive, model_factory="model:build",
-                    model_config_json=json.dumps({"name": "debug", "vocab_size": 256}),
-                    parallelize="parallelize:parallelize_for_job", data_loader="data:batches",
-                    global_batch=8, seq_len=64, seed=0, dp_shard=dp,
-                    optimizer={"lr": 2e-3, "weight_decay": 0.0})
 
-    result = {}
-    try:
-        with TrainingClient(address) as client:
-            for key, dp in (("fsdp2", 2), ("one_rank", 1)):
-                job = client.create_job(**spec(dp))
-                steps = client.step(job, args.steps, timeout=3600)
-                straight_out = client.evaluate(job, probe)
-                client.delete(job)
-                job = client.create_job(**spec(dp))
-                first = client.step(job, args.steps // 2, timeout=3600)
-                client.save(job, os.path.join(scratch, f"ckpt-{key}"))
-                client.delete(job)
-                job = client.create_job(**spec(dp))
-                client.load(job, os.path.join(scratch, f"ckpt-{key}"))
-                second = client.step(job, args.steps - args.steps // 2, timeout=3600)
-                resumed_out = client.evaluate(job, probe)
-                client.delete(job)
-                losses = [m.loss for m in steps]
-                exact = ([m.loss for m in first + second] == losses and
-                         np.array_equal(straight_out, resumed_out))
-                tail = steps[1:]
-                result[key] = {
-                    "tokens_per_s": statistics.median(m.tokens_per_second for m in tail),
-                    "mfu_pct": statistics.median(m.mfu_pct for m in tail),
-                    "step_s": statistics.median(m.step_seconds for m in tail),
-                    "loss_ratio_20_vs_1": losses[-1] / losses[0],
-                    "resume_bit_exact": 1 if exact else 0,
-                    "losses": losses,
-                }
-                print(f"{key:9s} {result[key]['tokens_per_s']:8.1f} tok/s  "
-                      f"step {result[key]['step_s']:.3f} s  MFU {result[key]['mfu_pct']:.2f}%  "
-                      f"loss {losses[0]:.3f} -> {losses[-1]:.3f}  resume exact: {exact}")
-            other, other_address = start_server(args.bin, scratch)
-            try:
-                result["multi_host"] = multi_host(client, spec, [address, other_address],
-                                                  args.steps)
-            finally:
-                other.terminate()
-                other.wait()
-    finally:
-        server.terminate()
-        server.wait()
+def summarize(result):
+    """The report: fsdp2's figures, one_rank's, and multi_host against fsdp2."""
     report = dict(result["fsdp2"])
     report["one_rank"] = result["one_rank"]
     report["fsdp2_tokens_per_s_over_one_rank"] = (result["fsdp2"]["tokens_per_s"] /
@@ -143,11 +128,44 @@ def main():
                                    result["fsdp2"]["tokens_per_s"])
                       for layout, figures in layouts.items()},
     }
+    return report
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--out", default="build/bench/train.json")
+    parser.add_argument("--bin", default=os.path.join(ROOT, "build", "bin"))
+    parser.add_argument("--steps", type=int, default=20)
+    args = parser.parse_args()
+    scratch = tempfile.mkdtemp(prefix="chorus-bench-train-")
+    archive = os.path.join(scratch, "llama3.pt")
+    package_llama.package(archive, "debug", {})
+    os.makedirs(os.path.join(scratch, "models"))
+    server, address = start_server(args.bin, scratch)
+
+    def spec(dp):
+        return job_spec(archive, dp)
+
+    result = {}
+    try:
+        with TrainingClient(address) as client:
+            for key, dp in (("fsdp2", 2), ("one_rank", 1)):
+                result[key] = train_and_resume(client, spec, key, dp, args.steps, scratch)
+            other, other_address = start_server(args.bin, scratch)
+            try:
+                result["multi_host"] = multi_host(client, spec, [address, other_address],
+                                                  args.steps)
+            finally:
+                other.terminate()
+                other.wait()
+    finally:
+        server.terminate()
+        server.wait()
+    report = summarize(result)
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
     with open(args.out, "w") as out:
         json.dump(report, out, indent=2)
     print(f"wrote {args.out}")
-
 
 if __name__ == "__main__":
     main()

@@ -74,7 +74,7 @@ def _parse_inputs(specs, dtypes):
     return inputs
 
 
-def main(argv=None) -> int:
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="chorus-client", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--server", default="localhost:8001")
@@ -95,46 +95,62 @@ def main(argv=None) -> int:
     ready.add_argument("model", nargs="?")
     stats = commands.add_parser("stats", help="model statistics")
     stats.add_argument("model", nargs="?", default="")
-    args = parser.parse_args(argv)
+    return parser
 
+
+def _infer(client: Client, args) -> None:
+    outputs = client.infer(args.model, _parse_inputs(args.input, args.dtype),
+                           version=args.version, timeout=args.timeout)
+    saves = dict(spec.split("=", 1) for spec in args.output or [])
+    for name, array in outputs.items():
+        if name in saves:
+            np.save(saves[name], array)
+        print(_output_json(name, array))
+
+
+def _metadata_json(client: Client, model: str) -> str:
+    meta = client.metadata(model)
+    return json.dumps({
+        "name": meta.name, "versions": list(meta.versions), "platform": meta.platform,
+        "inputs": [{"name": t.name, "datatype": t.datatype, "shape": list(t.shape)}
+                   for t in meta.inputs],
+        "outputs": [{"name": t.name, "datatype": t.datatype, "shape": list(t.shape)}
+                    for t in meta.outputs]}, indent=2)
+
+
+def _run(client: Client, args) -> int:
+    """The command's call; its exit code (ClientError propagates)."""
+    if args.command == "infer":
+        _infer(client, args)
+    elif args.command == "list":
+        for model in client.models():
+            print(f"{model.name:24} {model.version or '-':8} {model.state:12} "
+                  f"{model.reason}")
+    elif args.command == "load":
+        client.load(args.model)
+        print(f"loaded {args.model}")
+    elif args.command == "unload":
+        client.unload(args.model)
+        print(f"unloaded {args.model}")
+    elif args.command == "metadata":
+        print(_metadata_json(client, args.model))
+    elif args.command == "ready":
+        ok = client.ready(args.model)
+        print("ready" if ok else "not ready")
+        return 0 if ok else 1
+    elif args.command == "stats":
+        print(client.statistics(args.model))
+    return 0
+
+
+def main(argv=None) -> int:
+    args = _parser().parse_args(argv)
     with Client(args.server, token=args.token) as client:
         try:
-            if args.command == "infer":
-                outputs = client.infer(args.model, _parse_inputs(args.input, args.dtype),
-                                       version=args.version, timeout=args.timeout)
-                saves = dict(spec.split("=", 1) for spec in args.output or [])
-                for name, array in outputs.items():
-                    if name in saves:
-                        np.save(saves[name], array)
-                    print(_output_json(name, array))
-            elif args.command == "list":
-                for model in client.models():
-                    print(f"{model.name:24} {model.version or '-':8} {model.state:12} "
-                          f"{model.reason}")
-            elif args.command == "load":
-                client.load(args.model)
-                print(f"loaded {args.model}")
-            elif args.command == "unload":
-                client.unload(args.model)
-                print(f"unloaded {args.model}")
-            elif args.command == "metadata":
-                meta = client.metadata(args.model)
-                print(json.dumps({
-                    "name": meta.name, "versions": list(meta.versions), "platform": meta.platform,
-                    "inputs": [{"name": t.name, "datatype": t.datatype, "shape": list(t.shape)}
-                               for t in meta.inputs],
-                    "outputs": [{"name": t.name, "datatype": t.datatype, "shape": list(t.shape)}
-                                for t in meta.outputs]}, indent=2))
-            elif args.command == "ready":
-                ok = client.ready(args.model)
-                print("ready" if ok else "not ready")
-                return 0 if ok else 1
-            elif args.command == "stats":
-                print(client.statistics(args.model))
+            return _run(client, args)
         except ClientError as e:
             print(f"chorus-client: {e}", file=sys.stderr)
             return 1
-    return 0
 
 
 if __name__ == "__main__":

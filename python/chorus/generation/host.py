@@ -1,5 +1,5 @@
 """The server's handle on one interpreter's Engine: one call per step, plain values
-across (chorus-server's GenerationScheduler drives it from C++)."""
+across (chorus-server's GenerationEngines drives it from C++)."""
 
 import json
 from typing import List, Sequence, Tuple

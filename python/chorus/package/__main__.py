@@ -260,11 +260,7 @@ def cmd_sign(args) -> int:
     return EXIT_OK
 
 
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="chorus-package", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    commands = parser.add_subparsers(dest="command", required=True)
-
+def _add_create(commands) -> argparse.ArgumentParser:
     create = commands.add_parser("create", help="package a model")
     create.add_argument("output", help="archive to write")
     source = create.add_mutually_exclusive_group(required=True)
@@ -295,7 +291,11 @@ def main(argv=None) -> int:
     create.add_argument("--output-names", help="comma-separated output names")
     create.add_argument("--quiet", action="store_true", help="no progress output")
     create.set_defaults(run=cmd_create)
+    return create
 
+
+def _add_archive_commands(commands) -> list:
+    """inspect, check, keygen and sign: their parsers, in that order."""
     inspect = commands.add_parser("inspect", help="print manifest, records and sizes")
     inspect.add_argument("archive")
     inspect.add_argument("--json", action="store_true", help="machine-readable output")
@@ -320,10 +320,20 @@ def main(argv=None) -> int:
     sign.add_argument("--output", default="", help="write the signed archive here "
                                                    "(default: replace ARCHIVE)")
     sign.set_defaults(run=cmd_sign)
+    return [inspect, check, keygen, sign]
 
-    for command in (create, inspect, check, keygen, sign):
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="chorus-package", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    commands = parser.add_subparsers(dest="command", required=True)
+    for command in [_add_create(commands), *_add_archive_commands(commands)]:
         command.add_argument("--debug", action="store_true", help="show tracebacks")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv=None) -> int:
+    args = _parser().parse_args(argv)
     try:
         return args.run(args)
     except ToolError as e:

@@ -198,6 +198,101 @@ def error_summary(error: BaseException) -> str:
     return line if line.startswith(kind + ":") else f"{kind}: {line}"
 
 
+@dataclass
+class _Recorded:
+    """What one run of the model on its example inputs records: the signature
+    (manifest entries) and the example records saved beside the model."""
+
+    inputs: List[dict]
+    outputs: List[dict]
+    example_inputs: bytes  # torch.save'd, as the model got them
+    example_outputs: list  # flattened; torch.save'd once the model is packaged
+
+
+def _checked_example_inputs(example_inputs: Sequence[Any]) -> tuple:
+    example_inputs = tuple(example_inputs)
+    if not example_inputs or not all(isinstance(t, torch.Tensor) or strings.is_string_tensor(t)
+                                     for t in example_inputs):
+        raise PackagingError("example_inputs must be a non-empty sequence of tensors or string "
+                             "tensors (str, or nested lists of str)")
+    return example_inputs
+
+
+def _run_on_examples(model: Any, example_inputs: tuple):
+    """The model's outputs on the example inputs (of a decoupled model, its first
+    response)."""
+    if isinstance(model, torch.nn.Module):
+        model.eval()
+    with torch.no_grad():
+        try:
+            outputs = model(*example_inputs)
+        except Exception as e:
+            shapes = ", ".join(describe(t) for t in example_inputs)
+            raise PackagingError(f"the model fails on the example inputs ({shapes}): "
+                                 f"{error_summary(e)}") from e
+    if inspect.isgenerator(outputs):
+        # A decoupled model (it streams responses): its first response stands for all.
+        first = next(outputs, None)
+        outputs.close()
+        if first is None:
+            raise PackagingError("the model yields nothing on the example inputs")
+        outputs = first
+    return outputs
+
+
+def _record(model: Any, example_inputs: tuple, input_names: Optional[List[str]],
+            output_names: Optional[List[str]], batchable: bool, batch_dim: int,
+            dynamic_axes: Dict[str, List[int]]) -> _Recorded:
+    """Runs the model once on its example inputs; the signature and the records."""
+    input_names = input_names or _input_names(model, len(example_inputs))
+    if len(input_names) != len(example_inputs):
+        raise PackagingError("input names do not match the example inputs")
+    # Checked before the model runs: a ragged example is the user's to fix, not the model's.
+    inputs = _specs("input", input_names, example_inputs, batchable, batch_dim)
+    # Recorded before the run, as the model got them: it may change lists (or tensors) in place.
+    recorded_inputs = _torch_save_bytes(list(example_inputs))
+    outputs = _run_on_examples(model, example_inputs)
+    output_values = _flatten_outputs(outputs)
+    output_names = output_names or _output_names(outputs, len(output_values))
+    if len(output_names) != len(output_values):
+        raise PackagingError("output names do not match the example outputs")
+
+    output_specs = _specs("output", output_names, output_values, batchable, batch_dim)
+    for spec in inputs + output_specs:
+        for dim in dynamic_axes.get(spec["name"], []):
+            if dim >= len(spec["shape"]):
+                raise PackagingError(f"dynamic axis {dim} is out of range for {spec['name']}")
+            spec["shape"][dim] = -1
+    return _Recorded(inputs, output_specs, recorded_inputs, output_values)
+
+
+def _write_archive(output: str, model: Any, manifest: dict, recorded: _Recorded, *,
+                   rules: PackagingRules, progress: bool, importer,
+                   resources: Dict[tuple, Any], modules: Sequence[str]) -> None:
+    bar = _Progress(progress)
+    try:
+        with _ChorusExporter(output, bar, importer) as exporter:
+            rules.apply(exporter)
+            for (package_name, resource), content in resources.items():
+                if isinstance(content, str):
+                    exporter.save_text(package_name, resource, content)
+                else:
+                    exporter.save_binary(package_name, resource, content)
+            for module_name in modules:
+                exporter.save_module(module_name)
+            with torch_package_warnings_silenced():
+                exporter.save_pickle(fmt.MODEL_PICKLE_PACKAGE, fmt.MODEL_PICKLE_RESOURCE, model)
+            exporter._write(fmt.EXAMPLE_INPUTS_RECORD, recorded.example_inputs)
+            exporter._write(fmt.EXAMPLE_OUTPUTS_RECORD,
+                            _torch_save_bytes(recorded.example_outputs))
+            exporter.manifest = manifest
+    except torch.package.PackagingError as e:
+        raise PackagingError(f"{e}\nhint: extern modules that cannot be packaged "
+                             "(--extern NAME.**) or mock the ones not needed (--mock)") from e
+    finally:
+        bar.finish()
+
+
 def create_package(output: str, model: Any, example_inputs: Sequence[Any], *,
                    name: str, version: str = "1", rules: Optional[PackagingRules] = None,
                    batchable: bool = True, batch_dim: int = 0, max_batch_size: int = 32,
@@ -219,45 +314,8 @@ def create_package(output: str, model: Any, example_inputs: Sequence[Any], *,
     `modules`: modules interned even though the model never imports them (a
     training job's data loader or parallelize plan). Returns the manifest.
     """
-    example_inputs = tuple(example_inputs)
-    if not example_inputs or not all(isinstance(t, torch.Tensor) or strings.is_string_tensor(t)
-                                     for t in example_inputs):
-        raise PackagingError("example_inputs must be a non-empty sequence of tensors or string "
-                             "tensors (str, or nested lists of str)")
-    input_names = input_names or _input_names(model, len(example_inputs))
-    if len(input_names) != len(example_inputs):
-        raise PackagingError("input names do not match the example inputs")
-    # Checked before the model runs: a ragged example is the user's to fix, not the model's.
-    inputs = _specs("input", input_names, example_inputs, batchable, batch_dim)
-    # Recorded before the run, as the model got them: it may change lists (or tensors) in place.
-    recorded_inputs = _torch_save_bytes(list(example_inputs))
-    if isinstance(model, torch.nn.Module):
-        model.eval()
-    with torch.no_grad():
-        try:
-            outputs = model(*example_inputs)
-        except Exception as e:
-            shapes = ", ".join(describe(t) for t in example_inputs)
-            raise PackagingError(f"the model fails on the example inputs ({shapes}): "
-                                 f"{error_summary(e)}") from e
-    if inspect.isgenerator(outputs):
-        # A decoupled model (it streams responses): its first response stands for all.
-        first = next(outputs, None)
-        outputs.close()
-        if first is None:
-            raise PackagingError("the model yields nothing on the example inputs")
-        outputs = first
-    output_values = _flatten_outputs(outputs)
-    output_names = output_names or _output_names(outputs, len(output_values))
-    if len(output_names) != len(output_values):
-        raise PackagingError("output names do not match the example outputs")
-
-    outputs = _specs("output", output_names, output_values, batchable, batch_dim)
-    for spec in inputs + outputs:
-        for dim in (dynamic_axes or {}).get(spec["name"], []):
-            if dim >= len(spec["shape"]):
-                raise PackagingError(f"dynamic axis {dim} is out of range for {spec['name']}")
-            spec["shape"][dim] = -1
+    recorded = _record(model, _checked_example_inputs(example_inputs), input_names,
+                       output_names, batchable, batch_dim, dynamic_axes or {})
     manifest = {
         "format": fmt.FORMAT_NAME,
         "format_version": fmt.FORMAT_VERSION,
@@ -265,32 +323,14 @@ def create_package(output: str, model: Any, example_inputs: Sequence[Any], *,
         "entry_point": {"kind": fmt.ENTRY_POINT_PICKLE, "package": fmt.MODEL_PICKLE_PACKAGE,
                         "resource": fmt.MODEL_PICKLE_RESOURCE},
         "source": source,
-        "inputs": inputs,
-        "outputs": outputs,
+        "inputs": recorded.inputs,
+        "outputs": recorded.outputs,
         "batching": {"batchable": batchable, "batch_dim": batch_dim,
                      "max_batch_size": max_batch_size if batchable else 0},
         "device": device,
         "files": {},
     }
-    bar = _Progress(progress)
-    try:
-        with _ChorusExporter(output, bar, importer) as exporter:
-            (rules or PackagingRules()).apply(exporter)
-            for (package_name, resource), content in (resources or {}).items():
-                if isinstance(content, str):
-                    exporter.save_text(package_name, resource, content)
-                else:
-                    exporter.save_binary(package_name, resource, content)
-            for module_name in modules:
-                exporter.save_module(module_name)
-            with torch_package_warnings_silenced():
-                exporter.save_pickle(fmt.MODEL_PICKLE_PACKAGE, fmt.MODEL_PICKLE_RESOURCE, model)
-            exporter._write(fmt.EXAMPLE_INPUTS_RECORD, recorded_inputs)
-            exporter._write(fmt.EXAMPLE_OUTPUTS_RECORD, _torch_save_bytes(output_values))
-            exporter.manifest = manifest
-    except torch.package.PackagingError as e:
-        raise PackagingError(f"{e}\nhint: extern modules that cannot be packaged "
-                             "(--extern NAME.**) or mock the ones not needed (--mock)") from e
-    finally:
-        bar.finish()
+    _write_archive(output, model, manifest, recorded, rules=rules or PackagingRules(),
+                   progress=progress, importer=importer, resources=resources or {},
+                   modules=modules)
     return manifest

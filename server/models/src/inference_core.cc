@@ -142,7 +142,7 @@ Status InferenceCore::ModelMetadata(const std::string& name, const std::string& 
   const Manifest& manifest = model->manifest();
   response->set_name(model->name());
   response->add_versions(model->version());
-  response->set_platform(PlatformName(model->model().kind()));
+  response->set_platform(FormatInfo(model->model().format()).platform);
   auto fill = [](const TensorSpec& spec, inference::ModelMetadataResponse::TensorMetadata* out) {
     out->set_name(spec.name);
     out->set_datatype(WireDatatype(spec.dtype));
@@ -176,11 +176,11 @@ Status InferenceCore::ModelStatistics(const std::string& name, const std::string
 void InferenceCore::RepositoryIndex(bool ready_only,
                                     inference::RepositoryIndexResponse* response) const {
   for (const RepositoryEntry& entry : repository_->Index()) {
-    if (ready_only && entry.state != "READY") continue;
+    if (ready_only && entry.state != ModelState::kReady) continue;
     auto* model = response->add_models();
     model->set_name(entry.name);
     model->set_version(entry.version);
-    model->set_state(entry.state);
+    model->set_state(ModelStateName(entry.state));
     model->set_reason(entry.reason);
   }
 }
@@ -282,13 +282,11 @@ void InferenceCore::StreamInfer(std::shared_ptr<const inference::ModelInferReque
                                 std::shared_ptr<std::atomic<bool>> cancelled,
                                 std::function<void(inference::ModelStreamInferResponse)> respond,
                                 std::function<void()> done) {
-  const Clock::time_point start = Clock::now();
-  auto fail = [&](const Status& status) {
-    respond(StreamError(*request, status));
-    done();
-  };
   StatusOr<std::shared_ptr<LoadedModel>> model = ServingModel(*request);
-  if (!model.ok()) return fail(model.status());
+  if (!model.ok()) {
+    respond(StreamError(*request, model.status()));
+    return done();
+  }
   if ((*model)->generation() != nullptr) {
     return Generate(std::move(*model), request, nullptr, deadline, std::move(cancelled), respond,
                     [request, respond, done](Status status) {
@@ -311,10 +309,22 @@ void InferenceCore::StreamInfer(std::shared_ptr<const inference::ModelInferReque
                        done();
                      });
   }
+  StreamDecoupled(std::move(*model), std::move(request), deadline, std::move(cancelled),
+                  std::move(respond), std::move(done));
+}
+
+void InferenceCore::StreamDecoupled(
+    std::shared_ptr<LoadedModel> model, std::shared_ptr<const inference::ModelInferRequest> request,
+    Clock::time_point deadline, std::shared_ptr<std::atomic<bool>> cancelled,
+    std::function<void(inference::ModelStreamInferResponse)> respond, std::function<void()> done) {
+  const Clock::time_point start = Clock::now();
   StatusOr<InferenceRequest> call =
-      PrepareCall(**model, *request, deadline, std::move(cancelled), start);
-  if (!call.ok()) return fail(call.status());
-  call->on_response = [model = *model, request, respond](std::vector<c10::IValue> outputs) {
+      PrepareCall(*model, *request, deadline, std::move(cancelled), start);
+  if (!call.ok()) {
+    respond(StreamError(*request, call.status()));
+    return done();
+  }
+  call->on_response = [model, request, respond](std::vector<c10::IValue> outputs) {
     inference::ModelStreamInferResponse answer;
     inference::ModelInferResponse* response = answer.mutable_infer_response();
     FillResponseHeader(*model, *request, response);
@@ -327,8 +337,8 @@ void InferenceCore::StreamInfer(std::shared_ptr<const inference::ModelInferReque
     respond(std::move(answer));
     return true;
   };
-  (*model)->scheduler().Submit(
-      std::move(*call), [model = *model, request, respond, done, start](InferenceResult result) {
+  model->scheduler().Submit(
+      std::move(*call), [model, request, respond, done, start](InferenceResult result) {
         if (!result.status.ok()) {
           respond(StreamError(*request, result.status));
         } else if (BoolParameter(request->parameters(), "triton_enable_empty_final_response")) {
@@ -378,7 +388,7 @@ void InferenceCore::SubmitGeneration(std::shared_ptr<LoadedModel> model,
     model->RecordRequest(result, Clock::now() - start);
     done(status);
   };
-  GenerationScheduler* engines = model->generation();
+  GenerationEngines* engines = model->generation();
   engines->Submit(std::move(call));
 }
 

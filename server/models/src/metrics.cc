@@ -31,7 +31,7 @@ void AppendGenerationMetrics(std::ostream& out,
                              const std::vector<std::shared_ptr<LoadedModel>>& models) {
   std::vector<std::pair<std::string, GenerationStats>> generative;
   for (const auto& model : models) {
-    if (GenerationScheduler* generation = model->generation()) {
+    if (GenerationEngines* generation = model->generation()) {
       generative.emplace_back(
           "model=\"" + model->name() + "\",version=\"" + model->version() + "\"",
           generation->Stats());
@@ -108,50 +108,54 @@ std::string RenderProcessMetrics(int64_t limit_mib) {
   return out.str();
 }
 
-std::string RenderMetrics(const ModelRepository& repository, const InterpreterManager& manager) {
-  std::ostringstream out;
-  const auto models = repository.Loaded();
-  std::vector<ModelStatsSnapshot> stats;
-  for (const auto& model : models) stats.push_back(model->Snapshot());
+namespace {
 
+using LoadedModels = std::vector<std::shared_ptr<LoadedModel>>;
+
+void AppendRequestMetrics(std::ostream& out, const LoadedModels& models,
+                          const std::vector<ModelStatsSnapshot>& stats) {
   auto per_model = [&](const char* name, const char* type, const char* help, auto value) {
     AppendMetricHeader(out, name, type, help);
     for (size_t i = 0; i < models.size(); ++i) {
       out << name << Labels(*models[i]) << " " << value(stats[i]) << "\n";
     }
   };
+  using S = const ModelStatsSnapshot&;
   per_model("nv_inference_request_success", "counter", "Successful inference requests",
-            [](const ModelStatsSnapshot& s) { return s.success.count; });
+            [](S s) { return s.success.count; });
   per_model("nv_inference_request_failure", "counter", "Failed inference requests",
-            [](const ModelStatsSnapshot& s) { return s.fail.count; });
+            [](S s) { return s.fail.count; });
   per_model("nv_inference_count", "counter", "Inferences performed (batched samples count each)",
-            [](const ModelStatsSnapshot& s) { return s.inference_count; });
+            [](S s) { return s.inference_count; });
   per_model("nv_inference_exec_count", "counter", "Model executions (a batch counts once)",
-            [](const ModelStatsSnapshot& s) { return s.execution_count; });
+            [](S s) { return s.execution_count; });
   per_model("nv_inference_request_duration_us", "counter",
             "Cumulative end-to-end request duration, microseconds",
-            [](const ModelStatsSnapshot& s) { return (s.success.ns + s.fail.ns) / 1000; });
+            [](S s) { return (s.success.ns + s.fail.ns) / 1000; });
   per_model("nv_inference_queue_duration_us", "counter",
             "Cumulative time requests waited in the queue, microseconds",
-            [](const ModelStatsSnapshot& s) { return s.queue.ns / 1000; });
+            [](S s) { return s.queue.ns / 1000; });
   per_model("nv_inference_compute_infer_duration_us", "counter",
             "Cumulative model execution time, microseconds",
-            [](const ModelStatsSnapshot& s) { return s.compute_infer.ns / 1000; });
+            [](S s) { return s.compute_infer.ns / 1000; });
   per_model("nv_inference_pending_request_count", "gauge", "Requests queued or running",
-            [](const ModelStatsSnapshot& s) { return s.pending; });
+            [](S s) { return s.pending; });
+}
 
+void AppendBatchSizeHistogram(std::ostream& out, const LoadedModels& models,
+                              const std::vector<ModelStatsSnapshot>& stats) {
   AppendMetricHeader(out, "chorus_batch_size", "histogram", "Samples per model execution");
   const int64_t bounds[] = {1, 2, 4, 8, 16, 32, 64, 128};
   for (size_t i = 0; i < models.size(); ++i) {
     const std::string labels =
         "model=\"" + models[i]->name() + "\",version=\"" + models[i]->version() + "\"";
-    uint64_t cumulative = 0, total = 0, sum = 0;
+    uint64_t total = 0, sum = 0;
     for (const auto& [size, duration] : stats[i].batches) {
       total += duration.count;
       sum += duration.count * size;
     }
     for (int64_t bound : bounds) {
-      cumulative = 0;
+      uint64_t cumulative = 0;
       for (const auto& [size, duration] : stats[i].batches) {
         if (size <= bound) cumulative += duration.count;
       }
@@ -162,9 +166,9 @@ std::string RenderMetrics(const ModelRepository& repository, const InterpreterMa
     out << "chorus_batch_size_sum{" << labels << "} " << sum << "\n";
     out << "chorus_batch_size_count{" << labels << "} " << total << "\n";
   }
+}
 
-  AppendGenerationMetrics(out, models);
-
+void AppendInterpreterMetrics(std::ostream& out, const InterpreterManager& manager) {
   const auto interpreters = manager.Stats();
   AppendMetricHeader(out, "chorus_interpreter_busy_seconds_total", "counter",
                      "Time sessions held each interpreter, seconds");
@@ -178,6 +182,19 @@ std::string RenderMetrics(const ModelRepository& repository, const InterpreterMa
     out << "chorus_interpreter_sessions{interpreter=\"" << i << "\"} " << interpreters[i].sessions
         << "\n";
   }
+}
+
+}  // namespace
+
+std::string RenderMetrics(const ModelRepository& repository, const InterpreterManager& manager) {
+  std::ostringstream out;
+  const LoadedModels models = repository.Loaded();
+  std::vector<ModelStatsSnapshot> stats;
+  for (const auto& model : models) stats.push_back(model->Snapshot());
+  AppendRequestMetrics(out, models, stats);
+  AppendBatchSizeHistogram(out, models, stats);
+  AppendGenerationMetrics(out, models);
+  AppendInterpreterMetrics(out, manager);
   return out.str();
 }
 

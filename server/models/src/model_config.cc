@@ -109,22 +109,10 @@ StatusOr<EntryPoint> EntryPointAt(const Json& value) {
   return entry;
 }
 
-constexpr std::pair<ModelFormat, const char*> kFormatNames[] = {
-    {ModelFormat::kChorus, "chorus"},
-    {ModelFormat::kTorchPackage, "torch_package"},
-    {ModelFormat::kTorchScript, "torchscript"},
-    {ModelFormat::kTorchExport, "torch_export"},
-    {ModelFormat::kAotInductor, "aot_inductor"},
-};
-
 StatusOr<ModelFormat> FormatAt(const Json& value) {
   CHORUS_ASSIGN_OR_RETURN(std::string name, StringAt(value, "format"));
-  std::string known;
-  for (const auto& [format, format_name] : kFormatNames) {
-    if (name == format_name) return format;
-    known += (known.empty() ? "" : ", ") + std::string(format_name);
-  }
-  return KeyError("format", "unknown format \"" + name + "\" (" + known + ")");
+  if (std::optional<ModelFormat> format = FormatByConfigName(name)) return *format;
+  return KeyError("format", "unknown format \"" + name + "\" (" + FormatConfigNames() + ")");
 }
 
 Status ParseScheduling(const Json& config, ModelConfig* out) {
@@ -189,13 +177,6 @@ Status ParseScheduling(const Json& config, ModelConfig* out) {
 }
 
 }  // namespace
-
-const char* ModelFormatName(ModelFormat format) {
-  for (const auto& [known, name] : kFormatNames) {
-    if (known == format) return name;
-  }
-  return "detect";
-}
 
 StatusOr<ModelConfig> ParseModelConfig(std::string_view json) {
   const Json config = Json::parse(json, nullptr, /*allow_exceptions=*/false);

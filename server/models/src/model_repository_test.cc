@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
@@ -161,9 +162,11 @@ torch.jit.save(torch.jit.script(Scale(5)), ")" +
 )"),
               0);
     ASSERT_OK_AND_ASSIGN(manager_, testing::OneInterpreter("test-cache/shared"));
+    placement_ = new InterpreterPlacement(manager_);
   }
 
   static void TearDownTestSuite() {
+    delete placement_;
     delete manager_;
     manager_ = nullptr;
     EXPECT_OK(RemoveTree(WorkDir()));
@@ -195,10 +198,12 @@ torch.jit.save(torch.jit.script(Scale(5)), ")" +
   }
 
   static InterpreterManager* manager_;
+  static InterpreterPlacement* placement_;
   std::string root_;
 };
 
 InterpreterManager* ModelRepositoryTest::manager_ = nullptr;
+InterpreterPlacement* ModelRepositoryTest::placement_ = nullptr;
 
 TEST_F(ModelRepositoryTest, TheHighestNumberedVersionIsServed) {
   AddVersion("versioned", "1", ScaleArchive(1));
@@ -210,7 +215,7 @@ TEST_F(ModelRepositoryTest, TheHighestNumberedVersionIsServed) {
   // Folders that are not versions: a name, and a number past int64.
   AddVersion("versioned", "latest", ScaleArchive(99));
   AddVersion("versioned", "99999999999999999999", ScaleArchive(99));
-  ModelRepository repository(root_, manager_, OneWorker());
+  ModelRepository repository(root_, placement_, OneWorker());
   ASSERT_OK(repository.Load("versioned"));
 
   ASSERT_OK_AND_ASSIGN(std::shared_ptr<LoadedModel> served, repository.Find("versioned", ""));
@@ -223,12 +228,12 @@ TEST_F(ModelRepositoryTest, TheHighestNumberedVersionIsServed) {
   EXPECT_THAT(repository.Find("versioned", "2"),
               StatusIs(StatusCode::kNotFound,
                        "model \"versioned\" has no version \"2\" loaded (serving version 10)"));
-  EXPECT_THAT(repository.Index(), ElementsAre(IsEntry("versioned", "10", "READY", "")));
+  EXPECT_THAT(repository.Index(), ElementsAre(IsEntry("versioned", "10", ModelState::kReady, "")));
 }
 
 TEST_F(ModelRepositoryTest, ReloadingServesANewVersionAndRetiresTheOld) {
   AddVersion("versioned", "1", ScaleArchive(1));
-  ModelRepository repository(root_, manager_, OneWorker());
+  ModelRepository repository(root_, placement_, OneWorker());
   ASSERT_OK(repository.Load("versioned"));
   ASSERT_OK_AND_ASSIGN(std::shared_ptr<LoadedModel> old, repository.Find("versioned", ""));
   EXPECT_EQ(old->version(), "1");
@@ -239,7 +244,7 @@ TEST_F(ModelRepositoryTest, ReloadingServesANewVersionAndRetiresTheOld) {
   ASSERT_OK_AND_ASSIGN(std::shared_ptr<LoadedModel> current, repository.Find("versioned", ""));
   EXPECT_EQ(current->version(), "11");
   ExpectScaled(InferOnce(*current, X()), X(), 11);
-  EXPECT_THAT(repository.Index(), ElementsAre(IsEntry("versioned", "11", "READY", "")));
+  EXPECT_THAT(repository.Index(), ElementsAre(IsEntry("versioned", "11", ModelState::kReady, "")));
   // A request that still reaches the old version is refused, at once.
   std::future<InferenceResult> late = Submit(*old, X());
   ASSERT_TRUE(Answered(late));
@@ -248,7 +253,7 @@ TEST_F(ModelRepositoryTest, ReloadingServesANewVersionAndRetiresTheOld) {
 
 TEST_F(ModelRepositoryTest, AFailedReloadKeepsTheServedVersion) {
   AddVersion("versioned", "2", ScaleArchive(2));
-  ModelRepository repository(root_, manager_, OneWorker());
+  ModelRepository repository(root_, placement_, OneWorker());
   ASSERT_OK(repository.Load("versioned"));
 
   AddVersion("versioned", "3", Corpus("truncated.pt"));
@@ -257,7 +262,7 @@ TEST_F(ModelRepositoryTest, AFailedReloadKeepsTheServedVersion) {
   ASSERT_OK_AND_ASSIGN(std::shared_ptr<LoadedModel> served, repository.Find("versioned", ""));
   EXPECT_EQ(served->version(), "2");
   ExpectScaled(InferOnce(*served, X()), X(), 2);
-  EXPECT_THAT(repository.Index(), ElementsAre(IsEntry("versioned", "2", "READY", "")));
+  EXPECT_THAT(repository.Index(), ElementsAre(IsEntry("versioned", "2", ModelState::kReady, "")));
 
   // Only the highest version is tried: an empty folder above fails the reload.
   ASSERT_OK(MakeDirectories(root_ + "/versioned/4"));
@@ -267,7 +272,7 @@ TEST_F(ModelRepositoryTest, AFailedReloadKeepsTheServedVersion) {
                root_ + "/versioned/4 has no .pt or .pt2 file (or set default_model_filename)"));
   ASSERT_OK_AND_ASSIGN(served, repository.Find("versioned", ""));
   EXPECT_EQ(served->version(), "2");
-  EXPECT_THAT(repository.Index(), ElementsAre(IsEntry("versioned", "2", "READY", "")));
+  EXPECT_THAT(repository.Index(), ElementsAre(IsEntry("versioned", "2", ModelState::kReady, "")));
 }
 
 TEST_F(ModelRepositoryTest, LoadAllServesTheGoodModelsAndListsWhyTheOthersAreNot) {
@@ -279,30 +284,30 @@ TEST_F(ModelRepositoryTest, LoadAllServesTheGoodModelsAndListsWhyTheOthersAreNot
   // Neither a hidden folder nor a file is a model.
   AddVersion(".hidden", "1", ScaleArchive(1));
   ASSERT_OK(WriteFileAtomically(root_ + "/README.md", "models"));
-  ModelRepository repository(root_, manager_, OneWorker());
+  ModelRepository repository(root_, placement_, OneWorker());
   EXPECT_THAT(repository.Index(),
-              ElementsAre(IsEntry("broken", "", "UNAVAILABLE", "unloaded"),
-                          IsEntry("empty", "", "UNAVAILABLE", "unloaded"),
-                          IsEntry("good", "", "UNAVAILABLE", "unloaded"),
-                          IsEntry("stock", "", "UNAVAILABLE", "unloaded"),
-                          IsEntry("torchscript", "", "UNAVAILABLE", "unloaded")));
+              ElementsAre(IsEntry("broken", "", ModelState::kUnavailable, "unloaded"),
+                          IsEntry("empty", "", ModelState::kUnavailable, "unloaded"),
+                          IsEntry("good", "", ModelState::kUnavailable, "unloaded"),
+                          IsEntry("stock", "", ModelState::kUnavailable, "unloaded"),
+                          IsEntry("torchscript", "", ModelState::kUnavailable, "unloaded")));
 
   ASSERT_OK(repository.LoadAll());
   EXPECT_THAT(
       repository.Index(),
       ElementsAre(
-          IsEntry("broken", "", "UNAVAILABLE",
+          IsEntry("broken", "", ModelState::kUnavailable,
                   AllOf(StartsWith("INVALID_ARGUMENT: truncated"),
                         HasSubstr(root_ + "/broken/1/model.pt"))),
-          IsEntry("empty", "", "UNAVAILABLE",
+          IsEntry("empty", "", ModelState::kUnavailable,
                   "NOT_FOUND: model empty has no numbered version folder"),
-          IsEntry("good", "1", "READY", ""),
-          IsEntry("stock", "", "UNAVAILABLE",
+          IsEntry("good", "1", ModelState::kReady, ""),
+          IsEntry("stock", "", ModelState::kUnavailable,
                   AllOf(StartsWith("FAILED_PRECONDITION: " + root_ + "/stock/1/model.pt"),
                         HasSubstr("is a torch.package archive without a chorus manifest: give "
                                   "its entry point and signature in " +
                                   root_ + "/stock/config.json"))),
-          IsEntry("torchscript", "", "UNAVAILABLE",
+          IsEntry("torchscript", "", ModelState::kUnavailable,
                   AllOf(StartsWith("FAILED_PRECONDITION: " + root_ +
                                    "/torchscript/1/model.pt is a TorchScript file that carries no "
                                    "signature: give it in " +
@@ -323,14 +328,14 @@ TEST_F(ModelRepositoryTest, LoadAllServesTheGoodModelsAndListsWhyTheOthersAreNot
 
 TEST_F(ModelRepositoryTest, LoadAllNeedsTheRepositoryFolder) {
   const std::string missing = root_ + "/missing";
-  ModelRepository repository(missing, manager_, OneWorker());
+  ModelRepository repository(missing, placement_, OneWorker());
   EXPECT_THAT(repository.LoadAll(), StatusIs(StatusCode::kNotFound, "model repository " + missing +
                                                                         " is not a directory"));
   EXPECT_THAT(repository.Index(), IsEmpty());
 
   const std::string file = root_ + "/file";
   ASSERT_OK(WriteFileAtomically(file, "not a folder"));
-  ModelRepository on_a_file(file, manager_, OneWorker());
+  ModelRepository on_a_file(file, placement_, OneWorker());
   EXPECT_THAT(on_a_file.LoadAll(),
               StatusIs(StatusCode::kNotFound, "model repository " + file + " is not a directory"));
 }
@@ -340,7 +345,7 @@ TEST_F(ModelRepositoryTest, NamesThatWouldLeaveTheRepositoryAreInvalidArgument) 
   ASSERT_OK(MakeDirectories(root_ + "/../outside/1"));
   ASSERT_OK(CopyFile(ScaleArchive(1), root_ + "/../outside/1/model.pt"));
   AddVersion("good", "1", ScaleArchive(2));
-  ModelRepository repository(root_, manager_, OneWorker());
+  ModelRepository repository(root_, placement_, OneWorker());
   for (const char* name :
        {"", ".", "..", "../outside", "good/../../outside", "/tmp", ".hidden", "good/1"}) {
     SCOPED_TRACE(std::string("name \"") + name + "\"");
@@ -349,19 +354,49 @@ TEST_F(ModelRepositoryTest, NamesThatWouldLeaveTheRepositoryAreInvalidArgument) 
     EXPECT_THAT(repository.Load(name), StatusIs(StatusCode::kInvalidArgument, refusal));
   }
   EXPECT_THAT(repository.Loaded(), IsEmpty());
-  EXPECT_THAT(repository.Index(), ElementsAre(IsEntry("good", "", "UNAVAILABLE", "unloaded")));
+  EXPECT_THAT(repository.Index(),
+              ElementsAre(IsEntry("good", "", ModelState::kUnavailable, "unloaded")));
   // Dots inside a name keep it in the root.
   EXPECT_OK(CheckModelName("good"));
   EXPECT_OK(CheckModelName("resnet-50.v2"));
   EXPECT_OK(CheckModelName("a..b"));
   ASSERT_OK(repository.Load("good"));
-  EXPECT_THAT(repository.Index(), ElementsAre(IsEntry("good", "1", "READY", "")));
+  EXPECT_THAT(repository.Index(), ElementsAre(IsEntry("good", "1", ModelState::kReady, "")));
+}
+
+TEST_F(ModelRepositoryTest, PublishWritesAWholeVersionThenServesIt) {
+  AddVersion("published", "3", ScaleArchive(2));
+  ModelRepository repository(root_, placement_, OneWorker());
+  auto copy_of = [](int factor) {
+    return
+        [factor](const std::string& path, int64_t) { return CopyFile(ScaleArchive(factor), path); };
+  };
+  ASSERT_OK_AND_ASSIGN(PublishedVersion next, repository.Publish("published", 0, copy_of(3)));
+  EXPECT_EQ(next.version, 4);
+  EXPECT_EQ(next.path, root_ + "/published/4/model.pt");
+  EXPECT_THAT(repository.Index(), ElementsAre(IsEntry("published", "4", ModelState::kReady, "")));
+  // An existing version is replaced whole; a writer that fails leaves nothing.
+  ASSERT_OK(repository.Publish("published", 4, copy_of(10)).status());
+  ASSERT_OK_AND_ASSIGN(std::shared_ptr<LoadedModel> model, repository.Find("published", "4"));
+  ExpectScaled(InferOnce(*model, X()), X(), 10);
+  EXPECT_THAT(
+      repository
+          .Publish("published", 0,
+                   [](const std::string&, int64_t) { return InternalError("the job failed"); })
+          .status(),
+      StatusIs(StatusCode::kInternal, "the job failed"));
+  std::vector<std::string> left;
+  for (const auto& entry : std::filesystem::directory_iterator(root_ + "/published")) {
+    left.push_back(entry.path().filename());
+  }
+  std::sort(left.begin(), left.end());
+  EXPECT_THAT(left, ElementsAre("3", "4"));
 }
 
 TEST_F(ModelRepositoryTest, UnloadAnswersQueuedRequestsThenStopsServing) {
   AddVersion("scale", "1", ScaleArchive(3));
   AddVersion("other", "1", ScaleArchive(2));
-  ModelRepository repository(root_, manager_, OneWorker());
+  ModelRepository repository(root_, placement_, OneWorker());
   ASSERT_OK(repository.LoadAll());
   ASSERT_OK_AND_ASSIGN(std::shared_ptr<LoadedModel> model, repository.Find("scale", ""));
   std::vector<at::Tensor> inputs;
@@ -379,8 +414,9 @@ TEST_F(ModelRepositoryTest, UnloadAnswersQueuedRequestsThenStopsServing) {
   }
   EXPECT_THAT(repository.Find("scale", ""),
               StatusIs(StatusCode::kNotFound, "unknown model \"scale\""));
-  EXPECT_THAT(repository.Index(), ElementsAre(IsEntry("other", "1", "READY", ""),
-                                              IsEntry("scale", "", "UNAVAILABLE", "unloaded")));
+  EXPECT_THAT(repository.Index(),
+              ElementsAre(IsEntry("other", "1", ModelState::kReady, ""),
+                          IsEntry("scale", "", ModelState::kUnavailable, "unloaded")));
   EXPECT_THAT(repository.Unload("scale"),
               StatusIs(StatusCode::kNotFound, "model scale is not loaded"));
   std::future<InferenceResult> late = Submit(*model, X());
@@ -406,11 +442,11 @@ TEST_F(ModelRepositoryTest, ConfigJsonOverridesTheManifestsBatching) {
   WriteConfig("unbatched", R"({"dynamic_batching": false})");
   AddVersion("no_queue", "1", ScaleArchive(1));
   WriteConfig("no_queue", R"({"max_queue": 0})");
-  ModelRepository repository(root_, manager_, OneWorker());
+  ModelRepository repository(root_, placement_, OneWorker());
   ASSERT_OK(repository.LoadAll());
-  EXPECT_THAT(repository.Index(), ElementsAre(IsEntry("no_queue", "1", "READY", ""),
-                                              IsEntry("preferred", "1", "READY", ""),
-                                              IsEntry("unbatched", "1", "READY", "")));
+  EXPECT_THAT(repository.Index(), ElementsAre(IsEntry("no_queue", "1", ModelState::kReady, ""),
+                                              IsEntry("preferred", "1", ModelState::kReady, ""),
+                                              IsEntry("unbatched", "1", ModelState::kReady, "")));
 
   // Three requests together stop at the preferred 3, well before the delay.
   ASSERT_OK_AND_ASSIGN(std::shared_ptr<LoadedModel> preferred, repository.Find("preferred", ""));
@@ -453,7 +489,7 @@ TEST_F(ModelRepositoryTest, AConfigJsonThatCannotBeReadKeepsTheModelUnavailable)
   WriteConfig("listed", "[1, 2]");
   AddVersion("mistyped", "1", ScaleArchive(1));
   WriteConfig("mistyped", R"({"max_batch_size": "four"})");
-  ModelRepository repository(root_, manager_, OneWorker());
+  ModelRepository repository(root_, placement_, OneWorker());
   const std::string garbled = root_ + "/garbled/config.json is not a JSON object";
   const std::string listed = root_ + "/listed/config.json is not a JSON object";
   const std::string mistyped = root_ + "/mistyped/config.json: ";
@@ -462,17 +498,18 @@ TEST_F(ModelRepositoryTest, AConfigJsonThatCannotBeReadKeepsTheModelUnavailable)
   EXPECT_THAT(repository.Load("mistyped"),
               StatusIs(StatusCode::kInvalidArgument, StartsWith(mistyped)));
   EXPECT_THAT(repository.Loaded(), IsEmpty());
-  EXPECT_THAT(repository.Index(),
-              ElementsAre(IsEntry("garbled", "", "UNAVAILABLE", "INVALID_ARGUMENT: " + garbled),
-                          IsEntry("listed", "", "UNAVAILABLE", "INVALID_ARGUMENT: " + listed),
-                          IsEntry("mistyped", "", "UNAVAILABLE",
-                                  StartsWith("INVALID_ARGUMENT: " + mistyped))));
+  EXPECT_THAT(
+      repository.Index(),
+      ElementsAre(IsEntry("garbled", "", ModelState::kUnavailable, "INVALID_ARGUMENT: " + garbled),
+                  IsEntry("listed", "", ModelState::kUnavailable, "INVALID_ARGUMENT: " + listed),
+                  IsEntry("mistyped", "", ModelState::kUnavailable,
+                          StartsWith("INVALID_ARGUMENT: " + mistyped))));
 }
 
 TEST_F(ModelRepositoryTest, StatisticsCountRequestsExecutionsAndBatches) {
   AddVersion("scale", "1", ScaleArchive(3));
   WriteConfig("scale", R"({"max_batch_size": 2, "max_queue_delay_us": 10000000})");
-  ModelRepository repository(root_, manager_, OneWorker());
+  ModelRepository repository(root_, placement_, OneWorker());
   ASSERT_OK(repository.Load("scale"));
   ASSERT_OK_AND_ASSIGN(std::shared_ptr<LoadedModel> model, repository.Find("scale", ""));
 

@@ -261,6 +261,65 @@ std::string WireDatatype(const std::string& manifest_dtype) {
   return d ? d->wire : "";
 }
 
+namespace {
+
+using InputTensor = inference::ModelInferRequest::InferInputTensor;
+
+// `input`'s shape, checked against its spec: datatype, shape (any-size
+// dimensions -1) and the model's largest batch.
+StatusOr<std::vector<int64_t>> CheckInput(const InputTensor& input, const TensorSpec& spec,
+                                          const DtypeInfo* dtype, const Batching& batching) {
+  if (dtype == nullptr || input.datatype() != dtype->wire) {
+    return Invalid(input.name(), "expected datatype " + WireDatatype(spec.dtype) + ", got " +
+                                     (input.datatype().empty() ? "none" : input.datatype()));
+  }
+  std::vector<int64_t> shape(input.shape().begin(), input.shape().end());
+  bool matches = shape.size() == spec.shape.size();
+  for (size_t d = 0; matches && d < shape.size(); ++d) {
+    matches = shape[d] >= 0 && (spec.shape[d] == -1 || spec.shape[d] == shape[d]);
+  }
+  if (!matches) {
+    return Invalid(input.name(), "shape " + ShapeText(shape) + " does not match the model's " +
+                                     ShapeText(spec.shape));
+  }
+  if (batching.batchable && batching.max_batch_size > 0 &&
+      static_cast<int64_t>(shape.size()) > batching.batch_dim &&
+      shape[batching.batch_dim] > batching.max_batch_size) {
+    return Invalid(input.name(), "batch of " + std::to_string(shape[batching.batch_dim]) +
+                                     " exceeds the model's maximum of " +
+                                     std::to_string(batching.max_batch_size));
+  }
+  return shape;
+}
+
+// `input`'s value, from `raw` contents (nullptr: its typed contents).
+StatusOr<c10::IValue> DecodeInput(const InputTensor& input, const std::string* raw,
+                                  const DtypeInfo& dtype, const std::vector<int64_t>& shape) {
+  const bool typed = input.has_contents() && HasTypedContents(input.contents());
+  if (raw != nullptr && typed) {
+    return Invalid(input.name(),
+                   "has typed contents and the request has raw_input_contents; "
+                   "use one or the other");
+  }
+  if (dtype.dtype == Dtype::kString) return DecodeStrings(input, shape, raw);
+  if (raw != nullptr) {
+    StatusOr<at::Tensor> decoded = TensorFromRaw(input.datatype(), shape, *raw);
+    if (!decoded.ok()) return Invalid(input.name(), decoded.status().message());
+    return c10::IValue(std::move(decoded).value());
+  }
+  StatusOr<int64_t> elements = ElementCount(shape);
+  if (!elements.ok()) return Invalid(input.name(), elements.status().message());
+  if (typed) {
+    CHORUS_ASSIGN_OR_RETURN(at::Tensor tensor, FromTypedContents(input.contents(), dtype,
+                                                                 input.name(), shape, *elements));
+    return c10::IValue(std::move(tensor));
+  }
+  if (*elements == 0) return c10::IValue(Empty(shape, dtype));  // nothing to send
+  return Invalid(input.name(), "no contents (typed or raw)");
+}
+
+}  // namespace
+
 StatusOr<std::vector<c10::IValue>> DecodeInputs(const inference::ModelInferRequest& request,
                                                 const Manifest& manifest) {
   const bool raw = request.raw_input_contents_size() > 0;
@@ -273,64 +332,17 @@ StatusOr<std::vector<c10::IValue>> DecodeInputs(const inference::ModelInferReque
   for (size_t i = 0; i < manifest.inputs.size(); ++i) position[manifest.inputs[i].name] = i;
   std::vector<c10::IValue> values(manifest.inputs.size());
   for (int k = 0; k < request.inputs_size(); ++k) {
-    const auto& input = request.inputs(k);
+    const InputTensor& input = request.inputs(k);
     auto it = position.find(input.name());
     if (it == position.end()) return Invalid(input.name(), "the model has no such input");
     if (!values[it->second].isNone()) return Invalid(input.name(), "given twice");
     const TensorSpec& spec = manifest.inputs[it->second];
     const DtypeInfo* dtype = DtypeByName(spec.dtype);
-    if (dtype == nullptr || input.datatype() != dtype->wire) {
-      return Invalid(input.name(), "expected datatype " + WireDatatype(spec.dtype) + ", got " +
-                                       (input.datatype().empty() ? "none" : input.datatype()));
-    }
-    std::vector<int64_t> shape(input.shape().begin(), input.shape().end());
-    bool matches = shape.size() == spec.shape.size();
-    for (size_t d = 0; matches && d < shape.size(); ++d) {
-      matches = shape[d] >= 0 && (spec.shape[d] == -1 || spec.shape[d] == shape[d]);
-    }
-    if (!matches) {
-      return Invalid(input.name(), "shape " + ShapeText(shape) + " does not match the model's " +
-                                       ShapeText(spec.shape));
-    }
-    const auto& batching = manifest.batching;
-    if (batching.batchable && batching.max_batch_size > 0 &&
-        static_cast<int64_t>(shape.size()) > batching.batch_dim &&
-        shape[batching.batch_dim] > batching.max_batch_size) {
-      return Invalid(input.name(), "batch of " + std::to_string(shape[batching.batch_dim]) +
-                                       " exceeds the model's maximum of " +
-                                       std::to_string(batching.max_batch_size));
-    }
-    const bool typed = input.has_contents() && HasTypedContents(input.contents());
-    if (raw && typed) {
-      return Invalid(input.name(),
-                     "has typed contents and the request has raw_input_contents; "
-                     "use one or the other");
-    }
-    if (dtype->dtype == Dtype::kString) {
-      CHORUS_ASSIGN_OR_RETURN(
-          values[it->second],
-          DecodeStrings(input, shape, raw ? &request.raw_input_contents(k) : nullptr));
-      continue;
-    }
-    at::Tensor tensor;
-    if (raw) {
-      StatusOr<at::Tensor> decoded =
-          TensorFromRaw(input.datatype(), shape, request.raw_input_contents(k));
-      if (!decoded.ok()) return Invalid(input.name(), decoded.status().message());
-      tensor = std::move(decoded).value();
-    } else {
-      StatusOr<int64_t> elements = ElementCount(shape);
-      if (!elements.ok()) return Invalid(input.name(), elements.status().message());
-      if (typed) {
-        CHORUS_ASSIGN_OR_RETURN(
-            tensor, FromTypedContents(input.contents(), *dtype, input.name(), shape, *elements));
-      } else if (*elements == 0) {
-        tensor = Empty(shape, *dtype);  // nothing to send
-      } else {
-        return Invalid(input.name(), "no contents (typed or raw)");
-      }
-    }
-    values[it->second] = std::move(tensor);
+    CHORUS_ASSIGN_OR_RETURN(std::vector<int64_t> shape,
+                            CheckInput(input, spec, dtype, manifest.batching));
+    CHORUS_ASSIGN_OR_RETURN(
+        values[it->second],
+        DecodeInput(input, raw ? &request.raw_input_contents(k) : nullptr, *dtype, shape));
   }
   for (size_t i = 0; i < values.size(); ++i) {
     if (values[i].isNone()) {

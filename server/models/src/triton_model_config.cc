@@ -25,25 +25,11 @@ void FillTensor(const TensorSpec& spec, bool drop_batch_dim, Tensor* out) {
 
 }  // namespace
 
-const char* PlatformName(ArchiveKind kind) {
-  switch (kind) {
-    case ArchiveKind::kTorchScript:
-      return "pytorch_libtorch";
-    case ArchiveKind::kTorchPackage:
-      return "pytorch_torch_package";
-    case ArchiveKind::kTorchExport:
-      return "pytorch_torch_export";
-    case ArchiveKind::kAotInductor:
-      return "pytorch_aot_inductor";
-  }
-  return "pytorch";
-}
-
 void FillTritonModelConfig(const LoadedModel& model, inference::ModelConfig* config) {
   const Manifest& manifest = model.manifest();
   const SchedulerOptions& scheduling = model.scheduling();
   config->set_name(model.name());
-  config->set_platform(PlatformName(model.model().kind()));
+  config->set_platform(FormatInfo(model.model().format()).platform);
   config->set_backend("chorus");
   config->mutable_version_policy()->mutable_latest()->set_num_versions(1);
   const std::string& path = model.model().archive()->path();

@@ -82,16 +82,24 @@ int FreePort(const std::string& host) {
   return port;
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  // A model that crashes the process leaves a report (model, request,
-  // interpreter, Python stack) on stderr, the server's log.
-  chorus::InstallCrashHandler("chorus-server");
+// The command line's flags, whose values go to `options` (durations in
+// milliseconds, converted once parsed) and `no_supervisor`.
+struct CommandLine {
   chorus::ServerOptions options;
-  CLI::App app{"chorus-server: serve PyTorch models packaged with chorus-package"};
-  int64_t timeout_ms = 0, drain_ms = 30000, load_timeout_ms = 120000;
+  int64_t timeout_ms = 0, drain_ms = 30000, load_timeout_ms = 120000, idle_release_ms = 1000;
   bool no_supervisor = false;
+
+  void AddServingOptions(CLI::App& app);
+  void AddLimitsAndSecurityOptions(CLI::App& app);
+  void Finish() {
+    options.request_timeout = std::chrono::milliseconds(timeout_ms);
+    options.drain_timeout = std::chrono::milliseconds(drain_ms);
+    options.model_load_timeout = std::chrono::milliseconds(load_timeout_ms);
+    options.idle_memory_release = std::chrono::milliseconds(idle_release_ms);
+  }
+};
+
+void CommandLine::AddServingOptions(CLI::App& app) {
   app.add_option("--model-repository", options.model_repository,
                  "directory of <model>/<version>/<archive>.pt")
       ->required();
@@ -102,6 +110,19 @@ int main(int argc, char** argv) {
                  "KServe v2 HTTP/REST port (0: any free port, -1: none)");
   app.add_option("--metrics-port", options.metrics_port,
                  "HTTP port for Prometheus /metrics (0: any free port, -1: off)");
+  app.add_option("--cache-dir", options.cache_dir, "library cache for the interpreters");
+  app.add_option("--strict-readiness", options.strict_readiness,
+                 "ready only while every repository model serves (true, Triton's default) or "
+                 "whenever serving (false)");
+  app.add_option("--jobs-file", options.jobs_file,
+                 "record training jobs that have a checkpoint_dir here; a server started with "
+                 "it recreates them from their latest checkpoints (default under the "
+                 "supervisor: a private file, so that restarts resume them)");
+  app.add_flag("--no-supervisor", no_supervisor,
+               "serve in this process; nothing restarts it if it dies (for systemd, Kubernetes)");
+}
+
+void CommandLine::AddLimitsAndSecurityOptions(CLI::App& app) {
   app.add_option("--max-message-bytes", options.max_message_bytes, "largest request or response");
   app.add_option("--max-queue", options.max_queue, "queued requests per model before UNAVAILABLE");
   app.add_option("--request-timeout-ms", timeout_ms, "server-side limit per request (0: none)");
@@ -113,11 +134,9 @@ int main(int argc, char** argv) {
   app.add_option("--tls-key", options.tls_key, "PEM private key");
   app.add_option("--auth-token", options.auth_token,
                  "require 'authorization: Bearer <token>' on model calls");
-  app.add_option("--cache-dir", options.cache_dir, "library cache for the interpreters");
   app.add_option("--memory-limit-mib", options.memory_limit_mib,
                  "limit on the serving process's private memory (mapped weights aside): a "
                  "request that would allocate past it fails with RESOURCE_EXHAUSTED (0: none)");
-  int64_t idle_release_ms = 1000;
   app.add_option("--idle-memory-release-ms", idle_release_ms,
                  "after requests stop for this long (and once after start), return the heap "
                  "memory they freed to the system, and without a GPU the pages of the CUDA "
@@ -125,26 +144,14 @@ int main(int argc, char** argv) {
   app.add_option("--trusted-keys", options.trusted_keys_dir,
                  "serve and train only archives signed (chorus-package sign) by one of the "
                  "Ed25519 public keys (*.pem) in this directory");
-  app.add_option("--strict-readiness", options.strict_readiness,
-                 "ready only while every repository model serves (true, Triton's default) or "
-                 "whenever serving (false)");
-  app.add_option("--jobs-file", options.jobs_file,
-                 "record training jobs that have a checkpoint_dir here; a server started with "
-                 "it recreates them from their latest checkpoints (default under the "
-                 "supervisor: a private file, so that restarts resume them)");
-  app.add_flag("--no-supervisor", no_supervisor,
-               "serve in this process; nothing restarts it if it dies (for systemd, Kubernetes)");
-  CLI11_PARSE(app, argc, argv);
-  options.request_timeout = std::chrono::milliseconds(timeout_ms);
-  options.drain_timeout = std::chrono::milliseconds(drain_ms);
-  options.model_load_timeout = std::chrono::milliseconds(load_timeout_ms);
-  options.idle_memory_release = std::chrono::milliseconds(idle_release_ms);
+}
 
-  if (no_supervisor) return Serve(options, chorus::ServingRun{});
+// Runs `options` under the supervisor: fixed ports (a restarted serving
+// process takes the same) and a journal that lives as long as it.
+int Supervised(chorus::ServerOptions options) {
   if (options.port == 0) options.port = FreePort(options.host);
   if (options.metrics_port == 0) options.metrics_port = FreePort(options.host);
   if (options.http_port == 0) options.http_port = FreePort(options.host);
-  // The journal lives as long as the supervisor: its serving processes share it.
   chorus::ScopedTempDir private_dir;
   if (options.jobs_file.empty()) {
     chorus::StatusOr<chorus::ScopedTempDir> made = chorus::ScopedTempDir::Create("chorus-server-");
@@ -159,4 +166,20 @@ int main(int argc, char** argv) {
   std::fflush(nullptr);  // nothing buffered may be written twice by the children
   return chorus::Supervise(chorus::SupervisorOptions{},
                            [&](const chorus::ServingRun& run) { return Serve(options, run); });
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  // A model that crashes the process leaves a report (model, request,
+  // interpreter, Python stack) on stderr, the server's log.
+  chorus::InstallCrashHandler("chorus-server");
+  CLI::App app{"chorus-server: serve PyTorch models packaged with chorus-package"};
+  CommandLine command_line;
+  command_line.AddServingOptions(app);
+  command_line.AddLimitsAndSecurityOptions(app);
+  CLI11_PARSE(app, argc, argv);
+  command_line.Finish();
+  if (command_line.no_supervisor) return Serve(command_line.options, chorus::ServingRun{});
+  return Supervised(std::move(command_line.options));
 }

@@ -19,6 +19,7 @@
 #include "chorus/server/models/metrics.h"
 #include "chorus/server/rpc/authorizer.h"
 #include "chorus/server/server.h"
+#include "chorus/server/training/job_metrics.h"
 #include "chorus/server/training/training_service.h"
 
 namespace chorus {
@@ -35,13 +36,19 @@ class ServerImpl final : public Server {
   void Shutdown() override;
 
  private:
+  // The interpreters and the repository's models, loaded.
+  Status StartModels(const ServerOptions& options);
+  // The cores and services over them (not yet listening).
+  void StartServices(const ServerOptions& options);
   Status StartGrpc(const ServerOptions& options);
   Status StartMetrics(const ServerOptions& options);
   Status StartHttp(const ServerOptions& options);
 
   ServerOptions options_;
   std::unique_ptr<InterpreterManager> manager_;
+  std::unique_ptr<InterpreterPlacement> placement_;
   std::unique_ptr<ModelRepository> repository_;
+  std::shared_ptr<const TrustedKeys> trusted_keys_;
   std::unique_ptr<BackgroundRunner> background_;
   std::unique_ptr<Authorizer> authorizer_;
   std::unique_ptr<InferenceCore> core_;
@@ -50,6 +57,7 @@ class ServerImpl final : public Server {
   std::unique_ptr<OpenAiService> openai_;
   std::unique_ptr<JobRegistry> jobs_;
   std::unique_ptr<JobJournal> journal_;
+  std::unique_ptr<TrainingCore> training_core_;
   std::unique_ptr<TrainingService> training_;
   std::unique_ptr<grpc::Server> grpc_;
   std::unique_ptr<HttpEndpoint> metrics_;
@@ -59,16 +67,8 @@ class ServerImpl final : public Server {
   std::once_flag shutdown_once_;
 };
 
-Status ServerImpl::Initialize(const ServerOptions& options) {
-  options_ = options;
-  if (options.tls_cert.empty() != options.tls_key.empty()) {
-    return InvalidArgumentError("--tls-cert and --tls-key go together");
-  }
-  if (options.memory_limit_mib > 0) CHORUS_RETURN_IF_ERROR(LimitDataMiB(options.memory_limit_mib));
-  InterpreterManagerOptions interpreters;
-  interpreters.num_interpreters = options.interpreters;
-  interpreters.cache_dir = options.cache_dir;
-  CHORUS_ASSIGN_OR_RETURN(manager_, InterpreterManager::Create(interpreters));
+// What the repository is given of the server's options.
+StatusOr<RepositoryOptions> RepositoryOptionsOf(const ServerOptions& options, int interpreters) {
   RepositoryOptions repository;
   if (!options.trusted_keys_dir.empty()) {
     CHORUS_ASSIGN_OR_RETURN(repository.trusted_keys,
@@ -78,7 +78,7 @@ Status ServerImpl::Initialize(const ServerOptions& options) {
                options.trusted_keys_dir, fmt::join(ids, ", "));
   }
   repository.max_queue = options.max_queue;
-  repository.workers = manager_->size();
+  repository.workers = interpreters;
   repository.drain_timeout = options.drain_timeout;
   // The run on zeros that learns a model's outputs is a request like any other.
   if (options.request_timeout.count() > 0) {
@@ -86,38 +86,17 @@ Status ServerImpl::Initialize(const ServerOptions& options) {
   }
   repository.load_timeout = options.model_load_timeout;
   repository.quarantined = options.quarantined;
-  repository_ =
-      std::make_unique<ModelRepository>(options.model_repository, manager_.get(), repository);
-  CHORUS_RETURN_IF_ERROR(repository_->LoadAll());
-  if (options.idle_memory_release.count() > 0) {
-    // Without a GPU, the pages loading torch's CUDA libraries touched are
-    // never used again (140 MiB with torch 2.14's CUDA wheels).
-    MappedFileFilter page_out;
-    if (!HostHasGpu()) page_out = IsGpuOnlyLibrary;
-    memory_releaser_ =
-        std::make_unique<IdleMemoryReleaser>(options.idle_memory_release, std::move(page_out));
+  return repository;
+}
+
+Status ServerImpl::Initialize(const ServerOptions& options) {
+  options_ = options;
+  if (options.tls_cert.empty() != options.tls_key.empty()) {
+    return InvalidArgumentError("--tls-cert and --tls-key go together");
   }
-  NoteMemoryActivity();  // loading allocated and freed much: released once quiet
-  background_ = std::make_unique<BackgroundRunner>();
-  authorizer_ = std::make_unique<Authorizer>(options.auth_token);
-  InferenceCoreOptions core;
-  core.request_timeout = options.request_timeout;
-  core.strict_readiness = options.strict_readiness;
-  core_ = std::make_unique<InferenceCore>(repository_.get(), background_.get(), core);
-  service_ = std::make_unique<InferenceService>(authorizer_.get(), core_.get());
-  rest_ = std::make_unique<RestService>(core_.get());
-  openai_ = std::make_unique<OpenAiService>(core_.get());
-  jobs_ = std::make_unique<JobRegistry>(manager_.get());
-  journal_ = std::make_unique<JobJournal>(options.jobs_file);
-  training_ = std::make_unique<TrainingService>(
-      TrainingService::Context{authorizer_.get(), manager_.get(), background_.get(),
-                               repository_.get(), options.model_repository,
-                               repository.trusted_keys},
-      jobs_.get(), journal_.get());
-  // A journal that cannot be read must not keep the models from serving.
-  if (Status resumed = training_->ResumeJournaledJobs(options.quarantined_jobs); !resumed.ok()) {
-    Log().error("training jobs not resumed: {}", resumed.ToString());
-  }
+  if (options.memory_limit_mib > 0) CHORUS_RETURN_IF_ERROR(LimitDataMiB(options.memory_limit_mib));
+  CHORUS_RETURN_IF_ERROR(StartModels(options));
+  StartServices(options);
   CHORUS_RETURN_IF_ERROR(StartGrpc(options));
   CHORUS_RETURN_IF_ERROR(StartHttp(options));
   CHORUS_RETURN_IF_ERROR(StartMetrics(options));
@@ -131,6 +110,55 @@ Status ServerImpl::Initialize(const ServerOptions& options) {
                options.memory_limit_mib);
   }
   return OkStatus();
+}
+
+Status ServerImpl::StartModels(const ServerOptions& options) {
+  InterpreterManagerOptions interpreters;
+  interpreters.num_interpreters = options.interpreters;
+  interpreters.cache_dir = options.cache_dir;
+  CHORUS_ASSIGN_OR_RETURN(manager_, InterpreterManager::Create(interpreters));
+  placement_ = std::make_unique<InterpreterPlacement>(manager_.get());
+  CHORUS_ASSIGN_OR_RETURN(RepositoryOptions repository,
+                          RepositoryOptionsOf(options, manager_->size()));
+  trusted_keys_ = repository.trusted_keys;
+  repository_ =
+      std::make_unique<ModelRepository>(options.model_repository, placement_.get(), repository);
+  CHORUS_RETURN_IF_ERROR(repository_->LoadAll());
+  if (options.idle_memory_release.count() > 0) {
+    // Without a GPU, the pages loading torch's CUDA libraries touched are
+    // never used again (140 MiB with torch 2.14's CUDA wheels).
+    MappedFileFilter page_out;
+    if (!HostHasGpu()) page_out = IsGpuOnlyLibrary;
+    memory_releaser_ =
+        std::make_unique<IdleMemoryReleaser>(options.idle_memory_release, std::move(page_out));
+  }
+  NoteMemoryActivity();  // loading allocated and freed much: released once quiet
+  return OkStatus();
+}
+
+void ServerImpl::StartServices(const ServerOptions& options) {
+  background_ = std::make_unique<BackgroundRunner>();
+  authorizer_ = std::make_unique<Authorizer>(options.auth_token);
+  InferenceCoreOptions core;
+  core.request_timeout = options.request_timeout;
+  core.strict_readiness = options.strict_readiness;
+  core_ = std::make_unique<InferenceCore>(repository_.get(), background_.get(), core);
+  service_ = std::make_unique<InferenceService>(authorizer_.get(), core_.get());
+  rest_ = std::make_unique<RestService>(core_.get());
+  openai_ = std::make_unique<OpenAiService>(core_.get());
+  jobs_ = std::make_unique<JobRegistry>();
+  journal_ = std::make_unique<JobJournal>(options.jobs_file);
+  training_core_ = std::make_unique<TrainingCore>(
+      TrainingCore::Context{placement_.get(), background_.get(), repository_.get(),
+                            authorizer_.get(), trusted_keys_},
+      jobs_.get(), journal_.get());
+  training_ =
+      std::make_unique<TrainingService>(authorizer_.get(), training_core_.get(), background_.get());
+  // A journal that cannot be read must not keep the models from serving.
+  if (Status resumed = training_core_->ResumeJournaledJobs(options.quarantined_jobs);
+      !resumed.ok()) {
+    Log().error("training jobs not resumed: {}", resumed.ToString());
+  }
 }
 
 Status ServerImpl::StartGrpc(const ServerOptions& options) {
@@ -184,7 +212,7 @@ Status ServerImpl::StartMetrics(const ServerOptions& options) {
     response.set_content(ready ? "{\"ready\":true}" : "{\"ready\":false}", "application/json");
   });
   metrics->Get("/metrics", [this, restarts](const httplib::Request&, httplib::Response& response) {
-    response.set_content(RenderMetrics(*repository_, *manager_) + jobs_->RenderMetrics() +
+    response.set_content(RenderMetrics(*repository_, *manager_) + RenderJobMetrics(*jobs_) +
                              restarts + RenderProcessMetrics(options_.memory_limit_mib),
                          "text/plain; version=0.0.4");
   });
@@ -210,11 +238,13 @@ void ServerImpl::Shutdown() {
     if (metrics_) metrics_->Stop();
     // Queued job work (builds, deletions) finishes before the jobs go.
     if (training_) training_->Stop();
+    if (training_core_) training_core_->Stop();
     if (background_) background_->Stop();
     jobs_.reset();
     background_.reset();
     grpc_.reset();
     repository_.reset();
+    placement_.reset();
     manager_.reset();
     Log().info("server stopped");
   });

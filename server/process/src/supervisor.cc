@@ -12,9 +12,9 @@
 #include <map>
 #include <memory>
 #include <optional>
-#include <regex>
 #include <vector>
 
+#include "chorus/common/crash_label.h"
 #include "chorus/common/crash_report.h"
 #include "chorus/common/logging.h"
 #include "chorus/common/process_stats.h"
@@ -167,13 +167,14 @@ class CrashHistory {
   std::map<std::string, std::vector<Clock::time_point>> crashes_;
 };
 
-// Every distinct first capture of `pattern` in `record`, in order.
-std::vector<std::string> Captures(const std::regex& pattern, const std::string& record) {
+// The names of the labels of `kind` in `record`, each once, in order.
+std::vector<std::string> NamesInCrashRecord(const std::string& record, CrashLabel::Kind kind) {
   std::vector<std::string> names;
-  for (auto it = std::sregex_iterator(record.begin(), record.end(), pattern);
-       it != std::sregex_iterator(); ++it) {
-    const std::string name = (*it)[1];
-    if (std::find(names.begin(), names.end(), name) == names.end()) names.push_back(name);
+  for (const CrashLabel& label : CrashLabelsIn(record)) {
+    if (label.kind() != kind) continue;
+    if (std::find(names.begin(), names.end(), label.name()) == names.end()) {
+      names.push_back(label.name());
+    }
   }
   return names;
 }
@@ -181,13 +182,11 @@ std::vector<std::string> Captures(const std::regex& pattern, const std::string& 
 }  // namespace
 
 std::vector<std::string> ModelsInCrashRecord(const std::string& record) {
-  static const std::regex kModel(R"(model (\S+) version )");
-  return Captures(kModel, record);
+  return NamesInCrashRecord(record, CrashLabel::Kind::kModel);
 }
 
 std::vector<std::string> JobsInCrashRecord(const std::string& record) {
-  static const std::regex kJob(R"(training job (\S+) rank )");
-  return Captures(kJob, record);
+  return NamesInCrashRecord(record, CrashLabel::Kind::kTrainingJob);
 }
 
 std::string DescribeWaitStatus(int status) {

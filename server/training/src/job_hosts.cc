@@ -16,16 +16,48 @@ std::unique_ptr<JobHosts::Stub> Connect(const std::string& address) {
       grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args));
 }
 
-// What one other host answered.
+// One call to another host, and where it is.
 struct HostCall {
+  enum class State {
+    kWaiting,   // no answer yet
+    kAnswered,  // `status` is the host's answer
+    kSilent,    // cancelled here for not answering in time
+  };
   grpc::ClientContext context;
   grpc::Status status;
-  bool answered = false;
-  bool silent = false;  // cancelled here for not answering in time
+  State state = State::kWaiting;
 };
 
 // How long the other hosts have to answer once this host's part failed.
 constexpr std::chrono::milliseconds kAfterFailure{3000};
+
+// Every host's failure, named; the first one's code. `wait` is how long the
+// others had once host 0 (this one) was done with `here`.
+Status Summarize(const std::vector<std::string>& hosts, const Status& here,
+                 const std::vector<std::unique_ptr<HostCall>>& calls,
+                 std::chrono::milliseconds wait) {
+  Status first = here;
+  std::string failures = here.ok() ? "" : "host 0 (" + hosts[0] + "): " + here.message();
+  for (size_t i = 0; i < calls.size(); ++i) {
+    const grpc::Status& status = calls[i]->status;
+    if (status.ok()) continue;
+    const bool silent = calls[i]->state == HostCall::State::kSilent;
+    std::string why =
+        silent
+            ? "no answer within " + std::to_string(wait.count()) + " ms of host 0 " +
+                  (here.ok() ? "finishing: lost or cut off" : "failing (waiting, lost or cut off)")
+            : status.error_message();
+    if (status.error_code() == grpc::StatusCode::UNAVAILABLE) why = "unreachable: " + why;
+    if (!failures.empty()) failures += "; ";
+    failures += "host " + std::to_string(i + 1) + " (" + hosts[i + 1] + "): " + why;
+    if (first.ok()) {
+      first = Status(
+          silent ? StatusCode::kUnavailable : static_cast<StatusCode>(status.error_code()), "");
+    }
+  }
+  if (first.ok()) return OkStatus();
+  return Status(first.code(), failures);
+}
 
 }  // namespace
 
@@ -67,7 +99,7 @@ Status JobHosts::Run(const std::function<Status()>& local, const RemoteCall& rem
       grpc::Status status = remote(static_cast<int>(i + 1), *stubs_[i], call->context);
       MutexLock lock(&mu);
       call->status = std::move(status);
-      call->answered = true;
+      if (call->state == HostCall::State::kWaiting) call->state = HostCall::State::kAnswered;
       --pending;
       answered.SignalAll();
     });
@@ -83,37 +115,16 @@ Status JobHosts::Run(const std::function<Status()>& local, const RemoteCall& rem
     while (pending > 0 && answered.WaitUntil(&mu, deadline)) {
     }
     for (auto& call : calls) {
-      if (call->answered) continue;
-      call->silent = true;
+      if (call->state != HostCall::State::kWaiting) continue;
+      call->state = HostCall::State::kSilent;
       call->context.TryCancel();
     }
   }
   for (auto& thread : threads) thread.join();
-  // Every host's failure, named; the first one's code.
-  Status first = here;
-  std::string failures = here.ok() ? "" : "host 0 (" + hosts_[0] + "): " + here.message();
-  for (size_t i = 0; i < others; ++i) {
-    const grpc::Status& status = calls[i]->status;
-    if (status.ok()) continue;
-    std::string why =
-        calls[i]->silent
-            ? "no answer within " + std::to_string(wait.count()) + " ms of host 0 " +
-                  (here.ok() ? "finishing: lost or cut off" : "failing (waiting, lost or cut off)")
-            : status.error_message();
-    if (status.error_code() == grpc::StatusCode::UNAVAILABLE) why = "unreachable: " + why;
-    if (!failures.empty()) failures += "; ";
-    failures += "host " + std::to_string(i + 1) + " (" + hosts_[i + 1] + "): " + why;
-    if (first.ok()) {
-      first = Status(calls[i]->silent ? StatusCode::kUnavailable
-                                      : static_cast<StatusCode>(status.error_code()),
-                     "");
-    }
-  }
-  if (first.ok()) return OkStatus();
-  return Status(first.code(), failures);
+  return Summarize(hosts_, here, calls, wait);
 }
 
-Status JobHosts::OnOthers(const RemoteCall& remote, std::chrono::milliseconds timeout) const {
+Status JobHosts::RunOnOthers(const RemoteCall& remote, std::chrono::milliseconds timeout) const {
   Status first;
   std::vector<std::thread> threads;
   std::vector<grpc::Status> results(stubs_.size());
@@ -138,7 +149,7 @@ Status JobHosts::OnOthers(const RemoteCall& remote, std::chrono::milliseconds ti
 
 Status JobHosts::DeleteOnOthers(const std::string& job_id,
                                 std::chrono::milliseconds timeout) const {
-  return OnOthers(
+  return RunOnOthers(
       [&job_id](int, Stub& stub, grpc::ClientContext& context) {
         training::DeleteJobRequest request;
         request.set_job_id(job_id);

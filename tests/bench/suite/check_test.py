@@ -58,6 +58,15 @@ def test_a_ratio_eight_percent_down_fails_and_is_named(tmp_path, baseline):
     assert "8.0% below" in failures[0]
 
 
+def test_report_prints_a_regression_without_failing(tmp_path, baseline):
+    result = result_matching(baseline)
+    result["mlp"]["chorus_vs_threads"] *= 0.92
+    status, out = run_check(tmp_path, result, "--report")
+    assert status == 0
+    assert "FAIL mlp.chorus_vs_threads" in out
+    assert "some ratios are below their baseline" in out
+
+
 def test_a_drop_within_the_threshold_and_any_gain_pass(tmp_path, baseline):
     doctored = result_matching(baseline)
     doctored["control_flow"]["chorus_vs_processes_memory"] *= 0.94

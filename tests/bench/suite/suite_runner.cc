@@ -56,12 +56,12 @@ struct Options {
   double warmup_s = 1, measure_s = 3, launched_at = 0;
 };
 
-// The manager is created only for the kinds that run Python (a torch.package
-// archive, a torch.export program); it must outlive the model.
+// The manager is created only for the formats that run Python; it must
+// outlive the model.
 StatusOr<std::shared_ptr<Model>> LoadModel(const Options& options,
                                            std::unique_ptr<InterpreterManager>* manager) {
   CHORUS_ASSIGN_OR_RETURN(std::shared_ptr<Archive> probe, Archive::Open(options.model));
-  if (probe->kind() == ArchiveKind::kTorchPackage || probe->kind() == ArchiveKind::kTorchExport) {
+  if (FormatInfo(probe->format()).runs_on_interpreters) {
     InterpreterManagerOptions manager_options;
     manager_options.num_interpreters = options.workers;
     manager_options.intra_op_threads = 1;

@@ -2,7 +2,6 @@
 
 #include <ATen/Parallel.h>
 #include <ATen/core/ivalue.h>
-#include <sys/stat.h>
 
 #include <chrono>
 #include <cstdio>
@@ -11,6 +10,7 @@
 #include <optional>
 #include <thread>
 
+#include "chorus/common/crash_label.h"
 #include "chorus/common/crash_report.h"
 #include "chorus/common/file_util.h"
 #include "chorus/common/logging.h"
@@ -38,17 +38,6 @@ StatusOr<double> NumberIn(const c10::IValue& result, const char* key) {
 }
 
 constexpr char kTrainer[] = "chorus.training.trainer";
-
-std::string StepFolder(int64_t step) {
-  char name[32];
-  std::snprintf(name, sizeof(name), "step-%08lld", static_cast<long long>(step));
-  return name;
-}
-
-bool IsDirectory(const std::string& path) {
-  struct stat st;
-  return ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
-}
 
 }  // namespace
 
@@ -106,7 +95,7 @@ StatusOr<std::unique_ptr<TrainingJob>> TrainingJob::Create(InterpreterManager* m
   std::unique_ptr<TrainingJob> job(new TrainingJob(manager, std::move(options)));
   CHORUS_RETURN_IF_ERROR(job->ConnectRanks());
   TrainingJob* raw = job.get();
-  StatusOr<std::vector<c10::IValue>> created = job->OnRanks("create_rank", [raw](int rank) {
+  StatusOr<std::vector<c10::IValue>> created = job->RunOnRanks("create_rank", [raw](int rank) {
     return std::vector<c10::IValue>{ArchiveToIValue(raw->options_.archive),
                                     raw->options_.spec.ToJson(),
                                     raw->dp_comms_[rank],
@@ -197,16 +186,8 @@ int64_t TrainingJob::CrossHostBytes() const {
 
 StatusOr<bool> TrainingJob::AllHostsAgree(bool ok) {
   CHORUS_ASSIGN_OR_RETURN(std::vector<c10::IValue> votes,
-                          OnRanks("agree", [ok](int) { return std::vector<c10::IValue>{ok}; }));
+                          RunOnRanks("agree", [ok](int) { return std::vector<c10::IValue>{ok}; }));
   return votes[0].isBool() && votes[0].toBool();
-}
-
-std::string TrainingJob::LatestCheckpoint(const std::string& root) {
-  StatusOr<std::string> latest = ReadFile(root + "/latest");
-  if (!latest.ok()) return "";
-  std::string name = *latest;
-  while (!name.empty() && (name.back() == '\n' || name.back() == ' ')) name.pop_back();
-  return name;
 }
 
 TrainingJob::~TrainingJob() { Shutdown(); }
@@ -215,7 +196,7 @@ void TrainingJob::Shutdown() {
   MutexLock lock(&mu_);
   if (shut_down_) return;
   shut_down_ = true;
-  Status deleted = OnRanks("delete", [](int) { return std::vector<c10::IValue>{}; }).status();
+  Status deleted = RunOnRanks("delete", [](int) { return std::vector<c10::IValue>{}; }).status();
   if (!deleted.ok())
     Log().warn("training job {}: deleting its state: {}", options_.id, deleted.ToString());
   // The model, optimizer state and activations just freed: back to the system.
@@ -227,7 +208,7 @@ Status TrainingJob::CheckOpen() const {
   return OkStatus();
 }
 
-StatusOr<std::vector<c10::IValue>> TrainingJob::OnRanks(
+StatusOr<std::vector<c10::IValue>> TrainingJob::RunOnRanks(
     const std::string& function, const std::function<std::vector<c10::IValue>(int)>& args) {
   const int world = world_size();
   std::vector<StatusOr<c10::IValue>> results(world, InternalError("rank did not run"));
@@ -235,8 +216,9 @@ StatusOr<std::vector<c10::IValue>> TrainingJob::OnRanks(
   for (int rank = 0; rank < world; ++rank) {
     ranks.emplace_back([&, rank] {
       // Named in a crash report, so the supervisor knows which job was running.
-      ScopedCrashContext crash_context("training job " + options_.id + " rank " +
-                                       std::to_string(rank) + ", " + function);
+      ScopedCrashContext crash_context(CrashLabel::TrainingJob(options_.id, rank).text());
+      crash_context.Append(", ");
+      crash_context.Append(function);
       InterpreterSession session = manager_->Acquire(options_.interpreters[rank]);
       StatusOr<Object> fn = session.Global(kTrainer, function);
       if (!fn.ok()) {
@@ -313,7 +295,7 @@ StatusOr<std::vector<StepMetrics>> TrainingJob::Step(int steps,
     auto start = std::chrono::steady_clock::now();
     const int64_t sent_before = CrossHostBytes();
     CHORUS_ASSIGN_OR_RETURN(
-        std::vector<c10::IValue> results, OnRanks("step", [&](int) {
+        std::vector<c10::IValue> results, RunOnRanks("step", [&](int) {
           return std::vector<c10::IValue>{batch ? c10::IValue(*batch) : c10::IValue()};
         }));
     const double wall =
@@ -354,157 +336,10 @@ StatusOr<std::vector<StepMetrics>> TrainingJob::Step(int steps,
   return done;
 }
 
-StatusOr<std::string> TrainingJob::Save(const std::string& root) {
-  MutexLock lock(&mu_);
-  return SaveLocked(root);
-}
-
-StatusOr<std::string> TrainingJob::SaveToCheckpointDir() {
-  if (options_.checkpoint_dir.empty()) {
-    return FailedPreconditionError("training job " + options_.id +
-                                   " has no checkpoint_dir; name a directory");
-  }
-  return Save(options_.checkpoint_dir);
-}
-
-StatusOr<std::string> TrainingJob::SaveLocked(const std::string& root) {
-  CHORUS_RETURN_IF_ERROR(CheckOpen());
-  const int64_t step = CurrentStep();
-  const bool across_hosts = options_.hosts > 1;
-  const std::string step_path = root + "/" + StepFolder(step);
-  // What this host writes: the step folder, or its own folder inside it.
-  const std::string host_folder = "host-" + std::to_string(options_.host);
-  const std::string parent = across_hosts ? step_path : root;
-  const std::string final_path = across_hosts ? step_path + "/" + host_folder : step_path;
-  // Across hosts every failure below still reaches the vote: a host that
-  // skipped it would leave the others waiting out the timeout.
-  Status saved = MakeDirectories(root);
-  if (saved.ok()) saved = MakeDirectories(parent);
-  const std::string partial =
-      TemporarySiblingPath(parent + "/." + (across_hosts ? host_folder : StepFolder(step)));
-  if (saved.ok()) saved = MakeDirectories(partial);
-  if (saved.ok()) {
-    saved = OnRanks("save", [&](int) { return std::vector<c10::IValue>{partial}; }).status();
-  }
-  nlohmann::json manifest = {{"format", "chorus-checkpoint"},
-                             {"format_version", 1},
-                             {"job", options_.id},
-                             {"step", step},
-                             {"dp", options_.dp},
-                             {"tp", options_.tp},
-                             {"ranks", world_size()},
-                             {"spec", nlohmann::json::parse(options_.spec.ToJson())}};
-  if (across_hosts) {
-    manifest["hosts"] = options_.hosts;
-    manifest["host"] = options_.host;
-    manifest["layout"] = options_.layout;
-  }
-  if (saved.ok()) saved = WriteFileAtomically(partial + "/manifest.json", manifest.dump(2));
-  // Every shard on the disk before the folder gets its name, and the name
-  // before `latest` points to it: a power loss leaves the previous one.
-  if (saved.ok()) saved = SyncTree(partial);
-  // Re-saving a step (which `latest` may name): the new folder takes the
-  // name in one exchange (never a moment without it), then the old goes.
-  const bool replacing = saved.ok() && IsDirectory(final_path);
-  if (saved.ok()) {
-    saved = replacing ? ExchangePaths(partial, final_path) : RenameFile(partial, final_path);
-  }
-  if (saved.ok()) saved = SyncPath(parent);
-  if (saved.ok() && across_hosts) saved = SyncPath(root);
-  // (After the exchange `partial` holds the replaced folder.)
-  if (!saved.ok() || replacing) (void)RemoveTree(partial);
-  if (across_hosts) {
-    // Two phases: every host has committed its folder before `latest` moves;
-    // a host that could not, or was lost, leaves the previous checkpoint.
-    StatusOr<bool> everyone = AllHostsAgree(saved.ok());
-    if (!everyone.ok()) return everyone.status().Annotate("agreeing on checkpoint " + step_path);
-    // The hosts are in step (they all voted): a part that could not be
-    // written fails this save, not the job.
-    if (!saved.ok() || !*everyone) {
-      return FailedPreconditionError(
-          "checkpoint " + step_path + " was not committed (latest is unchanged): " +
-          (saved.ok() ? "another host could not write its part" : saved.message()));
-    }
-    if (options_.host != 0) return step_path;
-  }
-  if (saved.ok()) saved = WriteFileAtomically(root + "/latest", StepFolder(step) + "\n");
-  if (!saved.ok()) return saved;
-  return step_path;
-}
-
-StatusOr<int64_t> TrainingJob::Load(const std::string& path) {
-  MutexLock lock(&mu_);
-  return LoadLocked(path);
-}
-
-StatusOr<TrainingJob::Checkpoint> TrainingJob::FindCheckpoint(const std::string& path) const {
-  if (!IsDirectory(path)) return NotFoundError("no checkpoint at " + path);
-  Checkpoint found;
-  found.folder = path;
-  if (std::string latest = LatestCheckpoint(path); !latest.empty()) found.folder += "/" + latest;
-  // Across hosts, this host's part of the step.
-  found.part = found.folder;
-  if (options_.hosts > 1) found.part += "/host-" + std::to_string(options_.host);
-  CHORUS_ASSIGN_OR_RETURN(std::string text, ReadFile(found.part + "/manifest.json"));
-  const nlohmann::json manifest = nlohmann::json::parse(text, nullptr, false);
-  // Typed lookups only: nlohmann's value() throws on a field of another type.
-  auto integer = [&](const char* key) -> std::optional<int64_t> {
-    if (!manifest.is_object() || !manifest.contains(key) || !manifest[key].is_number_integer()) {
-      return std::nullopt;
-    }
-    return manifest[key].get<int64_t>();
-  };
-  const bool is_checkpoint = manifest.is_object() && manifest.contains("format") &&
-                             manifest["format"] == "chorus-checkpoint";
-  const bool layout_named =
-      is_checkpoint && (!manifest.contains("layout") || manifest["layout"].is_string());
-  if (!is_checkpoint || !layout_named || !integer("dp") || !integer("tp") || !integer("step")) {
-    return DataLossError(found.part + "/manifest.json is not a chorus checkpoint manifest");
-  }
-  const int64_t hosts = integer("hosts").value_or(1);
-  const std::string layout =
-      manifest.contains("layout") ? manifest["layout"].get<std::string>() : "fsdp";
-  if (*integer("dp") != options_.dp || *integer("tp") != options_.tp || hosts != options_.hosts ||
-      (hosts > 1 && layout != options_.layout)) {
-    auto describe = [](int64_t hosts, int64_t dp, int64_t tp, const std::string& layout) {
-      std::string text = "dp=" + std::to_string(dp) + " tp=" + std::to_string(tp);
-      if (hosts > 1) text += " on " + std::to_string(hosts) + " hosts (" + layout + ")";
-      return text;
-    };
-    return FailedPreconditionError(
-        "checkpoint layout " + describe(hosts, *integer("dp"), *integer("tp"), layout) +
-        " differs from the job's " +
-        describe(options_.hosts, options_.dp, options_.tp, options_.layout));
-  }
-  found.step = *integer("step");
-  return found;
-}
-
-StatusOr<std::string> TrainingJob::CheckpointFolder(const std::string& path) const {
-  CHORUS_ASSIGN_OR_RETURN(Checkpoint found, FindCheckpoint(path));
-  return found.folder;
-}
-
-StatusOr<int64_t> TrainingJob::LoadLocked(const std::string& path) {
-  CHORUS_RETURN_IF_ERROR(CheckOpen());
-  CHORUS_ASSIGN_OR_RETURN(Checkpoint found, FindCheckpoint(path));
-  CHORUS_RETURN_IF_ERROR(
-      OnRanks("load", [&](int) { return std::vector<c10::IValue>{found.part}; }).status());
-  const int64_t step = found.step;
-  {
-    MutexLock history(&history_mu_);
-    history_.erase(std::remove_if(history_.begin(), history_.end(),
-                                  [&](const StepMetrics& m) { return m.step > step; }),
-                   history_.end());
-    step_ = step;
-  }
-  return step;
-}
-
 StatusOr<at::Tensor> TrainingJob::Evaluate(const at::Tensor& tokens) {
   MutexLock lock(&mu_);
   CHORUS_RETURN_IF_ERROR(CheckOpen());
-  CHORUS_ASSIGN_OR_RETURN(std::vector<c10::IValue> results, OnRanks("evaluate", [&](int) {
+  CHORUS_ASSIGN_OR_RETURN(std::vector<c10::IValue> results, RunOnRanks("evaluate", [&](int) {
                             return std::vector<c10::IValue>{tokens};
                           }));
   if (!results[0].isTensor()) {
@@ -518,10 +353,10 @@ Status TrainingJob::Export(const std::string& path, const std::string& name, int
                            int64_t example_length) {
   MutexLock lock(&mu_);
   CHORUS_RETURN_IF_ERROR(CheckOpen());
-  return OnRanks("export",
-                 [&](int) {
-                   return std::vector<c10::IValue>{path, name, version, example_length};
-                 })
+  return RunOnRanks("export",
+                    [&](int) {
+                      return std::vector<c10::IValue>{path, name, version, example_length};
+                    })
       .status();
 }
 

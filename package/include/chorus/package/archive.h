@@ -28,6 +28,7 @@
 
 #include "chorus/common/status.h"
 #include "chorus/package/manifest.h"
+#include "chorus/package/model_format.h"
 
 namespace chorus {
 
@@ -39,16 +40,6 @@ struct ArchiveOptions {
   // Archive::VerifySha256).
   bool verify_sha256 = false;
 };
-
-enum class ArchiveKind {
-  kTorchPackage,  // torch.package (PackageExporter / chorus-package)
-  kTorchScript,   // torch.jit.save
-  kTorchExport,   // torch.export.save (an ExportedProgram, .pt2)
-  kAotInductor,   // torch._inductor.aoti_compile_and_package (.pt2)
-};
-
-// "torch.package archive", "TorchScript file", ... for messages.
-const char* ArchiveKindName(ArchiveKind kind);
 
 // One record (zip entry).
 struct ArchiveRecord {
@@ -77,7 +68,8 @@ class Archive {
   virtual ~Archive() = default;
 
   const std::string& path() const { return path_; }
-  ArchiveKind kind() const { return kind_; }
+  // What the file is, from its records (and its manifest: chorus or stock torch.package).
+  ModelFormat format() const { return format_; }
   // The top folder every record sits in ("model/"), as torch writes it.
   const std::string& prefix() const { return prefix_; }
   const std::vector<ArchiveRecord>& records() const { return records_; }
@@ -102,7 +94,7 @@ class Archive {
   Archive() = default;
 
   std::string path_;
-  ArchiveKind kind_ = ArchiveKind::kTorchPackage;
+  ModelFormat format_ = ModelFormat::kTorchPackage;
   std::string prefix_;
   std::vector<ArchiveRecord> records_;
   std::unordered_map<std::string, size_t> index_;  // name -> records_ index

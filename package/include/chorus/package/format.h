@@ -40,7 +40,7 @@ inline constexpr char kExportWeightsConfigRecord[] = "data/weights/model_weights
 // in the manifest's form.
 inline constexpr char kAotInductorSignatureKey[] = "chorus.signature";
 
-// What each kind of archive is called in messages (ArchiveKindName, and
+// What each kind of archive is called in messages (model_format.h, and
 // the packaging tool's).
 inline constexpr char kKindTorchPackage[] = "torch.package archive";
 inline constexpr char kKindTorchScript[] = "TorchScript file";

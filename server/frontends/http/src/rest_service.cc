@@ -59,6 +59,13 @@ StatusOr<std::optional<size_t>> JsonLength(const httplib::Request& request) {
 
 void RestService::Register(HttpEndpoint* endpoint) {
   httplib::Server* server = &endpoint->routes();
+  RegisterServerRoutes(server);
+  RegisterModelRoutes(server);
+  RegisterInferenceRoutes(server);
+  RegisterRepositoryRoutes(server);
+}
+
+void RestService::RegisterServerRoutes(httplib::Server* server) {
   server->Get("/v2/health/live", [](const httplib::Request&, httplib::Response& response) {
     response.set_content(R"({"live":true})", kJson);
   });
@@ -77,6 +84,9 @@ void RestService::Register(HttpEndpoint* endpoint) {
     Status status = core_->ModelStatistics("", "", &statistics);
     Reply(response, status, RenderStatistics(statistics));
   });
+}
+
+void RestService::RegisterModelRoutes(httplib::Server* server) {
   server->Get(
       CHORUS_MODEL_PATH, [this](const httplib::Request& request, httplib::Response& response) {
         inference::ModelMetadataResponse metadata;
@@ -102,6 +112,9 @@ void RestService::Register(HttpEndpoint* endpoint) {
     Status status = core_->ModelStatistics(ModelName(request), ModelVersion(request), &statistics);
     Reply(response, status, RenderStatistics(statistics));
   });
+}
+
+void RestService::RegisterInferenceRoutes(httplib::Server* server) {
   server->Post(CHORUS_MODEL_PATH "/infer",
                [this](const httplib::Request& request, httplib::Response& response) {
                  Infer(request, response);
@@ -114,6 +127,9 @@ void RestService::Register(HttpEndpoint* endpoint) {
                [this](const httplib::Request& request, httplib::Response& response) {
                  Generate(request, response, /*stream=*/true);
                });
+}
+
+void RestService::RegisterRepositoryRoutes(httplib::Server* server) {
   server->Post("/v2/repository/index",
                [this](const httplib::Request& request, httplib::Response& response) {
                  const auto body = nlohmann::json::parse(request.body, nullptr, false);

@@ -24,6 +24,7 @@
 #include <thread>
 #include <vector>
 
+#include "chorus/common/crash_label.h"
 #include "chorus/common/crash_report.h"
 #include "chorus/common/status.h"
 #include "chorus/common/thread_annotations.h"
@@ -46,7 +47,7 @@ struct SchedulerOptions {
   BatchingOptions batching;
   size_t max_queue = 1024;  // queued requests beyond which Submit answers UNAVAILABLE
   int workers = 1;          // concurrent executions; usually the interpreters
-  std::string label;        // what crash reports call the model ("mlp version 1")
+  CrashLabel label;         // what crash reports call the model
   bool decoupled = false;   // the model streams: requests come with on_response
 };
 
@@ -115,10 +116,14 @@ class ModelScheduler {
   // Takes the next batch from the queue, waiting for stragglers as allowed.
   std::vector<Pending> NextBatch() CHORUS_REQUIRES(mu_);
   bool Compatible(const Pending& a, const Pending& b) const;
-  // Adds "<label>, requests <ids>" to `context`: what a crash report says
-  // this batch was. Allocates nothing (it runs for every execution).
+  // Adds ", requests <ids>" to `context` (which names the label): what a
+  // crash report says this batch was. Allocates nothing (it runs for every execution).
   void DescribeForCrashReport(const std::vector<Pending>& batch, ScopedCrashContext& context) const;
   void Execute(std::vector<Pending> batch);
+  // The batch's inputs joined, the model run once (until the latest of its
+  // deadlines) and its outputs checked to hold `total` rows.
+  StatusOr<std::vector<c10::IValue>> RunBatch(const std::vector<Pending>& batch,
+                                              int64_t total) const;
   // Logs a model's Python error with its traceback (clients get no traceback).
   void LogPythonError(const Status& status) const;
   // Runs one decoupled request (request.on_response set) to its end.

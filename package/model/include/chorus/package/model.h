@@ -75,8 +75,8 @@ class Model {
   virtual const Manifest* manifest() const = 0;
   // True when manifest() comes from the file itself.
   virtual bool carries_signature() const = 0;
-  virtual ArchiveKind kind() const = 0;
   virtual const std::shared_ptr<Archive>& archive() const = 0;
+  ModelFormat format() const { return archive()->format(); }
 
   // Calls the model with `inputs` as positional arguments, in inference mode (no
   // autograd graph; outputs are inference tensors). Any thread; Python models

@@ -35,10 +35,9 @@ struct ServingRun {
   std::map<std::string, std::string> quarantined_jobs;
 };
 
-// The models a crash record names (lines of "model <name> version <v>, ...",
-// what the scheduler's crash context says), each once, in order.
+// The models a crash record names (CrashLabelsIn), each once, in order.
 std::vector<std::string> ModelsInCrashRecord(const std::string& record);
-// The training jobs it names ("training job <id> rank <r>, ..."), likewise.
+// The training jobs it names, likewise.
 std::vector<std::string> JobsInCrashRecord(const std::string& record);
 
 // Runs `serve(run)` in a child process (its return value is the child's exit

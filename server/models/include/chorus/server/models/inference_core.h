@@ -116,6 +116,12 @@ class InferenceCore {
   void InferOnce(std::shared_ptr<LoadedModel> model, const inference::ModelInferRequest* request,
                  inference::ModelInferResponse* response, Clock::time_point deadline,
                  std::shared_ptr<std::atomic<bool>> cancelled, std::function<void(Status)> done);
+  // StreamInfer on a decoupled model: each response as the model yields it.
+  void StreamDecoupled(std::shared_ptr<LoadedModel> model,
+                       std::shared_ptr<const inference::ModelInferRequest> request,
+                       Clock::time_point deadline, std::shared_ptr<std::atomic<bool>> cancelled,
+                       std::function<void(inference::ModelStreamInferResponse)> respond,
+                       std::function<void()> done);
   // `call` on `model`'s engines, recorded in its statistics.
   void SubmitGeneration(std::shared_ptr<LoadedModel> model, GenerationRequest call) const;
   void ChangeRepository(std::function<Status()> change, std::function<void(Status)> done);

@@ -14,25 +14,14 @@
 
 #include "chorus/common/status.h"
 #include "chorus/package/manifest.h"
-#include "chorus/serving/generation_scheduler.h"
+#include "chorus/package/model_format.h"
+#include "chorus/serving/generation_engines.h"
 
 namespace chorus {
 
-// What a version folder holds.
-enum class ModelFormat {
-  kDetect,        // decided by the file (any of the below)
-  kChorus,        // a chorus package (torch.package with a chorus manifest)
-  kTorchPackage,  // a stock torch.package archive (PackageExporter)
-  kTorchScript,   // torch.jit.save
-  kTorchExport,   // torch.export.save (.pt2)
-  kAotInductor,   // torch._inductor.aoti_compile_and_package (.pt2)
-};
-
-// config.json's name of `format` ("chorus", "torch_package", ...).
-const char* ModelFormatName(ModelFormat format);
-
 struct ModelConfig {
-  ModelFormat format = ModelFormat::kDetect;
+  // What the version folder holds; nullopt: whatever the file is.
+  std::optional<ModelFormat> format;
   // The file in the version folder ("" = the first *.pt or *.pt2 file there by name).
   std::string default_model_filename;
   // A stock torch.package archive's model: a pickle ("package", "resource")

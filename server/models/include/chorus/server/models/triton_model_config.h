@@ -4,14 +4,9 @@
 #define CHORUS_SERVER_MODELS_TRITON_MODEL_CONFIG_H_
 
 #include "chorus/inference/grpc_service.pb.h"
-#include "chorus/package/archive.h"
 #include "chorus/server/models/model_repository.h"
 
 namespace chorus {
-
-// ModelMetadata's and ModelConfig's platform: Triton's name for TorchScript
-// ("pytorch_libtorch"), chorus' for the other kinds.
-const char* PlatformName(ArchiveKind kind);
 
 // The configuration of `model` as served: signature (dims without the batch
 // dimension when it batches along dimension 0, Triton's convention), largest

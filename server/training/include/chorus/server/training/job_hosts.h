@@ -52,8 +52,8 @@ class JobHosts {
 
   // `remote` on every other host only, each within `timeout` (best effort:
   // tearing down); returns the first error.
-  Status OnOthers(const RemoteCall& remote, std::chrono::milliseconds timeout) const;
-  // OnOthers: DeleteJob(job_id), freeing the other hosts' parts.
+  Status RunOnOthers(const RemoteCall& remote, std::chrono::milliseconds timeout) const;
+  // RunOnOthers: DeleteJob(job_id), freeing the other hosts' parts.
   Status DeleteOnOthers(const std::string& job_id, std::chrono::milliseconds timeout) const;
 
  private:

@@ -154,10 +154,13 @@ class TrainingJob {
   explicit TrainingJob(InterpreterManager* manager, TrainingJobOptions options);
   // Calls chorus.training.trainer.<function>(job_id, *args(rank)) on every
   // rank at once; returns every rank's result, or the first error.
-  StatusOr<std::vector<c10::IValue>> OnRanks(
+  StatusOr<std::vector<c10::IValue>> RunOnRanks(
       const std::string& function, const std::function<std::vector<c10::IValue>(int)>& args);
   void Record(const StepMetrics& metrics) CHORUS_EXCLUDES(history_mu_);
   StatusOr<std::string> SaveLocked(const std::string& root) CHORUS_REQUIRES(mu_);
+  // Writes this host's part of step `step` under `root` (the step folder, or
+  // its host-H folder across hosts) and gives it its name, whole or not at all.
+  Status WriteCheckpointPart(const std::string& root, int64_t step) CHORUS_REQUIRES(mu_);
   StatusOr<int64_t> LoadLocked(const std::string& path) CHORUS_REQUIRES(mu_);
   struct Checkpoint {
     std::string folder;  // the step folder

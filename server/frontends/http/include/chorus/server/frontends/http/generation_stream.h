@@ -19,7 +19,7 @@
 
 #include "chorus/common/status.h"
 #include "chorus/common/thread_annotations.h"
-#include "chorus/serving/generation_scheduler.h"
+#include "chorus/serving/generation_engines.h"
 
 namespace chorus {
 

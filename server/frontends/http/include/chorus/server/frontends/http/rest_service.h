@@ -27,6 +27,14 @@ class RestService {
   void Register(HttpEndpoint* endpoint);
 
  private:
+  // Health, server metadata, every model's statistics.
+  void RegisterServerRoutes(httplib::Server* server);
+  // A model's metadata, readiness, configuration and statistics.
+  void RegisterModelRoutes(httplib::Server* server);
+  // Infer and generate.
+  void RegisterInferenceRoutes(httplib::Server* server);
+  // The repository's index, loads and unloads.
+  void RegisterRepositoryRoutes(httplib::Server* server);
   void Infer(const httplib::Request& request, httplib::Response& response);
   // Triton's generate extension: the whole text, or (`stream`) server-sent
   // events of each step's text.

@@ -10,7 +10,7 @@
 #include <string_view>
 
 #include "chorus/common/status.h"
-#include "chorus/serving/generation_scheduler.h"
+#include "chorus/serving/generation_engines.h"
 
 namespace chorus {
 

@@ -1,6 +1,8 @@
-#include "chorus/serving/generation_scheduler.h"
+#include "chorus/serving/generation_engines.h"
 
 #include <ATen/core/ivalue.h>
+
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <utility>
@@ -25,14 +27,14 @@ void LatencyHistogram::Add(const LatencyHistogram& other) {
   sum += other.sum;
 }
 
-struct GenerationScheduler::Held {
+struct GenerationEngines::Held {
   GenerationRequest request;
   Clock::time_point submitted;
   Clock::time_point last_token;
   bool has_token = false;
 };
 
-struct GenerationScheduler::Loop {
+struct GenerationEngines::Loop {
   int index = 0;
   Mutex mu;
   CondVar changed;
@@ -48,16 +50,20 @@ struct GenerationScheduler::Loop {
   std::thread thread;
 };
 
-namespace {
-
 // The engine's step result, read from the IValue the host returned.
-struct StepResult {
+struct GenerationEngines::StepResult {
   std::vector<std::pair<std::string, std::string>> refused;
   std::vector<std::pair<std::string, GenerationChunk>> outputs;
   GenerationStats stats;
 };
 
-StatusOr<StepResult> ReadStep(const c10::IValue& value) {
+// What the engine's step takes: the requests added and those to drop.
+struct GenerationEngines::StepInputs {
+  c10::impl::GenericList added{c10::AnyType::get()};
+  c10::List<std::string> aborted;
+};
+
+StatusOr<GenerationEngines::StepResult> GenerationEngines::ReadStep(const c10::IValue& value) {
   if (!value.isTuple() || value.toTupleRef().elements().size() != 3) {
     return InternalError("EngineHost.step returned " + std::string(value.tagKind()));
   }
@@ -84,6 +90,8 @@ StatusOr<StepResult> ReadStep(const c10::IValue& value) {
   return result;
 }
 
+namespace {
+
 // Why `request` must stop now, or OK.
 Status StopReason(const GenerationRequest& request, Clock::time_point now) {
   if (request.cancelled != nullptr && request.cancelled->load()) {
@@ -95,31 +103,45 @@ Status StopReason(const GenerationRequest& request, Clock::time_point now) {
 
 }  // namespace
 
-GenerationScheduler::GenerationScheduler(std::shared_ptr<Model> model, InterpreterManager* manager,
-                                         GenerationOptions options)
-    : model_(std::move(model)), manager_(manager), options_(options) {
+StatusOr<std::unique_ptr<GenerationEngines>> GenerationEngines::Start(
+    std::shared_ptr<Model> model, InterpreterPlacement* placement, GenerationOptions options) {
+  const int wanted = options.engines > 0 ? options.engines : placement->manager()->size();
+  CHORUS_ASSIGN_OR_RETURN(InterpreterLease lease,
+                          placement->PinShared(wanted, options.label.text()));
+  Log().info("{}: generation engines on interpreters {}", options.label.text(),
+             fmt::join(lease.interpreters(), ", "));
+  return std::unique_ptr<GenerationEngines>(new GenerationEngines(
+      std::move(model), std::move(lease), placement->manager(), std::move(options)));
+}
+
+GenerationEngines::GenerationEngines(std::shared_ptr<Model> model, InterpreterLease lease,
+                                     InterpreterManager* manager, GenerationOptions options)
+    : model_(std::move(model)),
+      lease_(std::move(lease)),
+      manager_(manager),
+      options_(std::move(options)) {
   std::shared_ptr<Model> shared = model_;
-  hosts_ = manager_->Replicate([shared, options](InterpreterSession& session) -> StatusOr<Object> {
+  const GenerationOptions engine = options_;
+  hosts_ = manager_->Replicate([shared, engine](InterpreterSession& session) -> StatusOr<Object> {
     CHORUS_ASSIGN_OR_RETURN(Object replica, shared->In(session));
     CHORUS_ASSIGN_OR_RETURN(Object make, session.Global("chorus.generation.host", "EngineHost"));
     std::vector<Object> args = {replica};
-    for (int value : {options.cache_blocks, options.block_size, options.max_running,
-                      options.max_step_tokens, options.prefill_chunk}) {
+    for (int value : {engine.cache_blocks, engine.block_size, engine.max_running,
+                      engine.max_step_tokens, engine.prefill_chunk}) {
       CHORUS_ASSIGN_OR_RETURN(Object arg, session.FromIValue(int64_t{value}));
       args.push_back(std::move(arg));
     }
     return make.CallObjects(args);
   });
-  const int engines = std::clamp(options_.engines, 1, manager_->size());
-  for (int i = 0; i < engines; ++i) {
+  for (int interpreter : lease_.interpreters()) {
     auto loop = std::make_unique<Loop>();
-    loop->index = i;
+    loop->index = interpreter;
     loops_.push_back(std::move(loop));
   }
   for (auto& loop : loops_) loop->thread = std::thread([this, raw = loop.get()] { Run(*raw); });
 }
 
-GenerationScheduler::~GenerationScheduler() {
+GenerationEngines::~GenerationEngines() {
   for (auto& loop : loops_) {
     {
       MutexLock lock(&loop->mu);
@@ -130,7 +152,7 @@ GenerationScheduler::~GenerationScheduler() {
   for (auto& loop : loops_) loop->thread.join();
 }
 
-void GenerationScheduler::Submit(GenerationRequest request) {
+void GenerationEngines::Submit(GenerationRequest request) {
   Loop* least = loops_.front().get();
   for (auto& loop : loops_) {
     if (loop->load.load() < least->load.load()) least = loop.get();
@@ -153,7 +175,7 @@ void GenerationScheduler::Submit(GenerationRequest request) {
   least->changed.Signal();
 }
 
-bool GenerationScheduler::Drain(Clock::time_point deadline) {
+bool GenerationEngines::Drain(Clock::time_point deadline) {
   for (auto& loop : loops_) {
     MutexLock lock(&loop->mu);
     loop->draining = true;
@@ -171,7 +193,7 @@ bool GenerationScheduler::Drain(Clock::time_point deadline) {
   return drained;
 }
 
-GenerationStats GenerationScheduler::Stats() const {
+GenerationStats GenerationEngines::Stats() const {
   GenerationStats total;
   for (const auto& loop : loops_) {
     MutexLock lock(&loop->mu);
@@ -186,7 +208,7 @@ GenerationStats GenerationScheduler::Stats() const {
   return total;
 }
 
-void GenerationScheduler::Run(Loop& loop) {
+void GenerationEngines::Run(Loop& loop) {
   std::vector<std::pair<std::string, Held>> fresh;
   while (true) {
     {
@@ -210,111 +232,121 @@ void GenerationScheduler::Run(Loop& loop) {
   loop.active.clear();
 }
 
-void GenerationScheduler::Step(Loop& loop, std::vector<std::pair<std::string, Held>> fresh) {
-  auto finish = [&loop](Held& held, const Status& status) {
-    held.request.done(status);
-    if (loop.load.fetch_sub(1) == 1) {
-      // Under the lock, so that a Drain between its check and its wait hears it.
-      MutexLock lock(&loop.mu);
-      loop.idle.SignalAll();
-    }
-  };
+void GenerationEngines::Finish(Loop& loop, Held& held, const Status& status) {
+  held.request.done(status);
+  if (loop.load.fetch_sub(1) == 1) {
+    // Under the lock, so that a Drain between its check and its wait hears it.
+    MutexLock lock(&loop.mu);
+    loop.idle.SignalAll();
+  }
+}
+
+void GenerationEngines::Step(Loop& loop, std::vector<std::pair<std::string, Held>> fresh) {
+  const StepInputs inputs = Schedule(loop, std::move(fresh));
+  StatusOr<StepResult> result = Execute(loop, inputs);
+  NoteMemoryActivity();
+  if (result.ok()) return Update(loop, *result);
+  // The engine may hold them still: drop them there on the next step.
+  if (result.status().python_error() != nullptr) {
+    Log().warn("generation step failed: {}\n{}", result.status().message(),
+               result.status().python_error()->traceback);
+  }
+  for (auto& [id, held] : loop.active) {
+    loop.to_abort.push_back(id);
+    Finish(loop, held, result.status());
+  }
+  loop.active.clear();
+}
+
+GenerationEngines::StepInputs GenerationEngines::Schedule(
+    Loop& loop, std::vector<std::pair<std::string, Held>> fresh) {
   const Clock::time_point now = Clock::now();
   for (auto it = loop.active.begin(); it != loop.active.end();) {
     if (Status why = StopReason(it->second.request, now); !why.ok()) {
       loop.to_abort.push_back(it->first);
-      finish(it->second, why);
+      Finish(loop, it->second, why);
       it = loop.active.erase(it);
     } else {
       ++it;
     }
   }
-  c10::impl::GenericList added(c10::AnyType::get());
+  StepInputs inputs;
   for (auto& [id, held] : fresh) {
     if (Status why = StopReason(held.request, now); !why.ok()) {
-      finish(held, why);
+      Finish(loop, held, why);
       continue;
     }
-    added.push_back(c10::ivalue::Tuple::create(
+    inputs.added.push_back(c10::ivalue::Tuple::create(
         {id, held.request.prompt, held.request.parameters_json, held.request.messages_json}));
     loop.active.emplace(id, std::move(held));
   }
-  c10::List<std::string> aborted;
-  for (const std::string& id : loop.to_abort) aborted.push_back(id);
+  for (const std::string& id : loop.to_abort) inputs.aborted.push_back(id);
   loop.to_abort.clear();
+  return inputs;
+}
 
-  StatusOr<c10::IValue> value = [&]() -> StatusOr<c10::IValue> {
-    // Named in a crash report, so the supervisor knows which model was running.
-    ScopedCrashContext crash_context("model ");
-    crash_context.Append(options_.label.empty() ? std::string_view("?") : options_.label);
-    crash_context.Append(", generating for requests ");
-    for (auto it = loop.active.begin(); it != loop.active.end(); ++it) {
-      if (it != loop.active.begin()) crash_context.Append(", ");
-      crash_context.Append(it->first);
-    }
-    InterpreterSession session = manager_->Acquire(loop.index);
-    CHORUS_ASSIGN_OR_RETURN(Object host, hosts_.In(session));
-    CHORUS_ASSIGN_OR_RETURN(Object step, host.Attr("step"));
-    CHORUS_ASSIGN_OR_RETURN(Object result, step.Call({added, aborted}));
-    return result.ToIValue();
-  }();
-  NoteMemoryActivity();
-  StatusOr<StepResult> result = value.ok() ? ReadStep(*value) : value.status();
-  if (!result.ok()) {
-    // The engine may hold them still: drop them there on the next step.
-    if (result.status().python_error() != nullptr) {
-      Log().warn("generation step failed: {}\n{}", result.status().message(),
-                 result.status().python_error()->traceback);
-    }
-    for (auto& [id, held] : loop.active) {
-      loop.to_abort.push_back(id);
-      finish(held, result.status());
-    }
-    loop.active.clear();
-    return;
+StatusOr<GenerationEngines::StepResult> GenerationEngines::Execute(Loop& loop,
+                                                                   const StepInputs& inputs) {
+  // Named in a crash report, so the supervisor knows which model was running.
+  ScopedCrashContext crash_context(options_.label.text());
+  crash_context.Append(", generating for requests ");
+  for (auto it = loop.active.begin(); it != loop.active.end(); ++it) {
+    if (it != loop.active.begin()) crash_context.Append(", ");
+    crash_context.Append(it->first);
   }
-  {
-    // Before any callback: a caller that saw its request end sees the cache it
-    // left, and the latencies of its tokens.
-    const Clock::time_point stepped = Clock::now();
-    MutexLock lock(&loop.mu);
-    GenerationStats& stats = loop.stats;
-    stats.running = result->stats.running;
-    stats.waiting = result->stats.waiting;
-    stats.cache_blocks_used = result->stats.cache_blocks_used;
-    stats.cache_blocks_total = result->stats.cache_blocks_total;
-    for (auto& [id, chunk] : result->outputs) {
-      auto it = loop.active.find(id);
-      if (it == loop.active.end() || chunk.new_tokens == 0) continue;
-      Held& held = it->second;
-      const double since = std::chrono::duration<double>(
-                               stepped - (held.has_token ? held.last_token : held.submitted))
-                               .count();
-      if (held.has_token) {
-        stats.inter_token_latency.Observe(since / chunk.new_tokens);
-      } else {
-        stats.time_to_first_token.Observe(since);
-      }
-      held.has_token = true;
-      held.last_token = stepped;
-      stats.generated_tokens += chunk.new_tokens;
+  InterpreterSession session = manager_->Acquire(loop.index);
+  CHORUS_ASSIGN_OR_RETURN(Object host, hosts_.In(session));
+  CHORUS_ASSIGN_OR_RETURN(Object step, host.Attr("step"));
+  CHORUS_ASSIGN_OR_RETURN(Object result, step.Call({inputs.added, inputs.aborted}));
+  CHORUS_ASSIGN_OR_RETURN(c10::IValue value, result.ToIValue());
+  return ReadStep(value);
+}
+
+void GenerationEngines::RecordStats(Loop& loop, const StepResult& result) {
+  const Clock::time_point stepped = Clock::now();
+  MutexLock lock(&loop.mu);
+  GenerationStats& stats = loop.stats;
+  stats.running = result.stats.running;
+  stats.waiting = result.stats.waiting;
+  stats.cache_blocks_used = result.stats.cache_blocks_used;
+  stats.cache_blocks_total = result.stats.cache_blocks_total;
+  for (const auto& [id, chunk] : result.outputs) {
+    auto it = loop.active.find(id);
+    if (it == loop.active.end() || chunk.new_tokens == 0) continue;
+    Held& held = it->second;
+    const double since =
+        std::chrono::duration<double>(stepped - (held.has_token ? held.last_token : held.submitted))
+            .count();
+    if (held.has_token) {
+      stats.inter_token_latency.Observe(since / chunk.new_tokens);
+    } else {
+      stats.time_to_first_token.Observe(since);
     }
+    held.has_token = true;
+    held.last_token = stepped;
+    stats.generated_tokens += chunk.new_tokens;
   }
-  for (auto& [id, why] : result->refused) {
+}
+
+void GenerationEngines::Update(Loop& loop, StepResult& result) {
+  // Statistics before any callback: a caller that saw its request end sees the
+  // cache it left, and the latencies of its tokens.
+  RecordStats(loop, result);
+  for (auto& [id, why] : result.refused) {
     auto it = loop.active.find(id);
     if (it == loop.active.end()) continue;
-    finish(it->second, InvalidArgumentError(why));
+    Finish(loop, it->second, InvalidArgumentError(why));
     loop.active.erase(it);
   }
-  for (auto& [id, chunk] : result->outputs) {
+  for (auto& [id, chunk] : result.outputs) {
     auto it = loop.active.find(id);
     if (it == loop.active.end()) continue;
     const bool wanted = it->second.request.on_chunk(chunk);
     if (!chunk.finish_reason.empty()) {
-      finish(it->second, OkStatus());
+      Finish(loop, it->second, OkStatus());
     } else if (!wanted) {
       loop.to_abort.push_back(id);
-      finish(it->second, Status(StatusCode::kCancelled, "the client went away"));
+      Finish(loop, it->second, Status(StatusCode::kCancelled, "the client went away"));
     } else {
       continue;
     }

@@ -1,11 +1,14 @@
 // Server-side text generation for a generative model (chorus.generation's
-// protocol): one engine per interpreter, each driven a step at a time by its
-// own loop thread, which batches every request it holds continuously (they
-// join at the next step and leave when done) and hands each its new text.
+// protocol): an engine on each of the interpreters the placement pins it to,
+// each driven a step at a time by its own loop thread, which batches every
+// request it holds continuously (they join at the next step and leave when
+// done) and hands each its new text. A step is vLLM's: schedule (admit new
+// requests, drop stopped ones), execute (the engine's step in its
+// interpreter), update (statistics, chunks to their requests).
 //
-//   GenerationScheduler scheduler(model, manager, options);
+//   auto engines = GenerationEngines::Start(model, placement, options).value();
 //   GenerationRequest request{...};      // prompt, sampling parameters, callbacks
-//   scheduler.Submit(std::move(request));
+//   engines->Submit(std::move(request));
 //
 // A loop holds its interpreter only for the duration of a step, so other models
 // share it between steps. A request is cancelled (its cache freed) when its
@@ -23,21 +26,23 @@
 #include <thread>
 #include <vector>
 
+#include "chorus/common/crash_label.h"
 #include "chorus/common/status.h"
 #include "chorus/common/thread_annotations.h"
 #include "chorus/interpreter/interpreter_manager.h"
+#include "chorus/interpreter/placement.h"
 #include "chorus/package/model.h"
 
 namespace chorus {
 
 struct GenerationOptions {
-  int engines = 1;         // interpreters that each run an engine (<= the manager's)
+  int engines = 1;  // interpreters that each run an engine (0: one per interpreter jobs leave)
   int cache_blocks = 512;  // per engine, of block_size tokens each
   int block_size = 16;
   int max_running = 64;  // sequences per engine's batch
   int max_step_tokens = 512;
   int prefill_chunk = 256;  // a longer prompt is prefilled over several steps
-  std::string label;        // what crash reports call the model ("llm version 1")
+  CrashLabel label;         // what crash reports call the model
 };
 
 // What one step gave a request.
@@ -87,17 +92,23 @@ struct GenerationStats {
   LatencyHistogram inter_token_latency;  // between a request's tokens
 };
 
-class GenerationScheduler {
+class GenerationEngines {
  public:
-  // `model`'s replicas must implement chorus.generation's protocol (checked in
-  // each interpreter when its engine is made; requests then fail with why).
-  // `manager` outlives the scheduler.
-  GenerationScheduler(std::shared_ptr<Model> model, InterpreterManager* manager,
-                      GenerationOptions options);
+  // Engines on up to options.engines interpreters `placement` pins them to
+  // (it outlives them). `model`'s replicas must implement chorus.generation's
+  // protocol (checked in each interpreter when its engine is made; requests
+  // then fail with why). FAILED_PRECONDITION when training jobs hold every
+  // interpreter.
+  static StatusOr<std::unique_ptr<GenerationEngines>> Start(std::shared_ptr<Model> model,
+                                                            InterpreterPlacement* placement,
+                                                            GenerationOptions options);
   // Fails what is queued or running (UNAVAILABLE) and joins the loops.
-  ~GenerationScheduler();
-  GenerationScheduler(const GenerationScheduler&) = delete;
-  GenerationScheduler& operator=(const GenerationScheduler&) = delete;
+  ~GenerationEngines();
+  GenerationEngines(const GenerationEngines&) = delete;
+  GenerationEngines& operator=(const GenerationEngines&) = delete;
+
+  // The interpreters the engines run on.
+  const std::vector<int>& interpreters() const { return lease_.interpreters(); }
 
   // Hands `request` to the engine with the least work; UNAVAILABLE (through
   // request.done) once draining. Thread-safe.
@@ -112,11 +123,27 @@ class GenerationScheduler {
  private:
   struct Held;  // a request with its timing
   struct Loop;
+  struct StepInputs;
+  struct StepResult;
+  GenerationEngines(std::shared_ptr<Model> model, InterpreterLease lease,
+                    InterpreterManager* manager, GenerationOptions options);
   void Run(Loop& loop);
   // One step of `loop`'s engine with `fresh` requests added.
   void Step(Loop& loop, std::vector<std::pair<std::string, Held>> fresh);
+  // Schedule: ends the requests that must stop, admits `fresh` ones.
+  StepInputs Schedule(Loop& loop, std::vector<std::pair<std::string, Held>> fresh);
+  // The engine's step result, from what its host returned.
+  static StatusOr<StepResult> ReadStep(const c10::IValue& value);
+  // Execute: the engine's step in the loop's interpreter.
+  StatusOr<StepResult> Execute(Loop& loop, const StepInputs& inputs);
+  // Update: the loop's statistics, then each request's chunk or end.
+  void Update(Loop& loop, StepResult& result);
+  void RecordStats(Loop& loop, const StepResult& result);
+  // Ends `held` with `status` (its done callback), counting it off the loop.
+  void Finish(Loop& loop, Held& held, const Status& status);
 
   const std::shared_ptr<Model> model_;
+  InterpreterLease lease_;  // the interpreters, given back last
   InterpreterManager* const manager_;
   const GenerationOptions options_;
   ReplicatedObject hosts_;  // an EngineHost per interpreter

@@ -1,9 +1,9 @@
-// GenerationScheduler on the debug Llama 3 (examples/llama3/generate.py),
+// GenerationEngines on the debug Llama 3 (examples/llama3/generate.py),
 // packaged by the test, on two interpreters: eight concurrent greedy requests
 // stream exactly what full recomputation in plain Python generates; a client
 // that goes away mid-stream and a cancelled request free their cache; bad
 // prompts and parameters are refused with the engine's reason.
-#include "chorus/serving/generation_scheduler.h"
+#include "chorus/serving/generation_engines.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -75,7 +75,7 @@ struct Outcome {
   Status status;
 };
 
-class GenerationSchedulerTest : public ::testing::Test {
+class GenerationEnginesTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     const std::string dir = testing::ProcessWorkDir("generation");
@@ -96,12 +96,14 @@ class GenerationSchedulerTest : public ::testing::Test {
     ASSERT_OK_AND_ASSIGN(std::unique_ptr<InterpreterManager> manager,
                          InterpreterManager::Create(options));
     manager_ = manager.release();
+    placement_ = new InterpreterPlacement(manager_);
     ASSERT_OK_AND_ASSIGN(std::shared_ptr<Model> model, Model::Load(manager_, dir + "/llama3.pt"));
     model_ = new std::shared_ptr<Model>(std::move(model));
   }
 
   static void TearDownTestSuite() {
     delete model_;
+    delete placement_;
     delete manager_;
     delete expected_;
   }
@@ -115,7 +117,7 @@ class GenerationSchedulerTest : public ::testing::Test {
 
   // Submits `prompt` and returns a future of its outcome; `keep` says, per chunk
   // index, whether the client still wants more.
-  static std::future<Outcome> Generate(GenerationScheduler& scheduler, const std::string& prompt,
+  static std::future<Outcome> Generate(GenerationEngines& engines, const std::string& prompt,
                                        const std::string& parameters,
                                        std::function<bool(size_t)> keep = nullptr,
                                        std::shared_ptr<std::atomic<bool>> cancelled = nullptr) {
@@ -135,7 +137,7 @@ class GenerationSchedulerTest : public ::testing::Test {
       promise->set_value(*outcome);
     };
     std::future<Outcome> future = promise->get_future();
-    scheduler.Submit(std::move(request));
+    engines.Submit(std::move(request));
     return future;
   }
 
@@ -145,21 +147,25 @@ class GenerationSchedulerTest : public ::testing::Test {
   }
 
   static InterpreterManager* manager_;
+  static InterpreterPlacement* placement_;
   static std::shared_ptr<Model>* model_;
   static std::map<std::string, std::string>* expected_;
 };
 
-InterpreterManager* GenerationSchedulerTest::manager_ = nullptr;
-std::shared_ptr<Model>* GenerationSchedulerTest::model_ = nullptr;
-std::map<std::string, std::string>* GenerationSchedulerTest::expected_ = nullptr;
+InterpreterManager* GenerationEnginesTest::manager_ = nullptr;
+InterpreterPlacement* GenerationEnginesTest::placement_ = nullptr;
+std::shared_ptr<Model>* GenerationEnginesTest::model_ = nullptr;
+std::map<std::string, std::string>* GenerationEnginesTest::expected_ = nullptr;
 
 constexpr char kGreedy12[] = R"({"max_tokens": 12, "temperature": 0})";
 
-TEST_F(GenerationSchedulerTest, ConcurrentGreedyRequestsStreamWhatRecomputationGenerates) {
-  GenerationScheduler scheduler(*model_, manager_, TwoEngines());
+TEST_F(GenerationEnginesTest, ConcurrentGreedyRequestsStreamWhatRecomputationGenerates) {
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<GenerationEngines> started,
+                       GenerationEngines::Start(*model_, placement_, TwoEngines()));
+  GenerationEngines& engines = *started;
   std::vector<std::future<Outcome>> futures;
   for (const std::string& prompt : kPrompts) {
-    futures.push_back(Generate(scheduler, prompt, kGreedy12));
+    futures.push_back(Generate(engines, prompt, kGreedy12));
   }
   for (size_t i = 0; i < kPrompts.size(); ++i) {
     SCOPED_TRACE(kPrompts[i]);
@@ -172,17 +178,19 @@ TEST_F(GenerationSchedulerTest, ConcurrentGreedyRequestsStreamWhatRecomputationG
     EXPECT_EQ(outcome.chunks.back().prompt_tokens, static_cast<int>(kPrompts[i].size()));
     EXPECT_EQ(outcome.chunks.size(), 12u);  // one token per step
   }
-  EXPECT_EQ(scheduler.Stats().cache_blocks_used, 0);
-  EXPECT_EQ(scheduler.Stats().cache_blocks_total, 2 * 64);
+  EXPECT_EQ(engines.Stats().cache_blocks_used, 0);
+  EXPECT_EQ(engines.Stats().cache_blocks_total, 2 * 64);
 }
 
-TEST_F(GenerationSchedulerTest, AClientThatGoesAwayOrCancelsFreesItsCache) {
-  GenerationScheduler scheduler(*model_, manager_, TwoEngines());
+TEST_F(GenerationEnginesTest, AClientThatGoesAwayOrCancelsFreesItsCache) {
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<GenerationEngines> started,
+                       GenerationEngines::Start(*model_, placement_, TwoEngines()));
+  GenerationEngines& engines = *started;
   auto cancelled = std::make_shared<std::atomic<bool>>(false);
-  std::future<Outcome> leaves = Generate(scheduler, kPrompts[1], R"({"max_tokens": 100})",
+  std::future<Outcome> leaves = Generate(engines, kPrompts[1], R"({"max_tokens": 100})",
                                          [](size_t chunks) { return chunks < 3; });
   std::future<Outcome> cancels = Generate(
-      scheduler, kPrompts[3], R"({"max_tokens": 100, "temperature": 0})",
+      engines, kPrompts[3], R"({"max_tokens": 100, "temperature": 0})",
       [cancelled](size_t chunks) {
         if (chunks == 2) cancelled->store(true);
         return true;
@@ -196,23 +204,25 @@ TEST_F(GenerationSchedulerTest, AClientThatGoesAwayOrCancelsFreesItsCache) {
   EXPECT_LT(stopped.chunks.size(), 100u);
   // The engines drop both at their next step, even with nothing else to do.
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-  while (scheduler.Stats().cache_blocks_used != 0 && std::chrono::steady_clock::now() < deadline) {
+  while (engines.Stats().cache_blocks_used != 0 && std::chrono::steady_clock::now() < deadline) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
-  EXPECT_EQ(scheduler.Stats().cache_blocks_used, 0);
+  EXPECT_EQ(engines.Stats().cache_blocks_used, 0);
   Outcome after =
-      Await(*std::make_unique<std::future<Outcome>>(Generate(scheduler, kPrompts[0], kGreedy12)));
+      Await(*std::make_unique<std::future<Outcome>>(Generate(engines, kPrompts[0], kGreedy12)));
   ASSERT_OK(after.status);
   EXPECT_EQ(after.text, expected_->at(kPrompts[0]));
-  EXPECT_EQ(scheduler.Stats().cache_blocks_used, 0);
+  EXPECT_EQ(engines.Stats().cache_blocks_used, 0);
 }
 
-TEST_F(GenerationSchedulerTest, BadRequestsAreRefusedWithTheEnginesReason) {
-  GenerationScheduler scheduler(*model_, manager_, TwoEngines());
-  std::future<Outcome> negative = Generate(scheduler, "x", R"({"max_tokens": -1})");
-  std::future<Outcome> unknown = Generate(scheduler, "x", R"({"beam_width": 4})");
-  std::future<Outcome> long_prompt = Generate(scheduler, std::string(200, 'x'), "{}");
-  std::future<Outcome> not_json = Generate(scheduler, "x", "[1, 2]");
+TEST_F(GenerationEnginesTest, BadRequestsAreRefusedWithTheEnginesReason) {
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<GenerationEngines> started,
+                       GenerationEngines::Start(*model_, placement_, TwoEngines()));
+  GenerationEngines& engines = *started;
+  std::future<Outcome> negative = Generate(engines, "x", R"({"max_tokens": -1})");
+  std::future<Outcome> unknown = Generate(engines, "x", R"({"beam_width": 4})");
+  std::future<Outcome> long_prompt = Generate(engines, std::string(200, 'x'), "{}");
+  std::future<Outcome> not_json = Generate(engines, "x", "[1, 2]");
   EXPECT_THAT(Await(negative).status,
               StatusIs(StatusCode::kInvalidArgument, HasSubstr("max_tokens must be a positive")));
   EXPECT_THAT(
@@ -224,7 +234,7 @@ TEST_F(GenerationSchedulerTest, BadRequestsAreRefusedWithTheEnginesReason) {
   EXPECT_THAT(Await(not_json).status,
               StatusIs(StatusCode::kInvalidArgument, HasSubstr("must be an object")));
   // And it serves on.
-  std::future<Outcome> fine = Generate(scheduler, kPrompts[2], kGreedy12);
+  std::future<Outcome> fine = Generate(engines, kPrompts[2], kGreedy12);
   Outcome outcome = Await(fine);
   ASSERT_OK(outcome.status);
   EXPECT_EQ(outcome.text, expected_->at(kPrompts[2]));

@@ -1,0 +1,78 @@
+// One version of a model as it serves: the model, its scheduler (and, for a
+// generative model, its generation engines), how it is scheduled and its
+// statistics (Triton's).
+#ifndef CHORUS_SERVER_MODELS_LOADED_MODEL_H_
+#define CHORUS_SERVER_MODELS_LOADED_MODEL_H_
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+
+#include "chorus/common/thread_annotations.h"
+#include "chorus/package/model.h"
+#include "chorus/serving/generation_engines.h"
+#include "chorus/serving/scheduler.h"
+
+namespace chorus {
+
+// Cumulative statistics of one loaded model version.
+struct ModelStatsSnapshot {
+  struct Duration {
+    uint64_t count = 0;
+    uint64_t ns = 0;
+  };
+  Duration success, fail, queue, compute_infer;
+  uint64_t inference_count = 0;  // samples
+  uint64_t execution_count = 0;  // model runs
+  uint64_t last_inference_ms = 0;
+  std::map<int64_t, Duration> batches;  // by batch size: executions and their compute
+  size_t pending = 0;
+};
+
+class LoadedModel {
+ public:
+  // A generative model's requests for text go to its `generation` engines.
+  LoadedModel(std::string name, std::string version, std::shared_ptr<Model> model,
+              const SchedulerOptions& options,
+              std::unique_ptr<GenerationEngines> generation = nullptr);
+  // Fails what is queued, lets what runs finish.
+  ~LoadedModel();
+  LoadedModel(const LoadedModel&) = delete;
+  LoadedModel& operator=(const LoadedModel&) = delete;
+
+  const std::string& name() const { return name_; }
+  const std::string& version() const { return version_; }
+  const Model& model() const { return *model_; }
+  const Manifest& manifest() const { return *model_->manifest(); }
+  // How it is scheduled (batching, workers, queue), as loaded.
+  const SchedulerOptions& scheduling() const { return scheduling_; }
+  ModelScheduler& scheduler() { return *scheduler_; }
+  // The generation engines of a generative model; nullptr for others.
+  GenerationEngines* generation() { return generation_.get(); }
+  // Takes no new requests and waits for those queued or running (model calls
+  // and generations) until `deadline`. Thread-safe.
+  void Drain(std::chrono::steady_clock::time_point deadline);
+
+  // Records one answered request (from the server's completion path).
+  void RecordRequest(const InferenceResult& result, std::chrono::nanoseconds total)
+      CHORUS_EXCLUDES(mu_);
+  ModelStatsSnapshot Snapshot() const CHORUS_EXCLUDES(mu_);
+
+ private:
+  void RecordExecution(const ExecutionStats& stats) CHORUS_EXCLUDES(mu_);
+
+  const std::string name_;
+  const std::string version_;
+  const std::shared_ptr<Model> model_;
+  const SchedulerOptions scheduling_;
+  mutable Mutex mu_;
+  ModelStatsSnapshot stats_ CHORUS_GUARDED_BY(mu_);
+  std::unique_ptr<ModelScheduler> scheduler_;  // its workers record into stats_
+  std::unique_ptr<GenerationEngines> generation_;
+};
+
+}  // namespace chorus
+
+#endif  // CHORUS_SERVER_MODELS_LOADED_MODEL_H_

@@ -1,0 +1,66 @@
+// Makes the servable form of a repository model's newest version: reads its
+// config.json, finds the version's file, loads it as the file and the config
+// say (model_format.h), learns its outputs from one run on zeros when
+// config.json leaves them out, and sets up its scheduling and, for a
+// generative model, its generation engines. Thread-safe.
+#ifndef CHORUS_SERVER_MODELS_MODEL_LOADER_H_
+#define CHORUS_SERVER_MODELS_MODEL_LOADER_H_
+
+#include <chrono>
+#include <cstddef>
+#include <memory>
+#include <string>
+
+#include "chorus/common/status.h"
+#include "chorus/interpreter/placement.h"
+#include "chorus/package/model.h"
+#include "chorus/package/signature.h"
+#include "chorus/server/models/loaded_model.h"
+#include "chorus/server/models/model_config.h"
+#include "chorus/server/models/repository_layout.h"
+
+namespace chorus {
+
+struct ModelLoaderOptions {
+  size_t max_queue = 1024;  // per model, unless its config.json says
+  int workers = 1;          // concurrent executions per model
+  // How long a model whose config.json leaves out its outputs may take to
+  // answer zeros (how chorus learns them) before its load fails.
+  std::chrono::milliseconds probe_timeout{60000};
+  // How long making a model in an interpreter may take (ModelOptions).
+  std::chrono::milliseconds load_timeout{120000};
+  // When set, only archives signed by one of these keys load.
+  std::shared_ptr<const TrustedKeys> trusted_keys;
+};
+
+class ModelLoader {
+ public:
+  // Both outlive the loader.
+  ModelLoader(const RepositoryLayout* layout, InterpreterPlacement* placement,
+              ModelLoaderOptions options)
+      : layout_(layout), placement_(placement), options_(std::move(options)) {}
+
+  // The newest version of model `name`, ready to serve. Errors say what is
+  // wrong with the folder, its config.json or its file (a file that needs a
+  // config.json gets the config to write); the model's own while loading.
+  // Blocks for the load.
+  StatusOr<std::shared_ptr<LoadedModel>> LoadNewest(const std::string& name) const;
+
+ private:
+  // The model at `path`, in the form `config` says.
+  StatusOr<std::shared_ptr<Model>> LoadModel(const std::string& path, const ModelConfig& config,
+                                             const std::string& name,
+                                             const std::string& version) const;
+  // The model, loaded again with the outputs one run on zeros gave.
+  StatusOr<std::shared_ptr<Model>> LoadWithProbedOutputs(Model& probed, const std::string& path,
+                                                         const ModelConfig& config,
+                                                         ModelOptions options) const;
+
+  const RepositoryLayout* const layout_;
+  InterpreterPlacement* const placement_;
+  const ModelLoaderOptions options_;
+};
+
+}  // namespace chorus
+
+#endif  // CHORUS_SERVER_MODELS_MODEL_LOADER_H_

@@ -1,0 +1,196 @@
+#include "chorus/server/models/model_loader.h"
+
+#include <algorithm>
+
+#include "chorus/package/dtype.h"
+#include "chorus/package/torch_dtype.h"
+
+namespace chorus {
+namespace {
+
+// Scheduling for a model: its manifest's batching hints, then its config.
+SchedulerOptions SchedulingFor(const ModelConfig& config, const Manifest& manifest,
+                               const ModelLoaderOptions& options) {
+  SchedulerOptions scheduling;
+  scheduling.max_queue = config.max_queue.value_or(options.max_queue);
+  scheduling.workers = options.workers;
+  const Batching& hint = manifest.batching;
+  scheduling.batching.enabled =
+      hint.batchable && hint.max_batch_size > 1 && config.dynamic_batching.value_or(true);
+  scheduling.batching.batch_dim = hint.batch_dim;
+  scheduling.batching.max_batch_size =
+      std::max<int64_t>(1, config.max_batch_size.value_or(hint.max_batch_size));
+  if (config.max_queue_delay) scheduling.batching.max_queue_delay = *config.max_queue_delay;
+  scheduling.decoupled = config.decoupled;
+  if (config.decoupled) scheduling.batching.enabled = false;  // a stream runs alone
+  if (config.preferred_batch_sizes) {
+    scheduling.batching.preferred_batch_sizes = *config.preferred_batch_sizes;
+  }
+  return scheduling;
+}
+
+// Zeros (empty strings for string inputs) for every input of `manifest`,
+// any-size dimensions made 1.
+std::vector<c10::IValue> ZeroInputs(const Manifest& manifest) {
+  std::vector<c10::IValue> inputs;
+  for (const TensorSpec& spec : manifest.inputs) {
+    std::vector<int64_t> shape = spec.shape;
+    for (int64_t& size : shape) size = std::max<int64_t>(size, 1);
+    const Dtype dtype = DtypeByName(spec.dtype)->dtype;
+    if (dtype == Dtype::kString) {
+      const int64_t count = c10::multiply_integers(shape);
+      inputs.push_back(StringTensorToIValue({shape, std::vector<std::string>(count)}));
+    } else {
+      inputs.emplace_back(at::zeros(shape, at::TensorOptions().dtype(ScalarTypeOf(dtype))));
+    }
+  }
+  return inputs;
+}
+
+// The manifest name of `value`'s dtype; FAILED_PRECONDITION (naming output
+// `index`) for one the protocol cannot carry.
+StatusOr<std::string> OutputDtype(const c10::IValue& value, size_t index) {
+  if (!value.isTensor()) return std::string(InfoOf(Dtype::kString).name);
+  std::optional<Dtype> dtype = DtypeOf(value.toTensor().scalar_type());
+  if (!dtype) {
+    return FailedPreconditionError("output " + std::to_string(index) + " has a dtype (" +
+                                   std::string(c10::toString(value.toTensor().scalar_type())) +
+                                   ") the protocol cannot carry");
+  }
+  return std::string(InfoOf(*dtype).name);
+}
+
+// What one run of `model` on zeros answers, interrupted after `timeout` (model
+// code may never end on zeros). A decoupled model's first response stands for all.
+StatusOr<c10::IValue> RunOnZeros(Model& model, const Manifest& signature, bool decoupled,
+                                 std::chrono::milliseconds timeout) {
+  CallOptions call;
+  call.deadline = std::chrono::steady_clock::now() + timeout;
+  if (!decoupled) return model.Forward(ZeroInputs(signature), call);
+  StatusOr<c10::IValue> result = InternalError("the model yielded nothing on zeros");
+  Status called = model.ForwardEach(ZeroInputs(signature), call, [&](const c10::IValue& value) {
+    result = value;
+    return false;
+  });
+  if (!called.ok()) return called;
+  return result;
+}
+
+// The outputs' signature, from one run on zeros: their dtypes and shapes (the
+// batch dimension, if batched, any-size), named output0, ...
+StatusOr<std::vector<TensorSpec>> ProbeOutputs(Model& model, const Manifest& signature,
+                                               bool decoupled, std::chrono::milliseconds timeout) {
+  StatusOr<c10::IValue> result = RunOnZeros(model, signature, decoupled, timeout);
+  if (!result.ok()) {
+    return result.status().Annotate(
+        "running the model on zeros to learn its outputs (give \"outputs\" in config.json "
+        "instead)");
+  }
+  CHORUS_ASSIGN_OR_RETURN(std::vector<c10::IValue> values, FlattenOutputs(*result, nullptr));
+  std::vector<TensorSpec> outputs;
+  for (size_t i = 0; i < values.size(); ++i) {
+    TensorSpec spec;
+    spec.name = values.size() == 1 ? "output" : "output" + std::to_string(i);
+    CHORUS_ASSIGN_OR_RETURN(spec.dtype, OutputDtype(values[i], i));
+    spec.shape = ShapeOf(values[i]);
+    if (signature.batching.batchable && !spec.shape.empty()) spec.shape[0] = -1;
+    outputs.push_back(std::move(spec));
+  }
+  return outputs;
+}
+
+// FAILED_PRECONDITION for a file without a signature whose config does not
+// say how to serve it, with the config to write.
+Status NeedsConfigError(const std::string& path, const std::string& model_dir, ModelFormat format) {
+  const bool package = format == ModelFormat::kTorchPackage;
+  const std::string what = FormatInfo(format).description;
+  const std::string entry_point =
+      package ? "\"entry_point\": {\"package\": \"model\", \"resource\": \"model.pkl\"}, " : "";
+  return FailedPreconditionError(
+      path + (what.front() == 'A' ? " is an " : " is a ") + what +
+      (package ? " without a chorus manifest: give its entry point and signature in "
+               : " that carries no signature: give it in ") +
+      model_dir + "/config.json, e.g. {" + entry_point +
+      "\"max_batch_size\": 8, \"inputs\": [{\"name\": \"x\", \"datatype\": \"FP32\", "
+      "\"dims\": [3, 224, 224]}]} (docs/server.md, \"Model configuration\")");
+}
+
+Status CheckFormat(std::optional<ModelFormat> expected, const Model& model,
+                   const std::string& path) {
+  if (!expected || *expected == model.format()) return OkStatus();
+  return InvalidArgumentError("config.json: format: " + path + " is of format " +
+                              FormatInfo(model.format()).config_name + ", not what format says");
+}
+
+// A file that carries its own signature takes none from config.json.
+Status CheckNoSecondSignature(const Model& model, const ModelConfig& config,
+                              const std::string& path) {
+  if (!config.has_signature() && !config.entry_point) return OkStatus();
+  return InvalidArgumentError(
+      "config.json: " + std::string(config.entry_point ? "entry_point" : "inputs") + ": " + path +
+      " (format " + FormatInfo(model.format()).config_name +
+      ") carries its own entry point and signature");
+}
+
+}  // namespace
+
+StatusOr<std::shared_ptr<LoadedModel>> ModelLoader::LoadNewest(const std::string& name) const {
+  CHORUS_ASSIGN_OR_RETURN(ModelConfig config, ReadModelConfig(layout_->ModelDir(name)));
+  CHORUS_ASSIGN_OR_RETURN(std::string version, layout_->LatestVersion(name));
+  CHORUS_ASSIGN_OR_RETURN(std::string path,
+                          layout_->ModelFile(name, version, config.default_model_filename));
+  CHORUS_ASSIGN_OR_RETURN(std::shared_ptr<Model> model, LoadModel(path, config, name, version));
+  SchedulerOptions scheduling = SchedulingFor(config, *model->manifest(), options_);
+  scheduling.label = CrashLabel::Model(name, version);
+  std::unique_ptr<GenerationEngines> generation;
+  if (config.generation) {
+    GenerationOptions engines = *config.generation;
+    engines.label = scheduling.label;
+    CHORUS_ASSIGN_OR_RETURN(generation, GenerationEngines::Start(model, placement_, engines));
+  }
+  return std::make_shared<LoadedModel>(name, version, std::move(model), scheduling,
+                                       std::move(generation));
+}
+
+StatusOr<std::shared_ptr<Model>> ModelLoader::LoadModel(const std::string& path,
+                                                        const ModelConfig& config,
+                                                        const std::string& name,
+                                                        const std::string& version) const {
+  const std::string model_dir = layout_->ModelDir(name);
+  ModelOptions options;
+  options.entry_point = config.entry_point;
+  options.trusted_keys = options_.trusted_keys;
+  options.load_timeout = options_.load_timeout;
+  if (config.has_signature()) {
+    CHORUS_ASSIGN_OR_RETURN(options.signature, SignatureManifest(config, name, version));
+  }
+  StatusOr<std::shared_ptr<Model>> model = Model::Load(placement_->manager(), path, options);
+  if (!model.ok() && model.status().code() == StatusCode::kNotFound && !config.entry_point) {
+    return NeedsConfigError(path, model_dir, ModelFormat::kTorchPackage);  // no manifest
+  }
+  if (!model.ok() && model.status().code() == StatusCode::kFailedPrecondition &&
+      !config.has_signature()) {
+    return NeedsConfigError(path, model_dir, ModelFormat::kAotInductor);  // no signature
+  }
+  if (!model.ok()) return model.status();
+  CHORUS_RETURN_IF_ERROR(CheckFormat(config.format, **model, path));
+  if ((*model)->carries_signature()) {
+    CHORUS_RETURN_IF_ERROR(CheckNoSecondSignature(**model, config, path));
+    return model;
+  }
+  if (!config.has_signature()) return NeedsConfigError(path, model_dir, (*model)->format());
+  if (!config.outputs.empty()) return model;
+  return LoadWithProbedOutputs(**model, path, config, std::move(options));
+}
+
+StatusOr<std::shared_ptr<Model>> ModelLoader::LoadWithProbedOutputs(Model& probed,
+                                                                    const std::string& path,
+                                                                    const ModelConfig& config,
+                                                                    ModelOptions options) const {
+  CHORUS_ASSIGN_OR_RETURN(
+      options.signature->outputs,
+      ProbeOutputs(probed, *options.signature, config.decoupled, options_.probe_timeout));
+  return Model::Load(placement_->manager(), path, options);
+}
+
+}  // namespace chorus

@@ -1,0 +1,204 @@
+"""The load peers_bench.py drives: perf_analyzer against one server, a pair of
+servers for one model and N (A-B-A), and the compute ceiling without a server."""
+
+import argparse
+import csv
+import os
+import re
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+
+from stacks import intra_op_threads
+from workloads import BATCHED, HERE
+
+
+def log(message):
+    print(message, flush=True)
+
+
+# --------------------------------------------------------------------------
+# perf_analyzer
+
+def perf_analyzer(args, server, concurrency, work, label, request_count=None):
+    """One perf_analyzer run; returns its figures (or raises). With request_count,
+    exactly that many requests, no stability check (the warm-up). Otherwise time
+    windows until 3 agree; if they never do, the load is measured again over a
+    fixed number of requests (about 3 windows' worth at the server's last measured
+    rate, server.rate) and marked stable: false."""
+    report = os.path.join(work, "logs", f"perf-{label}.csv")
+    output = os.path.join(work, "logs", f"perf-{label}.log")
+    base = [args.perf_analyzer, *server.perf_args(), "--concurrency-range", str(concurrency),
+            "-f", report]
+    if request_count:
+        attempts = [["--request-count", str(request_count)]]
+    else:
+        fallback = max(4 * concurrency,
+                       int(getattr(server, "rate", 0) * 3 * args.window_ms / 1000.0))
+        attempts = [["-p", str(args.window_ms), "-s", str(args.stability_pct),
+                     "-r", str(args.max_trials)],
+                    ["--request-count", str(fallback)]]
+    for attempt, extra in enumerate(attempts):
+        if os.path.exists(report):
+            os.unlink(report)
+        with open(output, "w") as out:
+            done = subprocess.run(base + extra, stdout=out, stderr=subprocess.STDOUT,
+                                  timeout=args.perf_timeout_s)
+        if done.returncode == 0 and os.path.exists(report):
+            rows = list(csv.DictReader(open(report)))
+            if rows:
+                row = rows[0]
+                count = re.search(r"Request count: (\d+)", open(output).read())
+                figures = {"requests": int(count.group(1)) if count else None,
+                           "throughput_per_s": round(float(row["Inferences/Second"]), 2),
+                           "p50_ms": round(int(row["p50 latency"]) / 1000.0, 3),
+                           "p99_ms": round(int(row["p99 latency"]) / 1000.0, 3),
+                           "stable": request_count is not None or attempt == 0}
+                server.rate = figures["throughput_per_s"]
+                return figures
+        text = open(output).read()
+        if "Failed to obtain stable measurement" not in text:
+            break
+    tail = "\n".join(line for line in open(output).read().splitlines()
+                     if "Timer not set correctly" not in line)[-2000:]
+    raise RuntimeError(f"perf_analyzer failed against {server.kind} ({label}):\n{tail}")
+
+
+# --------------------------------------------------------------------------
+# One cell: a server with N workers, from start to stop
+
+@dataclass
+class _Pair:
+    """The steps run_pair takes on either server of a pair, and their cells
+    ({kind: cell}). A step that fails is recorded in its server's cell (the run
+    goes on) and that server's later steps are skipped."""
+
+    args: argparse.Namespace
+    work: str
+    cells: dict
+
+    def attempt(self, server, step):
+        cell = self.cells[server.kind]
+        if "error" in cell:
+            return
+        try:
+            step(server, cell)
+        except Exception as e:  # noqa: BLE001 (recorded; the run goes on)
+            cell["error"] = str(e)
+            log(f"  {server.kind}: FAILED: {e}")
+            if hasattr(server, "stack"):
+                server.stop()
+
+    def start(self, server, cell):
+        args = self.args
+        first, ready = server.start()
+        cell["first_answer_s"] = round(first, 3)
+        cell["all_ready_s"] = round(ready, 3)
+        top = max(args.concurrency)
+        label = f"{server.kind}-{server.name}-{server.workers}"
+        try:
+            perf_analyzer(args, server, top, self.work, f"{label}-warmup",
+                          request_count=max(args.warmup_requests, 2 * top))
+        except RuntimeError:
+            pass  # the measurement reports the failure
+
+    def measure(self, server, cell):
+        label = f"{server.kind}-{server.name}-{server.workers}"
+        for concurrency in self.args.concurrency:
+            passes = cell.setdefault("passes", {}).setdefault(str(concurrency), [])
+            passes.append(perf_analyzer(self.args, server, concurrency, self.work,
+                                        f"{label}-c{concurrency}-{len(passes) + 1}"))
+        server.load_ended = time.monotonic()
+        if server.crashes():
+            raise RuntimeError(f"{server.kind} lost a worker {server.crashes()} time(s) "
+                               f"(see {server.log_path})")
+
+    def memory(self, server, cell):
+        # The same settling time for both stacks, alone and idle (chorus gives
+        # memory back after a quiet second and pages out every 10 s while
+        # quiet; pages the other stack still mapped are not reclaimed).
+        settled = (max(server.load_ended, getattr(server, "alone_since", 0.0))
+                   + self.args.settle_s)
+        time.sleep(max(0.0, settled - time.monotonic()))
+        cell["memory"] = server.memory()
+
+
+def run_pair(args, work, servers):
+    """Both servers for one model and N, A-B-A: A starts alone, is warmed and
+    measured, and its memory read; then B starts (A idle), is warmed and measured;
+    then A is measured again (its figures are the mean of its two passes, so a
+    machine whose speed drifts over the minute hurts neither side); A stops and
+    B's memory is read alone. Each stack's memory is read while the other is not
+    running (they map the same libtorch files; PSS would split those pages between
+    them). Returns {kind: cell}; a failure is recorded in its cell."""
+    a, b = servers
+    pair = _Pair(args, work, {server.kind: {"workers": server.workers,
+                                            "intra_op_threads": intra_op_threads(server.workers)}
+                              for server in servers})
+    try:
+        pair.attempt(a, pair.start)
+        pair.attempt(a, pair.measure)
+        pair.attempt(a, pair.memory)
+        pair.attempt(b, pair.start)
+        pair.attempt(b, pair.measure)
+        pair.attempt(a, pair.measure)
+        if hasattr(a, "stack"):
+            a.stop()
+        b.alone_since = time.monotonic()
+        pair.attempt(b, pair.memory)
+    finally:
+        for server in servers:
+            if hasattr(server, "stack"):
+                server.stop()
+    cells = pair.cells
+    cells[a.kind]["order"] = "first and third (measured twice, around the other)"
+    cells[b.kind]["order"] = "second"
+    for cell in cells.values():
+        if "error" not in cell:
+            cell["load"] = {c: merge_passes(p) for c, p in cell.pop("passes").items()}
+    return cells
+
+
+def bare_throughput(args, work, name, spec, workers):
+    """The compute ceiling for one model and N: N bare_loop.py processes (the
+    servers' intra-op threads each, the servers' batch), started together and
+    run back to back for --window-ms, three windows; returns their summed rate
+    (the median window) and each window's. No server runs meanwhile."""
+    batch = BATCHED.get(name, {}).get("max_batch_size", 1)
+    env = dict(os.environ, CHORUS_PEERS_INTRA_OP_THREADS=str(intra_op_threads(workers)))
+    command = [sys.executable, os.path.join(HERE, "bare_loop.py"), spec["archive"],
+               spec["input_bin"], str(batch)]
+    loops = [subprocess.Popen(command, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                              text=True) for _ in range(workers)]
+    try:
+        for loop in loops:
+            if loop.stdout.readline().strip() != "ready":
+                raise RuntimeError(f"bare_loop.py failed for {name} (exit {loop.wait()})")
+        windows = []
+        for _ in range(3):
+            for loop in loops:
+                loop.stdin.write(f"{args.window_ms / 1000.0}\n")
+                loop.stdin.flush()
+            rates = []
+            for loop in loops:
+                items, seconds = loop.stdout.readline().split()
+                rates.append(int(items) / float(seconds))
+            windows.append(round(sum(rates), 2))
+    finally:
+        for loop in loops:
+            loop.stdin.close()
+            loop.wait(timeout=60)
+    return {"throughput_per_s": sorted(windows)[1], "windows": windows, "processes": workers,
+            "intra_op_threads": intra_op_threads(workers), "batch": batch}
+
+
+def merge_passes(passes):
+    """One figure per concurrency: the mean of the passes (each kept too)."""
+    merged = {key: round(sum(p[key] for p in passes) / len(passes), 3)
+              for key in ("throughput_per_s", "p50_ms", "p99_ms")}
+    merged["requests"] = sum(p["requests"] or 0 for p in passes)
+    merged["stable"] = all(p["stable"] for p in passes)
+    if len(passes) > 1:
+        merged["passes"] = passes
+    return merged
