@@ -140,7 +140,8 @@ check-python: build
 # The code's shape (docs/architecture.md): which folder includes which, files
 # of at most 600 lines, functions of at most 60, each folder's main header.
 check-structure: debian-packages
-	@lint=$$(tools/make-venv.sh tools/requirements/lint.txt) && $$lint tools/check_structure.py
+	@lint=$$(tools/make-venv.sh tools/requirements/lint.txt) && $$lint tools/check_structure.py && \
+	  $$lint -m pytest -q -p no:cacheprovider tools/check_structure_test.py
 
 check-format: debian-packages
 	@$(CXX_SOURCES) | xargs clang-format --dry-run --Werror && echo "clang-format: clean"

@@ -9,7 +9,8 @@ Usage: check_structure.py [ROOT]
    service, and serving/ and training/ never include server/.
 2. Size: no source file over 600 lines, no function over 60 (lizard counts
    them), but the tables listed in TABLES.
-3. Each folder's main header opens with a paragraph saying what the folder owns.
+3. Each folder's main header opens with a paragraph saying what the folder
+   owns, starting "// <folder>/:".
 
 Prints each finding and exits 1 if there is any.
 """
@@ -175,9 +176,9 @@ def check_main_headers(root):
                 if not line.startswith("//"):
                     break
                 opening.append(line)
-        if len(opening) < 2:
-            findings.append(f"{os.path.relpath(path, root)}: opens without a paragraph saying "
-                            f"what {folder}/ owns")
+        if len(opening) < 2 or not opening[0].startswith(f"// {folder}/"):
+            findings.append(f"{os.path.relpath(path, root)}: opens without a paragraph "
+                            f"(\"// {folder}/: ...\") saying what the folder owns")
     return findings
 
 

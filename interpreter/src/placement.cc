@@ -87,10 +87,10 @@ StatusOr<InterpreterLease> InterpreterPlacement::PinShared(int count, const std:
                                    DescribeHeldLocked() + "): none is left for " + owner);
   }
   // The least pinned first; among equals the highest index (stable sort).
-  std::stable_sort(candidates.begin(), candidates.end(), [&](int a, int b) {
-    auto pins = [&](int i) { return shared_.count(i) ? shared_.at(i).size() : size_t{0}; };
-    return pins(a) < pins(b);
-  });
+  std::map<int, size_t> pins;
+  for (int i : candidates) pins[i] = shared_.count(i) ? shared_.at(i).size() : 0;
+  std::stable_sort(candidates.begin(), candidates.end(),
+                   [&pins](int a, int b) { return pins[a] < pins[b]; });
   candidates.resize(std::min<size_t>(candidates.size(), std::max(count, 1)));
   for (int i : candidates) shared_[i].push_back(owner);
   return InterpreterLease(this, std::move(candidates), /*exclusive=*/false, owner);

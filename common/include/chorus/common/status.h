@@ -1,3 +1,8 @@
+// common/: what every part of chorus shares and nothing else: the one error
+// type (this header), logging, annotated locks, files, crash reports and the
+// labels they name work by (crash_label.h), and the runner of blocking work
+// (background_runner.h). It includes no other chorus folder.
+//
 // chorus' one error type: Status and StatusOr<T>.
 //
 // Every fallible call inside chorus returns one of these; nothing throws across

@@ -1,3 +1,9 @@
+// interpreter/: the N interpreters of a process and who runs on them. The
+// manager (this header) creates and owns the interpreters, loads each one's
+// copy of libpython and torch's bindings (libcache/, pyside/) and hands out
+// sessions; InterpreterPlacement (placement.h) decides which interpreters
+// training jobs, generation engines and model calls get.
+//
 // N isolated CPython interpreters in one process, all sharing one libtorch.
 //
 //   chorus::InterpreterManagerOptions options;

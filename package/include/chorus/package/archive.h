@@ -1,3 +1,9 @@
+// package/: model files, from the archive's bytes to a callable model. The
+// reader (this header) validates and maps an archive; model_format.h lists the
+// formats and what each is called; dtype.h and manifest.h are the package
+// format's tables; package/model (chorus/package/model.h) loads a model from
+// any format onto the interpreters or libtorch.
+//
 // A validated, memory-mapped view of a package archive (a zip file).
 //
 // Archives come from outside, so Open() checks everything it can before any

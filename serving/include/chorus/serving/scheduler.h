@@ -1,3 +1,8 @@
+// serving/: how calls reach a loaded model, with no protocol: the per-model
+// scheduler (this header: queue, dynamic batching, workers), the values it
+// batches (model_values.h), and the generation engines of a generative model
+// (generation_engines.h). Used by server/models; knows nothing of server/.
+//
 // Dispatching inference requests for one model: a bounded queue, dynamic
 // batching, and worker threads that run the model on free interpreters.
 //

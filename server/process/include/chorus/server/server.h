@@ -1,3 +1,7 @@
+// server/process/: chorus-server as a process: the server assembled from its
+// parts (this header, Server::Start), serving until SIGTERM, and the
+// supervisor that restarts the serving process (supervisor.h).
+//
 // chorus' inference server: the Open Inference Protocol (KServe v2 / Triton
 // gRPC) over a Triton-style model repository, served by N interpreters in one
 // process, with dynamic batching, Prometheus metrics on HTTP and health.

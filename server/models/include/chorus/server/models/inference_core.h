@@ -1,3 +1,10 @@
+// server/models/: what a served model is and how a request reaches it,
+// without a transport: the inference core (this header), the repository and
+// each model's lifecycle (model_repository.h: layout, loader, ModelState),
+// loaded models and their statistics, config.json (model_config.h), the
+// tensor codec and Triton's view of a model. The frontends and the training
+// service call it; it calls serving/.
+//
 // The Open Inference Protocol's operations with no transport: the gRPC
 // service and the HTTP/REST endpoints both convert their request to the
 // protocol's messages, hand it here, and convert the answer back. So both

@@ -1,4 +1,4 @@
-// server/rpc: what the server's RPC services share, whatever they serve:
+// server/rpc/: what the server's RPC services share, whatever they serve:
 // who may call (a bearer token), the one conversion of a Status to a gRPC
 // status, and the helpers a gRPC handler finishes a call with.
 //

@@ -1,4 +1,4 @@
-// server/training: chorus.training.TrainingService, training jobs on the
+// server/training/: chorus.training.TrainingService, training jobs on the
 // server's interpreters next to the models it serves, on one server or
 // across several. The handlers (this file) authorize, convert and hand off;
 // the core (training_core.h) builds and runs jobs, off the reactors: builds

@@ -1,3 +1,8 @@
+// training/collectives/: how ranks exchange tensors: communicators (this
+// header) in process, over Gloo and NCCL, hierarchical groups across hosts
+// (hierarchical.h), FSDP's flat shards (flat_shard.h), and the torch classes
+// that hand them to chorus.distributed in the interpreters (bindings.h).
+//
 // Collectives over at::Tensor between ranks, with one interface for three
 // transports:
 //   - in process: ranks are threads of this process (in chorus, one

@@ -1,3 +1,7 @@
+// training/job/: a training job on a server's interpreters: its spec
+// (training_spec.h), its ranks, steps, checkpoints and export (this header),
+// and chorus-run. Knows nothing of server/ (the training service drives it).
+//
 // A training job: W = dp x tp ranks, each an interpreter on its own thread,
 // running chorus.training.trainer on a packaged model with chorus' FSDP and
 // tensor-parallel kernels over in-process communicators. A job across hosts

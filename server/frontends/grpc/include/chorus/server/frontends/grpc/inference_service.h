@@ -1,3 +1,6 @@
+// server/frontends/grpc/: the Open Inference Protocol over gRPC (Triton's
+// GRPCInferenceService), thin over the inference core.
+//
 // The GRPCInferenceService handlers. Each is short: authorize, hand the
 // request to the core (inference_core.h), finish with its answer. None blocks
 // its reactor thread: inference completes from a scheduler worker; repository

@@ -1,4 +1,4 @@
-// server/frontends/http: chorus' HTTP APIs' shared ground and KServe v2's
+// server/frontends/http/: chorus' HTTP APIs' shared ground and KServe v2's
 // REST API. HttpEndpoint is one listening HTTP server (cpp-httplib) on its
 // own thread, set up as every API on it needs: a bounded pool of request
 // threads, TCP_NODELAY, a body limit, bearer-token authorization of every

@@ -1,3 +1,6 @@
+// server/frontends/openai/: OpenAI's API (openai_api.h parses and renders it;
+// this header serves it on the HTTP endpoint).
+//
 // OpenAI's API on the HTTP port: /v1/models, /v1/completions and
 // /v1/chat/completions, whole or streamed as server-sent events, over the
 // generation engines of the server's generative models (inference_core.h's
