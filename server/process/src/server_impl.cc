@@ -16,11 +16,12 @@
 #include "chorus/server/frontends/http/rest_service.h"
 #include "chorus/server/frontends/openai/openai_service.h"
 #include "chorus/server/models/inference_core.h"
-#include "chorus/server/models/metrics.h"
+#include "chorus/server/models/model_metrics.h"
 #include "chorus/server/rpc/authorizer.h"
 #include "chorus/server/server.h"
 #include "chorus/server/training/job_metrics.h"
 #include "chorus/server/training/training_service.h"
+#include "server/process/src/process_metrics.h"
 
 namespace chorus {
 namespace {
@@ -212,7 +213,7 @@ Status ServerImpl::StartMetrics(const ServerOptions& options) {
     response.set_content(ready ? "{\"ready\":true}" : "{\"ready\":false}", "application/json");
   });
   metrics->Get("/metrics", [this, restarts](const httplib::Request&, httplib::Response& response) {
-    response.set_content(RenderMetrics(*repository_, *manager_) + RenderJobMetrics(*jobs_) +
+    response.set_content(RenderModelMetrics(*repository_, *manager_) + RenderJobMetrics(*jobs_) +
                              restarts + RenderProcessMetrics(options_.memory_limit_mib),
                          "text/plain; version=0.0.4");
   });

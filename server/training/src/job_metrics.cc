@@ -5,8 +5,8 @@
 #include <utility>
 #include <vector>
 
+#include "chorus/common/prometheus.h"
 #include "chorus/common/thread_annotations.h"
-#include "chorus/server/models/metrics.h"
 #include "chorus/server/rpc/grpc_status.h"
 #include "chorus/server/training/job_proto.h"
 

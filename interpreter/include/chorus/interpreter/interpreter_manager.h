@@ -111,9 +111,10 @@ class InterpreterManager {
   // A session on interpreter `index`. Precondition: 0 <= index < size().
   virtual InterpreterSession Acquire(int index) = 0;
 
-  // Marks interpreter `index` reserved (for a training job): AcquireOne, and so
-  // ReplicatedObject calls, avoid it while any interpreter is not reserved.
-  // Sessions already open are unaffected. Any thread.
+  // Marks interpreter `index` reserved: AcquireOne, and so ReplicatedObject
+  // calls, avoid it while any interpreter is not reserved. Sessions already
+  // open are unaffected. Any thread. InterpreterPlacement (placement.h) calls
+  // it for the interpreters training jobs hold; servers place work through it.
   virtual void SetReserved(int index, bool reserved) = 0;
 
   // An object that exists once per interpreter, made by `factory` the first
