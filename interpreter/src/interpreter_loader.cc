@@ -16,6 +16,7 @@
 
 #include "chorus/common/crash_report.h"
 #include "chorus/common/logging.h"
+#include "chorus/interpreter/tensor_crossing.h"
 #include "interpreter/libcache/elf_editor.h"
 #include "interpreter/src/build_info.h"
 #include "interpreter/src/c10_warnings.h"
@@ -23,7 +24,6 @@
 #include "interpreter/src/engine_router.h"
 #include "interpreter/src/interpreter_registry.h"
 #include "interpreter/src/py_interpreter_router.h"
-#include "interpreter/src/tensor_crossing.h"
 
 namespace chorus {
 namespace {

@@ -1,4 +1,4 @@
-#include "interpreter/src/tensor_crossing.h"
+#include "chorus/interpreter/tensor_crossing.h"
 
 #include <ATen/ATen.h>
 #include <c10/core/InferenceMode.h>
@@ -75,8 +75,10 @@ c10::Storage OwnStorageOver(const c10::Storage& storage) {
                                  : storage;
   const c10::DataPtr& root_data = root.data_ptr();
   c10::DataPtr alias(root_data.get(), new c10::Storage(root), &ReleaseOriginal, root_data.device());
+  // As resizable as the root (meta tensors insist on it; mapped weights are
+  // not): a resize reallocates this alias alone and lets go of the root.
   return c10::Storage(c10::Storage::use_byte_size_t(), root.nbytes(), std::move(alias),
-                      /*allocator=*/nullptr, /*resizable=*/false);
+                      root.allocator(), root.resizable());
 }
 
 bool IsPlainStrided(const at::Tensor& tensor) {
@@ -86,6 +88,15 @@ bool IsPlainStrided(const at::Tensor& tensor) {
 }
 
 }  // namespace
+
+const c10::StorageImpl* RootStorage(const at::Tensor& tensor) {
+  if (!tensor.has_storage()) return nullptr;
+  const c10::DataPtr& data = tensor.storage().data_ptr();
+  if (data.get_deleter() == &ReleaseOriginal) {
+    return static_cast<const c10::Storage*>(data.get_context())->unsafeGetStorageImpl();
+  }
+  return tensor.storage().unsafeGetStorageImpl();
+}
 
 at::Tensor CrossingAlias(const at::Tensor& tensor) {
   if (!tensor.defined()) return tensor;

@@ -11,14 +11,15 @@
 #include "chorus/package/format.h"
 #include "package/model/aot_inductor_model.h"
 #include "package/model/compiled_call.h"
+#include "package/model/device_placement.h"
 
 namespace chorus {
 namespace {
 
 // torch.classes.chorus.Archive: the host's archive as Python code in any
 // interpreter sees it. Records come back as uint8 tensors over the archive's
-// mapping (stored records) or over a decompressed copy; nothing is copied
-// per interpreter.
+// mapping (stored records) or over a decompressed copy, storages also on a
+// device (one copy per process); nothing is copied per interpreter.
 class ArchiveHolder : public torch::CustomClassHolder {
  public:
   explicit ArchiveHolder(std::shared_ptr<Archive> archive) : archive_(std::move(archive)) {}
@@ -31,17 +32,10 @@ class ArchiveHolder : public torch::CustomClassHolder {
     return names;
   }
 
-  at::Tensor Record(const std::string& name, int64_t length) const {
-    StatusOr<RecordData> data = archive_->Read(name);
-    TORCH_CHECK(data.ok(), data.status().message());
-    if (length < 0) length = static_cast<int64_t>(data->size);
-    TORCH_CHECK(static_cast<uint64_t>(length) <= data->size, "storage record ", name, " holds ",
-                data->size, " bytes but its tensor needs ", length,
-                " (storage record shorter than its tensor)");
-    std::shared_ptr<const void> owner = data->owner;
-    return at::from_blob(
-        const_cast<uint8_t*>(data->data), {length}, [owner](void*) mutable { owner.reset(); },
-        at::TensorOptions().dtype(at::kByte));
+  // Record `name` as `nbytes` bytes (-1: all) on `device`: the mapping's own
+  // pages on the CPU, one copy per process on another device.
+  at::Tensor Record(const std::string& name, int64_t nbytes, const std::string& device) const {
+    return internal::PlacedStorage(archive_, name, nbytes, c10::Device(device));
   }
 
  private:
@@ -56,11 +50,11 @@ const auto kArchiveClass =
         .def("records", [](const Holder& self) { return self->Records(); })
         .def("has", [](const Holder& self,
                        const std::string& name) { return self->archive()->Find(name) != nullptr; })
-        .def("record",
-             [](const Holder& self, const std::string& name) { return self->Record(name, -1); })
-        .def("storage", [](const Holder& self, const std::string& name, int64_t nbytes) {
-          return self->Record(name, nbytes);
-        });
+        .def("record", [](const Holder& self,
+                          const std::string& name) { return self->Record(name, -1, "cpu"); })
+        .def("storage",
+             [](const Holder& self, const std::string& name, int64_t nbytes,
+                const std::string& device) { return self->Record(name, nbytes, device); });
 
 // Archives already open in this process, by file identity: a file is mapped
 // once however many models load it.
@@ -115,12 +109,13 @@ c10::IValue EntryPointToIValue(const EntryPoint& entry) {
 // The model object in `session`'s interpreter, made from the archive within
 // `load_timeout` (0: no limit).
 StatusOr<Object> MakeReplica(InterpreterSession& session, const std::shared_ptr<Archive>& archive,
-                             const EntryPoint& entry, std::chrono::milliseconds load_timeout) {
+                             const EntryPoint& entry, const c10::Device& device,
+                             std::chrono::milliseconds load_timeout) {
   CHORUS_ASSIGN_OR_RETURN(Object load, session.Global("chorus.package.importer", "load_model"));
   CallOptions options;
   if (load_timeout.count() > 0) options.deadline = std::chrono::steady_clock::now() + load_timeout;
   StatusOr<Object> replica =
-      load.Call({ArchiveToIValue(archive), EntryPointToIValue(entry)}, {}, options);
+      load.Call({ArchiveToIValue(archive), EntryPointToIValue(entry), device.str()}, {}, options);
   if (load_timeout.count() > 0 && replica.status().code() == StatusCode::kDeadlineExceeded) {
     return replica.status().Annotate("making the model in interpreter " +
                                      std::to_string(session.index()) + " took longer than " +
@@ -129,15 +124,39 @@ StatusOr<Object> MakeReplica(InterpreterSession& session, const std::shared_ptr<
   return replica;
 }
 
+// The device of interpreter `index`'s replica: devices[index % n].
+const c10::Device& DeviceOf(const std::vector<c10::Device>& devices, int index) {
+  return devices[static_cast<size_t>(index) % devices.size()];
+}
+
+// A call's inputs on its replica's device.
+StatusOr<std::vector<c10::IValue>> OnDevice(const std::vector<c10::IValue>& inputs,
+                                            const c10::Device& device) {
+  std::vector<c10::IValue> placed;
+  for (const c10::IValue& input : inputs) {
+    CHORUS_ASSIGN_OR_RETURN(c10::IValue value, internal::ToDevice(input, device));
+    placed.push_back(std::move(value));
+  }
+  return placed;
+}
+
 class PythonModel final : public Model {
  public:
+  // `devices`: where each interpreter's replica runs (not empty).
   PythonModel(InterpreterManager* manager, std::shared_ptr<Archive> archive, EntryPoint entry,
-              std::optional<Manifest> signature, std::chrono::milliseconds load_timeout)
-      : manager_(manager), archive_(std::move(archive)), signature_(std::move(signature)) {
+              std::optional<Manifest> signature, std::vector<c10::Device> devices,
+              std::chrono::milliseconds load_timeout)
+      : manager_(manager),
+        archive_(std::move(archive)),
+        signature_(std::move(signature)),
+        devices_(std::move(devices)) {
     carries_signature_ = archive_->manifest().has_value();
+    on_host_ = std::all_of(devices_.begin(), devices_.end(),
+                           [](const c10::Device& device) { return device.is_cpu(); });
     std::shared_ptr<Archive> shared = archive_;
-    replicated_ = manager->Replicate([shared, entry, load_timeout](InterpreterSession& session) {
-      return MakeReplica(session, shared, entry, load_timeout);
+    replicated_ = manager->Replicate([shared, entry, devices = devices_,
+                                      load_timeout](InterpreterSession& session) {
+      return MakeReplica(session, shared, entry, DeviceOf(devices, session.index()), load_timeout);
     });
   }
 
@@ -156,7 +175,15 @@ class PythonModel final : public Model {
     // Serving never needs autograd: the thread-local mode reaches the Python
     // call (one libtorch), so no graph is recorded, as with TorchScript.
     c10::InferenceMode guard;
-    return replicated_.Call(inputs, {}, options);
+    if (on_host_) return replicated_.Call(inputs, {}, options);
+    InterpreterSession session = manager_->AcquireOne();
+    const c10::Device& device = DeviceOf(devices_, session.index());
+    internal::InterpreterStreamScope stream(session.index(), device);
+    CHORUS_ASSIGN_OR_RETURN(std::vector<c10::IValue> placed, OnDevice(inputs, device));
+    CHORUS_ASSIGN_OR_RETURN(Object replica, replicated_.In(session));
+    CHORUS_ASSIGN_OR_RETURN(Object answer, replica.Call(placed, {}, options));
+    CHORUS_ASSIGN_OR_RETURN(c10::IValue value, answer.ToIValue());
+    return internal::ToHost(value);
   }
   Status ForwardEach(const std::vector<c10::IValue>& inputs, const CallOptions& options,
                      const std::function<bool(const c10::IValue&)>& each) override;
@@ -167,6 +194,8 @@ class PythonModel final : public Model {
   InterpreterManager* manager_;
   std::shared_ptr<Archive> archive_;
   std::optional<Manifest> signature_;
+  const std::vector<c10::Device> devices_;
+  bool on_host_ = true;  // every replica on the CPU: calls need no moving
   bool carries_signature_ = false;
   ReplicatedObject replicated_;
 };
@@ -175,14 +204,18 @@ Status PythonModel::ForwardEach(const std::vector<c10::IValue>& inputs, const Ca
                                 const std::function<bool(const c10::IValue&)>& each) {
   c10::InferenceMode guard;
   InterpreterSession session = manager_->AcquireOne();
+  const c10::Device& device = DeviceOf(devices_, session.index());
+  internal::InterpreterStreamScope stream(session.index(), device);
+  CHORUS_ASSIGN_OR_RETURN(std::vector<c10::IValue> placed, OnDevice(inputs, device));
   CHORUS_ASSIGN_OR_RETURN(Object replica, replicated_.In(session));
-  CHORUS_ASSIGN_OR_RETURN(Object answer, replica.Call(inputs, {}, options));
+  CHORUS_ASSIGN_OR_RETURN(Object answer, replica.Call(placed, {}, options));
   CHORUS_ASSIGN_OR_RETURN(Object is_generator, session.Global("inspect", "isgenerator"));
   CHORUS_ASSIGN_OR_RETURN(Object generator_test, is_generator.CallObjects({answer}));
   CHORUS_ASSIGN_OR_RETURN(c10::IValue generator, generator_test.ToIValue());
   if (!generator.toBool()) {
     CHORUS_ASSIGN_OR_RETURN(c10::IValue value, answer.ToIValue());
-    each(value);
+    CHORUS_ASSIGN_OR_RETURN(c10::IValue on_host, internal::ToHost(value));
+    each(on_host);
     return OkStatus();
   }
   // generator.__next__() until StopIteration, each step under the call's
@@ -198,6 +231,7 @@ Status PythonModel::ForwardEach(const std::vector<c10::IValue>& inputs, const Ca
       break;
     }
     StatusOr<c10::IValue> value = item->ToIValue();
+    if (value.ok()) value = internal::ToHost(*value);
     if (!value.ok()) {
       status = value.status();
       break;
@@ -273,8 +307,13 @@ StatusOr<std::shared_ptr<Model>> LoadOnInterpreters(InterpreterManager* manager,
     return InvalidArgumentError(std::string(FormatInfo(archive->format()).description) +
                                 "s run on interpreters: pass an InterpreterManager");
   }
+  // The devices the options name, else the manifest's, else the CPU.
+  std::vector<std::string> names = options.devices;
+  if (names.empty() && archive->manifest()) names = {archive->manifest()->device};
+  if (names.empty()) names = {"cpu"};
+  CHORUS_ASSIGN_OR_RETURN(std::vector<c10::Device> devices, internal::ParseDevices(names));
   auto model = std::make_shared<PythonModel>(manager, archive, entry, options.signature,
-                                             options.load_timeout);
+                                             std::move(devices), options.load_timeout);
   InterpreterSession session = manager->AcquireOne();
   StatusOr<Object> first = model->In(session);
   if (!first.ok()) return first.status().Annotate("loading " + path);

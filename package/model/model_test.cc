@@ -13,6 +13,7 @@
 #include "chorus/common/file_util.h"
 #include "chorus/common/process_stats.h"
 #include "chorus/common/status_matchers.h"
+#include "chorus/interpreter/tensor_crossing.h"
 #include "tests/support/python_testing.h"
 
 namespace chorus {
@@ -184,6 +185,51 @@ TEST_F(ModelTest, WeightsAreSharedByEveryInterpreter) {
   // Loading the same file again reuses the same mapping.
   ASSERT_OK_AND_ASSIGN(auto again, Model::Load(manager_, kCorpus + "good.pt"));
   EXPECT_EQ(again->archive().get(), model->archive().get());
+}
+
+// A model placed on a named device (meta: no GPU here) holds one copy of its
+// weights there, which every interpreter's replica aliases (each through
+// storage objects of its own over the same root storage).
+TEST_F(ModelTest, WeightsPlacedOnADeviceAreOneCopySharedByEveryInterpreter) {
+  ModelOptions options;
+  options.devices = {"meta"};
+  ASSERT_OK_AND_ASSIGN(auto model, Model::Load(manager_, kCorpus + "good.pt", options));
+  std::set<std::set<const c10::StorageImpl*>> roots;  // per interpreter
+  size_t parameters = 0;
+  for (int i = 0; i < manager_->size(); ++i) {
+    InterpreterSession session = manager_->Acquire(i);
+    ASSERT_OK_AND_ASSIGN(Object replica, model->In(session));
+    ASSERT_OK_AND_ASSIGN(Object list, session.Eval("lambda m: list(m.parameters())"));
+    ASSERT_OK_AND_ASSIGN(Object found, list.CallObjects({replica}));
+    ASSERT_OK_AND_ASSIGN(c10::IValue tensors, found.ToIValue());
+    std::set<const c10::StorageImpl*> mine;
+    for (const c10::IValue& value : tensors.toListRef()) {
+      const at::Tensor& tensor = value.toTensor();
+      EXPECT_TRUE(tensor.is_meta());
+      mine.insert(RootStorage(tensor));
+    }
+    parameters = tensors.toListRef().size();
+    roots.insert(mine);
+  }
+  ASSERT_GT(parameters, 0u);
+  ASSERT_EQ(roots.size(), 1u) << "every interpreter aliases the same device copies";
+  EXPECT_EQ(roots.begin()->size(), parameters);
+}
+
+TEST_F(ModelTest, ADeviceTheHostLacksFailsTheLoadClearly) {
+  ModelOptions options;
+  options.devices = {"cuda:7"};
+  EXPECT_THAT(
+      Model::Load(manager_, kCorpus + "good.pt", options).status(),
+      StatusIs(StatusCode::kFailedPrecondition, HasSubstr("device cuda:7: this host has ")));
+  options.devices = {"gpu"};
+  EXPECT_THAT(Model::Load(manager_, kCorpus + "good.pt", options).status(),
+              StatusIs(StatusCode::kInvalidArgument, HasSubstr("\"gpu\" is not a device")));
+  options.devices = {"cpu", "cpu"};  // spread over devices: here both the CPU
+  ASSERT_OK_AND_ASSIGN(auto model, Model::Load(manager_, kCorpus + "good.pt", options));
+  at::manual_seed(1);
+  ASSERT_OK_AND_ASSIGN(c10::IValue y, model->Forward({at::randn({2, 4})}));
+  EXPECT_TRUE(y.isTensor());
 }
 
 TEST_F(ModelTest, LoadErrorsAreSpecificAndAGoodArchiveStillLoads) {

@@ -144,8 +144,8 @@ StatusOr<Manifest> ParseManifest(std::string_view text) {
   CHORUS_RETURN_IF_ERROR(ParseEntryPoint(json, &manifest.entry_point));
   CHORUS_RETURN_IF_ERROR(ParseSignatureFields(json, /*batching_required=*/true, &manifest));
   CHORUS_ASSIGN_OR_RETURN(manifest.device, String(json, "device", "manifest"));
-  if (manifest.device != "cpu" && manifest.device != "cuda") {
-    return Invalid("device must be \"cpu\" or \"cuda\"");
+  if (!std::regex_match(manifest.device, std::regex("cpu|cuda(:[0-9]+)?"))) {
+    return Invalid("device must be \"cpu\", \"cuda\" or \"cuda:N\"");
   }
   CHORUS_RETURN_IF_ERROR(ParseFiles(json, &manifest.files));
   return manifest;

@@ -63,6 +63,7 @@ TEST(ManifestTest, EachSchemaViolationIsNamed) {
       {"/batching/batchable", "yes", "batching.batchable"},
       {"/batching/max_batch_size", -1, "max_batch_size"},
       {"/device", "tpu", "device must be"},
+      {"/device", "cuda:x", "device must be"},
       {"/files/model~1model.pkl/sha256", "XYZ", "sha256 must be 64 lowercase hex"},
   };
   for (const Breakage& breakage : cases) {

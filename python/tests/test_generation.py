@@ -164,3 +164,26 @@ def test_sampling_parameters_are_checked(values, message):
     with pytest.raises(ValueError, match=message):
         SamplingParams.from_dict(values)
     assert SamplingParams.from_dict({"stop": "END"}).stop == ["END"]
+
+
+def test_the_cache_and_a_steps_indices_live_on_the_models_device():
+    # Meta tensors stand in for a GPU here: shapes and devices flow, no numbers. The same
+    # code on cuda:0 is run by tests/gpu/run.sh.
+    transformer = llama.build("debug", seed=3, vocab_size=256, max_seq_len=128).to("meta")
+    engine = Engine(generate.Llama3Generator(transformer), cache_blocks=8, block_size=4)
+    assert engine.device.type == "meta"
+    assert engine.cache.k.is_meta and engine.cache.v.is_meta
+    from chorus.generation.kv_cache import BatchAttention, SequenceSlice
+    table_a, table_b = [], []
+    engine.cache.grow(table_a, 5)
+    engine.cache.grow(table_b, 3)
+    # A prompt of 5 tokens and a decode token of a sequence with 2 cached.
+    attention = BatchAttention(engine.cache, [SequenceSlice(table_a, 0, 5),
+                                              SequenceSlice(table_b, 2, 3)])
+    assert attention.write_slots.is_meta
+    shape = engine.shape
+    heads = 2 * shape.n_kv_heads
+    q = torch.empty(6, heads, shape.head_dim, device="meta")
+    k = torch.empty(6, shape.n_kv_heads, shape.head_dim, device="meta")
+    out = attention(0, q, k, torch.empty_like(k))
+    assert out.is_meta and out.shape == q.shape

@@ -60,7 +60,9 @@ class Engine:
         self.model = model
         self.tokenizer = model.tokenizer
         self.shape = model.model_shape()
-        self.cache = PagedKVCache(self.shape, cache_blocks, block_size)
+        # The KV cache lives where the model's weights do (its serving device).
+        self.device = _device_of(model)
+        self.cache = PagedKVCache(self.shape, cache_blocks, block_size, self.device)
         self.max_running = max_running
         self.max_step_tokens = max_step_tokens
         self.prefill_chunk = prefill_chunk
@@ -127,6 +129,10 @@ class Engine:
         tokens = torch.tensor([t for r, s in zip(batch, slices) for t in r.tokens[s.start:s.end]])
         positions = torch.cat([torch.arange(s.start, s.end) for s in slices])
         attention = BatchAttention(self.cache, slices)
+        if self.device.type != "cpu":
+            tokens = tokens.to(self.device, non_blocking=True)
+            positions = positions.to(self.device, non_blocking=True)
+            attention.last_token_index = attention.last_token_index.to(self.device)
         with torch.inference_mode():
             logits = self.model.forward_step(tokens, positions, attention)
         outputs = []
@@ -137,7 +143,7 @@ class Engine:
             if piece.end < len(request.tokens):
                 continue  # a prompt chunk: its next token comes from a later step
             token = (greedy[row] if request.params.greedy
-                     else sample(logits[row].float(), request.params, request.generator))
+                     else sample(logits[row].float().cpu(), request.params, request.generator))
             request.output.append(token)
             outputs.append(self._progress(request, token))
         return outputs
@@ -221,3 +227,13 @@ def _held_back(text: str, stops: List[str]) -> int:
                 hold = max(hold, n)
                 break
     return hold
+
+
+def _device_of(model) -> torch.device:
+    """The device of the model's first parameter or buffer (the CPU when it has none)."""
+    if isinstance(model, torch.nn.Module):
+        for tensor in model.parameters():
+            return tensor.device
+        for tensor in model.buffers():
+            return tensor.device
+    return torch.device("cpu")

@@ -8,7 +8,7 @@ at once. BatchAttention is the attention of one engine step over such sequences.
 
 import math
 from dataclasses import dataclass
-from typing import List
+from typing import List, Union
 
 import torch
 import torch.nn.functional as F
@@ -21,16 +21,18 @@ class CacheFull(Exception):
 
 
 class PagedKVCache:
-    def __init__(self, shape: ModelShape, num_blocks: int, block_size: int = 16):
+    def __init__(self, shape: ModelShape, num_blocks: int, block_size: int = 16,
+                 device: Union[str, torch.device] = "cpu"):
         if num_blocks < 1 or block_size < 1:
             raise ValueError("a KV cache needs at least one block of at least one token")
         self.shape = shape
+        self.device = torch.device(device)
         self.block_size = block_size
         self.num_blocks = num_blocks
         size = (shape.n_layers, num_blocks * block_size, shape.n_kv_heads, shape.head_dim)
         # Flat over (block, offset): a token's slot is block * block_size + offset.
-        self.k = torch.zeros(size, dtype=shape.dtype)
-        self.v = torch.zeros(size, dtype=shape.dtype)
+        self.k = torch.zeros(size, dtype=shape.dtype, device=self.device)
+        self.v = torch.zeros(size, dtype=shape.dtype, device=self.device)
         self._free: List[int] = list(range(num_blocks - 1, -1, -1))  # pop() takes block 0 first
 
     @property
@@ -77,7 +79,8 @@ class BatchAttention:
 
     Decode-only sequences (one new token each) attend in one padded batch per layer;
     a sequence with several new tokens (a prompt, or a chunk of one) attends alone,
-    causally, over its cached prefix and itself.
+    causally, over its cached prefix and itself. Indices are built on the host and go to
+    the cache's device once per step.
     """
 
     def __init__(self, cache: PagedKVCache, slices: List[SequenceSlice]):
@@ -98,6 +101,17 @@ class BatchAttention:
             context = cache.slots(s.block_table, 0, s.end)
             self._multi_context[i] = context
             self.write_slots[first:first + s.end - s.start] = context[s.start:]
+        if cache.device.type != "cpu":
+            self._to(cache.device)
+
+    def _to(self, device: torch.device) -> None:
+        """The step's indices and masks on `device` (copied without waiting)."""
+        def move(tensor):
+            return tensor.to(device, non_blocking=True)
+        self._multi_context = {i: move(c) for i, c in self._multi_context.items()}
+        for name in ("write_slots", "_single_blocks", "_single_mask", "_single_rows"):
+            if hasattr(self, name):  # the decode indices exist when the step has decodes
+                setattr(self, name, move(getattr(self, name)))
 
     def _index_decodes(self, singles: List[SequenceSlice]) -> None:
         """The one-token sequences' contexts as whole blocks, [B, width] (one row per
@@ -154,8 +168,8 @@ class BatchAttention:
             value = _repeat(values[slots], rep).transpose(0, 1)
             query = q[first:first + n].transpose(0, 1)  # [heads, n, head_dim]
             # New token j (position start + j) sees positions <= start + j.
-            allowed = (torch.arange(s.end)[None, :]
-                       <= torch.arange(s.start, s.end)[:, None])
+            allowed = (torch.arange(s.end, device=q.device)[None, :]
+                       <= torch.arange(s.start, s.end, device=q.device)[:, None])
             attended = F.scaled_dot_product_attention(query, key, value, attn_mask=allowed)
             out[first:first + n] = attended.transpose(0, 1).to(out.dtype)
         return out

@@ -286,7 +286,9 @@ def _add_create(commands) -> argparse.ArgumentParser:
     create.add_argument("--no-batching", action="store_true", help="the model cannot batch")
     create.add_argument("--batch-dim", type=int, default=0)
     create.add_argument("--max-batch-size", type=int, default=32)
-    create.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    create.add_argument("--device", default="cpu",
+                        help='where the model runs: "cpu", "cuda", "cuda:N" (config.json may '
+                             'override it)')
     create.add_argument("--input-names", help="comma-separated input names")
     create.add_argument("--output-names", help="comma-separated output names")
     create.add_argument("--quiet", action="store_true", help="no progress output")

@@ -36,10 +36,14 @@ def torch_package_warnings_silenced():
 
 
 class ArchiveReader:
-    """torch.package's zip-reader interface over the host's archive object."""
+    """torch.package's zip-reader interface over the host's archive object.
 
-    def __init__(self, archive):
+    Storages come back on `device`: the archive's mapped pages on the CPU, on
+    another device one copy per process that every interpreter shares."""
+
+    def __init__(self, archive, device="cpu"):
         self._archive = archive
+        self._device = device
         self._records = list(archive.records())
 
     def get_all_records(self):
@@ -56,17 +60,18 @@ class ArchiveReader:
         nbytes = numel * torch.empty((), dtype=dtype).element_size()
         # A uint8 view of the mapped record; the importer rewraps its storage
         # with the right dtype.
-        return self._archive.storage(name, nbytes)
+        return self._archive.storage(name, nbytes, self._device)
 
 
 class ChorusImporter(PackageImporter):
     """PackageImporter over an ArchiveReader (no copy of the archive is made)."""
 
-    def __init__(self, archive, module_allowed=lambda name: True):
+    def __init__(self, archive, module_allowed=lambda name: True, device="cpu"):
         # PackageImporter.__init__ builds its reader from a path or buffer; this
         # sets up the same state around the host's reader instead.
         self.filename = archive.path()
-        self.zip_reader = ArchiveReader(archive)
+        self.device = device
+        self.zip_reader = ArchiveReader(archive, device)
         self.root = _PackageNode(None)
         self.modules = {}
         self.extern_modules = self._read_extern()
@@ -114,16 +119,25 @@ def _forget_lines(keys):
         linecache.cache.pop(key, None)
 
 
-def load_model(archive, entry_point):
+def _keep_placed(storage, location):
+    """map_location that keeps each storage where the reader placed it."""
+    return storage
+
+
+def load_model(archive, entry_point, device="cpu"):
     """The model object an archive's entry point names (a dict from the manifest, or
-    {"kind": "export"} for a torch.export program)."""
+    {"kind": "export"} for a torch.export program), its weights on `device`:
+    unpickled straight into the device storages every interpreter shares; a
+    factory's or a program's model is moved there in this interpreter."""
     if entry_point["kind"] == fmt.ENTRY_POINT_EXPORT:
         from chorus.package import exported
-        return exported.load_program(archive)
-    importer = ChorusImporter(archive)
+        return _placed(exported.load_program(archive), device)
+    importer = ChorusImporter(archive, device=device)
     if entry_point["kind"] == fmt.ENTRY_POINT_PICKLE:
+        map_location = None if device == "cpu" else _keep_placed
         with torch_package_warnings_silenced():
-            model = importer.load_pickle(entry_point["package"], entry_point["resource"])
+            model = importer.load_pickle(entry_point["package"], entry_point["resource"],
+                                         map_location=map_location)
     elif entry_point["kind"] == fmt.ENTRY_POINT_FACTORY:
         module = importer.import_module(entry_point["module"])
         model = getattr(module, entry_point["factory"])(**entry_point.get("kwargs", {}))
@@ -131,6 +145,13 @@ def load_model(archive, entry_point):
         raise ValueError(f"unknown entry point kind {entry_point['kind']!r}")
     if isinstance(model, torch.nn.Module):
         model.eval()
+    return _placed(model, device)
+
+
+def _placed(model, device):
+    """`model` on `device` (a no-op for weights already there)."""
+    if device != "cpu" and isinstance(model, torch.nn.Module):
+        model.to(device)
     return model
 
 

@@ -16,7 +16,7 @@ from chorus.package import _format as fmt
 # "string", which torch has no dtype for).
 DTYPES = tuple(dtypes.BY_NAME)
 TORCH_DTYPES = tuple(d.name for d in dtypes.DTYPES if d is not dtypes.STRING)
-DEVICES = ("cpu", "cuda")
+DEVICE_PATTERN = r"^(cpu|cuda(:\d+)?)$"  # where the model runs: "cpu", "cuda", "cuda:1"
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]*$")
 
 
@@ -81,8 +81,8 @@ def validate(manifest: dict) -> dict:
         value = batching.get(key)
         if not isinstance(value, int) or isinstance(value, bool) or value < 0:
             raise ManifestError(f"batching.{key} must be an int >= 0")
-    if manifest.get("device") not in DEVICES:
-        raise ManifestError(f"device must be one of {DEVICES}")
+    if not re.match(DEVICE_PATTERN, str(manifest.get("device"))):
+        raise ManifestError('device must be "cpu", "cuda" or "cuda:N"')
     files = manifest.get("files")
     if not isinstance(files, dict):
         raise ManifestError("files must map record names to {sha256, size}")

@@ -109,6 +109,27 @@ StatusOr<EntryPoint> EntryPointAt(const Json& value) {
   return entry;
 }
 
+// "device": "cuda:0", or "devices": ["cuda:0", "cuda:1"] (one or the other).
+StatusOr<std::vector<std::string>> DevicesAt(const Json& config) {
+  if (config.contains("device") && config.contains("devices")) {
+    return KeyError("devices", "given with device: give one or the other");
+  }
+  if (config.contains("device")) {
+    CHORUS_ASSIGN_OR_RETURN(std::string device, StringAt(config["device"], "device"));
+    return std::vector<std::string>{device};
+  }
+  std::vector<std::string> devices;
+  if (!config.contains("devices")) return devices;
+  const Json& list = config["devices"];
+  if (!list.is_array() || list.empty()) return KeyError("devices", "must be a non-empty list");
+  for (size_t i = 0; i < list.size(); ++i) {
+    CHORUS_ASSIGN_OR_RETURN(std::string device,
+                            StringAt(list[i], "devices[" + std::to_string(i) + "]"));
+    devices.push_back(std::move(device));
+  }
+  return devices;
+}
+
 StatusOr<ModelFormat> FormatAt(const Json& value) {
   CHORUS_ASSIGN_OR_RETURN(std::string name, StringAt(value, "format"));
   if (std::optional<ModelFormat> format = FormatByConfigName(name)) return *format;
@@ -183,11 +204,11 @@ StatusOr<ModelConfig> ParseModelConfig(std::string_view json) {
   if (config.is_discarded() || !config.is_object()) {
     return InvalidArgumentError("config.json is not a JSON object");
   }
-  CHORUS_RETURN_IF_ERROR(
-      CheckKeys(config, "",
-                {"format", "default_model_filename", "entry_point", "inputs", "outputs",
-                 "max_batch_size", "dynamic_batching", "max_queue_delay_us",
-                 "preferred_batch_sizes", "max_queue", "decoupled", "generation"}));
+  CHORUS_RETURN_IF_ERROR(CheckKeys(
+      config, "",
+      {"format", "default_model_filename", "entry_point", "inputs", "outputs", "max_batch_size",
+       "dynamic_batching", "max_queue_delay_us", "preferred_batch_sizes", "max_queue", "decoupled",
+       "generation", "device", "devices"}));
   ModelConfig out;
   if (config.contains("format")) {
     CHORUS_ASSIGN_OR_RETURN(out.format, FormatAt(config["format"]));
@@ -210,6 +231,7 @@ StatusOr<ModelConfig> ParseModelConfig(std::string_view json) {
     CHORUS_ASSIGN_OR_RETURN(out.outputs, TensorsAt(config["outputs"], "outputs"));
   }
   CHORUS_RETURN_IF_ERROR(ParseScheduling(config, &out));
+  CHORUS_ASSIGN_OR_RETURN(out.devices, DevicesAt(config));
   return out;
 }
 

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "chorus/package/archive.h"
 #include "chorus/package/dtype.h"
 #include "chorus/package/torch_dtype.h"
 
@@ -115,6 +116,14 @@ Status NeedsConfigError(const std::string& path, const std::string& model_dir, M
       "\"dims\": [3, 224, 224]}]} (docs/server.md, \"Model configuration\")");
 }
 
+// Whether `path` is an AOTInductor package (opened again only on this error
+// path; other formats fail FAILED_PRECONDITION for other reasons, e.g. a GPU
+// the host lacks).
+bool IsAotInductor(const std::string& path) {
+  StatusOr<std::shared_ptr<Archive>> archive = Archive::Open(path);
+  return archive.ok() && (*archive)->format() == ModelFormat::kAotInductor;
+}
+
 Status CheckFormat(std::optional<ModelFormat> expected, const Model& model,
                    const std::string& path) {
   if (!expected || *expected == model.format()) return OkStatus();
@@ -161,6 +170,7 @@ StatusOr<std::shared_ptr<Model>> ModelLoader::LoadModel(const std::string& path,
   options.entry_point = config.entry_point;
   options.trusted_keys = options_.trusted_keys;
   options.load_timeout = options_.load_timeout;
+  options.devices = config.devices;
   if (config.has_signature()) {
     CHORUS_ASSIGN_OR_RETURN(options.signature, SignatureManifest(config, name, version));
   }
@@ -169,7 +179,7 @@ StatusOr<std::shared_ptr<Model>> ModelLoader::LoadModel(const std::string& path,
     return NeedsConfigError(path, model_dir, ModelFormat::kTorchPackage);  // no manifest
   }
   if (!model.ok() && model.status().code() == StatusCode::kFailedPrecondition &&
-      !config.has_signature()) {
+      !config.has_signature() && IsAotInductor(path)) {
     return NeedsConfigError(path, model_dir, ModelFormat::kAotInductor);  // no signature
   }
   if (!model.ok()) return model.status();

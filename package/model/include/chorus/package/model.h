@@ -41,6 +41,13 @@ struct ModelOptions {
   std::optional<Manifest> signature;
   // Verify every record's sha256 against the manifest before loading.
   bool verify_sha256 = false;
+  // Where Python models' replicas run: interpreter i's on devices[i % n]
+  // ("cpu", "cuda", "cuda:1", ...); each device holds one copy of the weights
+  // per process, shared by every replica on it (unpickled weights; a factory
+  // entry point's model is moved per interpreter). Empty: the manifest's
+  // device, else the CPU. A GPU the host lacks fails the load
+  // (FAILED_PRECONDITION). TorchScript and AOTInductor run on the CPU.
+  std::vector<std::string> devices;
   // AOTInductor packages: model instances that run at once (0: one per
   // interpreter of the manager, 1 without one).
   size_t concurrent_runs = 0;

@@ -49,6 +49,11 @@ struct ModelConfig {
   // prefill_chunk, engines). Implies decoupled.
   std::optional<GenerationOptions> generation;
 
+  // Where the model runs ("device": "cuda:1", or "devices": [...] to spread
+  // its interpreters' replicas over them); empty: the package's device, else
+  // the CPU. A Python model's weights are held once per device and process.
+  std::vector<std::string> devices;
+
   // True when the config gives a signature (inputs).
   bool has_signature() const { return !inputs.empty(); }
 };

@@ -11,6 +11,9 @@
 namespace at {
 class Tensor;
 }  // namespace at
+namespace c10 {
+struct StorageImpl;
+}  // namespace c10
 
 namespace chorus {
 
@@ -21,6 +24,11 @@ namespace chorus {
 // that holds no GIL, when that storage has a Python object). Strided dense
 // tensors only; other layouts get a plain detach(). Any thread.
 at::Tensor CrossingAlias(const at::Tensor& tensor);
+
+// The storage whose memory `tensor` uses, looking through crossing aliases:
+// one and the same for every interpreter's alias of one tensor (identity for
+// tests and memory accounting; do not use it to reach the memory). Any thread.
+const c10::StorageImpl* RootStorage(const at::Tensor& tensor);
 
 }  // namespace chorus
 
