@@ -20,6 +20,12 @@
 #   make test-other-torch  the interpreter core built against each of
 #                      OTHER_TORCH_VERSIONS (a venv per version, as for the default)
 #                      in build-torchV/, and its tests
+#   make test-python PYTHON=/path/to/python3.12   the interpreter core and model
+#                      loading embedding another CPython (built --enable-shared;
+#                      a venv with tools/requirements/python-core.txt is made of
+#                      it unless it imports torch), in build-pyV/
+#   make device-bundle PYTHON=...   build/device-bundle.tar.gz for the lent GPU
+#                      machine (docs/gpu.md); make device-rehearsal tries it here
 #
 # PYTHON pins the Python chorus embeds (it must import torch). By default it is
 # the venv that tools/make-venv.sh makes (once, in ~/.cache/chorus/venvs) from
@@ -42,6 +48,7 @@ CTEST_ARGS ?=
 # across runs as ccache's and pip's are.
 export TORCHINDUCTOR_CACHE_DIR ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/chorus/inductor
 
+.PHONY: test-python device-bundle device-rehearsal
 .PHONY: all deps debian-packages print-python configure build test test-core test-asan check-thread-safety check-structure test-other-torch demo bench bench-check bench-check-short clean format check-format check-python
 
 all: build
@@ -81,6 +88,37 @@ test-other-torch: deps
 	  (cd build-torch$$version && \
 	   ctest --output-on-failure -j 1 -R '^(libcache_test|interpreter_test)$$') || exit 1; \
 	done
+
+# The interpreter core and model loading (device placement among it) with
+# another CPython: the targets and tests that embed it.
+CORE_TESTS = libcache_test interpreter_test placement_test model_test
+# PYTHON itself when it imports torch, else a venv of it with the core's pins.
+TORCH_PYTHON = $(shell $(PYTHON) -c 'import torch' 2>/dev/null && echo $(PYTHON) || \
+  tools/make-venv.sh tools/requirements/python-core.txt $(PYTHON))
+PY_VERSION = $(shell $(PYTHON) -c 'import sys; print("%d.%d" % sys.version_info[:2])')
+
+test-python: debian-packages
+	@python=$(TORCH_PYTHON) && build=build-py$(PY_VERSION) && \
+	  $(CMAKE) -S . -B $$build -G Ninja -DCHORUS_PYTHON=$$python >/dev/null && \
+	  $(CMAKE) --build $$build -j $(JOBS) --target $(CORE_TESTS) && \
+	  cd $$build && ctest --output-on-failure -j 1 -R '^($(subst $(eval) ,|,$(CORE_TESTS)))$$'
+
+# The device bundle: a Release build for PYTHON (the GPU machine's Python and
+# torch: 3.12 and torch 2.11.0), NCCL's test, and what they need to run there.
+DEVICE_BUILD = build-device-py$(PY_VERSION)
+device-bundle: debian-packages
+	@python=$(TORCH_PYTHON) && \
+	  $(CMAKE) -S . -B $(DEVICE_BUILD) -G Ninja -DCHORUS_PYTHON=$$python \
+	    -DCMAKE_BUILD_TYPE=Release >/dev/null && \
+	  $(CMAKE) --build $(DEVICE_BUILD) -j $(JOBS) --target chorus-server chorus-package-check \
+	    bench_suite_runner chorus_pyside $(CORE_TESTS) && \
+	  tools/device_bundle/build_nccl_test.sh $$python $(DEVICE_BUILD)/gpu && \
+	  tools/device_bundle/make_bundle.sh $(DEVICE_BUILD) $$python $(BUILD)/device-bundle.tar.gz
+
+# The bundle unpacked and run here as the GPU machine will (tests/gpu/run.sh),
+# every step that needs no GPU.
+device-rehearsal: device-bundle
+	@tools/device_bundle/rehearse.sh $(BUILD)/device-bundle.tar.gz $(TORCH_PYTHON)
 
 # The torch-free core (Status, files, ELF edits, library cache) under
 # AddressSanitizer, LeakSanitizer and UBSan, built with clang so that the

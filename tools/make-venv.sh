@@ -5,12 +5,19 @@
 # edited pin gets a fresh one; pip's own cache keeps reinstalls offline-fast.
 #
 #   tools/make-venv.sh tools/requirements/torch-2.14.txt   -> .../venvs/torch-2.14-<hash>/bin/python
+#   tools/make-venv.sh REQUIREMENTS BASE_PYTHON             (a venv of another Python)
 set -euo pipefail
 requirements="$1"
-base_python=/usr/bin/python3  # Debian's, built --enable-shared (chorus embeds libpython)
+# Debian's by default, built --enable-shared (chorus embeds libpython).
+base_python="${2:-/usr/bin/python3}"
 cache="${XDG_CACHE_HOME:-$HOME/.cache}/chorus/venvs"
 key=$(sha256sum "$requirements" | cut -c1-12)
-venv="$cache/$(basename "$requirements" .txt)-$key"
+prefix=""
+if [ $# -ge 2 ]; then  # keyed by the base Python too
+  key=$( (cat "$requirements"; realpath "$base_python") | sha256sum | cut -c1-12)
+  prefix="py$("$base_python" -c 'import sys; print("%d.%d" % sys.version_info[:2])')-"
+fi
+venv="$cache/$prefix$(basename "$requirements" .txt)-$key"
 if [ ! -x "$venv/bin/python" ] || [ ! -f "$venv/.complete" ]; then
   echo "make-venv: creating $venv from $requirements (downloads its packages: torch is several GB)" >&2
   rm -rf "$venv"

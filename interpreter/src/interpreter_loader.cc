@@ -10,6 +10,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <iterator>
 #include <set>
 #include <utility>
@@ -75,14 +76,21 @@ std::string ThisLibraryDirectory() {
   return slash == std::string::npos ? "." : path.substr(0, slash);
 }
 
+// The environment variable `name` if set and not empty, else `built`.
+std::string FromEnvironment(const char* name, const char* built) {
+  const char* value = std::getenv(name);
+  return value != nullptr && *value != '\0' ? value : built;
+}
+
 }  // namespace
 
 StatusOr<PythonInstallation> PythonInstallation::Default() {
   std::string dir = ThisLibraryDirectory();
   PythonInstallation installation;
-  installation.program = build_info::kPythonProgram;
-  installation.libpython = build_info::kLibPython;
-  installation.torch_python = build_info::kTorchPythonLibrary;
+  installation.program = FromEnvironment("CHORUS_PYTHON", build_info::kPythonProgram);
+  installation.libpython = FromEnvironment("CHORUS_LIBPYTHON", build_info::kLibPython);
+  installation.torch_python =
+      FromEnvironment("CHORUS_TORCH_PYTHON_LIB", build_info::kTorchPythonLibrary);
   installation.pyside_library = dir + "/" + build_info::kPySideLibraryName;
   installation.chorus_python_dir = dir + "/" + build_info::kPythonDirFromLibDir;
   return installation;

@@ -37,7 +37,10 @@ struct PythonInstallation {
   std::string chorus_python_dir;  // directory holding the `chorus` package
 
   // The installation chorus was built for; files are found next to the
-  // library that holds this code (build tree and install tree alike).
+  // library that holds this code (build tree and install tree alike). The
+  // environment may point a relocated build at another installation of the
+  // same Python and torch versions: CHORUS_PYTHON, CHORUS_LIBPYTHON and
+  // CHORUS_TORCH_PYTHON_LIB replace the three paths (tools/device_bundle/env.sh).
   static StatusOr<PythonInstallation> Default();
 };
 

@@ -14,28 +14,6 @@
 namespace chorus::internal {
 namespace {
 
-void ReleaseShared(void* shared) {
-  c10::intrusive_ptr<c10::StorageImpl>::reclaim(static_cast<c10::StorageImpl*>(shared));
-}
-
-// A new storage over `shared`'s bytes that keeps `shared` alive. Each
-// interpreter gets its own StorageImpl (torch ties a storage to the one Python
-// object that first wraps it, and every interpreter has its own torch module);
-// the bytes, and the data pointer's context (`shared` itself), are common.
-at::Tensor AliasOf(c10::intrusive_ptr<c10::StorageImpl> shared, int64_t nbytes) {
-  const c10::Device device = shared->device();
-  void* data = const_cast<void*>(shared->data_ptr().get());
-  const size_t size = shared->nbytes();
-  // As resizable as the copy (meta tensors insist): a resize reallocates the
-  // alias alone and lets go of the shared bytes.
-  c10::Allocator* allocator = shared->allocator();
-  const bool resizable = shared->resizable();
-  c10::DataPtr bytes(data, shared.release(), &ReleaseShared, device);
-  c10::Storage alias(c10::Storage::use_byte_size_t(), size, std::move(bytes), allocator, resizable);
-  return at::empty({0}, at::TensorOptions().dtype(at::kByte).device(device))
-      .set_(std::move(alias), 0, {nbytes}, {1});
-}
-
 // Device copies of archive records, by (archive, record, device): weak, so a
 // copy lives exactly as long as some replica's weights use it. A copy is
 // never wrapped by an interpreter itself; each gets a crossing alias of it.

@@ -13,6 +13,7 @@
 #include "chorus/common/file_util.h"
 #include "chorus/common/process_stats.h"
 #include "chorus/common/status_matchers.h"
+#include "chorus/interpreter/gpu_host.h"
 #include "chorus/interpreter/tensor_crossing.h"
 #include "tests/support/python_testing.h"
 
@@ -21,7 +22,7 @@ namespace {
 
 using ::testing::HasSubstr;
 
-const std::string kCorpus = std::string(CHORUS_SOURCE_DIR) + "/tests/data/package_corpus/";
+const std::string kCorpus = testing::SourceDir() + "/tests/data/package_corpus/";
 const std::string kWork = "test-work/model";
 const std::string kPt2Dir = kWork + "/pt2";
 
@@ -214,6 +215,39 @@ TEST_F(ModelTest, WeightsPlacedOnADeviceAreOneCopySharedByEveryInterpreter) {
   ASSERT_GT(parameters, 0u);
   ASSERT_EQ(roots.size(), 1u) << "every interpreter aliases the same device copies";
   EXPECT_EQ(roots.begin()->size(), parameters);
+}
+
+// On a GPU (tests/gpu/run.sh runs this): every interpreter's replica uses the
+// same device memory for each weight, and answers on the host as the CPU does.
+TEST_F(ModelTest, OnAGpuEveryInterpreterUsesOneCopyOfTheWeights) {
+  if (!HostHasGpu()) GTEST_SKIP() << "no GPU";
+  ModelOptions options;
+  options.devices = {"cuda:0"};
+  ASSERT_OK_AND_ASSIGN(auto on_cpu, Model::Load(manager_, kCorpus + "good.pt"));
+  ASSERT_OK_AND_ASSIGN(auto on_gpu, Model::Load(manager_, kCorpus + "good.pt", options));
+  std::set<const void*> addresses;
+  size_t parameters = 0;
+  for (int i = 0; i < manager_->size(); ++i) {
+    InterpreterSession session = manager_->Acquire(i);
+    ASSERT_OK_AND_ASSIGN(Object replica, on_gpu->In(session));
+    ASSERT_OK_AND_ASSIGN(Object list, session.Eval("lambda m: list(m.parameters())"));
+    ASSERT_OK_AND_ASSIGN(Object found, list.CallObjects({replica}));
+    ASSERT_OK_AND_ASSIGN(c10::IValue tensors, found.ToIValue());
+    for (const c10::IValue& value : tensors.toListRef()) {
+      EXPECT_TRUE(value.toTensor().is_cuda());
+      addresses.insert(value.toTensor().data_ptr());
+    }
+    parameters = tensors.toListRef().size();
+  }
+  EXPECT_EQ(addresses.size(), parameters) << "one device copy for every interpreter";
+  at::manual_seed(2);
+  const at::Tensor x = at::randn({8, 4});
+  ASSERT_OK_AND_ASSIGN(c10::IValue expected, on_cpu->Forward({x}));
+  for (int i = 0; i < 2 * manager_->size(); ++i) {
+    ASSERT_OK_AND_ASSIGN(c10::IValue y, on_gpu->Forward({x}));
+    ASSERT_TRUE(y.toTensor().is_cpu());
+    EXPECT_TRUE(at::allclose(y.toTensor(), expected.toTensor(), 1e-4, 1e-5));
+  }
 }
 
 TEST_F(ModelTest, ADeviceTheHostLacksFailsTheLoadClearly) {

@@ -17,6 +17,24 @@
 
 namespace chorus::testing {
 
+// Paths fixed at build time, or where the environment says for a relocated
+// build (tools/device_bundle/env.sh sets these on another machine).
+inline std::string BuiltOrEnvironment(const char* name, const char* built) {
+  const char* value = std::getenv(name);
+  return value != nullptr && *value != '\0' ? value : built;
+}
+// The pinned Python and chorus' Python package.
+inline std::string PinnedPython() { return BuiltOrEnvironment("CHORUS_PYTHON", CHORUS_PYTHON); }
+inline std::string PythonPackageDir() {
+  return BuiltOrEnvironment("CHORUS_PYTHON_DIR", CHORUS_PYTHON_DIR);
+}
+#ifdef CHORUS_SOURCE_DIR
+// The source tree (test data, examples).
+inline std::string SourceDir() {
+  return BuiltOrEnvironment("CHORUS_SOURCE_DIR", CHORUS_SOURCE_DIR);
+}
+#endif
+
 // A scratch folder of this process under the working directory
 // (test-work/<name>-<pid>): ctest runs a file's tests as concurrent processes.
 inline std::string ProcessWorkDir(const std::string& name) {
@@ -29,7 +47,7 @@ inline std::string ProcessWorkDir(const std::string& name) {
 inline int RunPinnedPython(const std::string& code, const std::string& script) {
   if (!WriteFileAtomically(script, code).ok()) return -1;
   const std::string command =
-      std::string("PYTHONPATH=") + CHORUS_PYTHON_DIR + " " + CHORUS_PYTHON + " " + script;
+      "PYTHONPATH=" + PythonPackageDir() + " " + PinnedPython() + " " + script;
   return std::system(command.c_str());
 }
 
@@ -37,8 +55,8 @@ inline int RunPinnedPython(const std::string& code, const std::string& script) {
 // it printed (stdout and stderr) and sets `*exit_status`.
 inline std::string RunPinnedPythonCode(const std::string& code, int* exit_status,
                                        const std::string& argument = "") {
-  const std::string command = std::string("PYTHONPATH=") + CHORUS_PYTHON_DIR + " " + CHORUS_PYTHON +
-                              " -c '" + code + "' '" + argument + "' 2>&1";
+  const std::string command = "PYTHONPATH=" + PythonPackageDir() + " " + PinnedPython() + " -c '" +
+                              code + "' '" + argument + "' 2>&1";
   FILE* pipe = ::popen(command.c_str(), "r");
   std::string out;
   char buffer[4096];
