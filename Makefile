@@ -111,7 +111,7 @@ device-bundle: debian-packages
 	  $(CMAKE) -S . -B $(DEVICE_BUILD) -G Ninja -DCHORUS_PYTHON=$$python \
 	    -DCMAKE_BUILD_TYPE=Release >/dev/null && \
 	  $(CMAKE) --build $(DEVICE_BUILD) -j $(JOBS) --target chorus-server chorus-package-check \
-	    bench_suite_runner chorus_pyside $(CORE_TESTS) && \
+	    bench_suite_runner chorus_pyside chorus_nccl $(CORE_TESTS) && \
 	  tools/device_bundle/build_nccl_test.sh $$python $(DEVICE_BUILD)/gpu && \
 	  tools/device_bundle/make_bundle.sh $(DEVICE_BUILD) $$python $(BUILD)/device-bundle.tar.gz
 

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "interpreter/pyside/convert.h"
+#include "interpreter/pyside/gil_scope.h"
 #include "interpreter/pyside/native_module.h"
 #include "interpreter/pyside/python_error.h"
 #include "interpreter/src/c10_warnings.h"
@@ -30,16 +31,17 @@ class KernelCall {
   void Run(const c10::OperatorHandle& op, c10::DispatchKeySet keys, torch::jit::Stack* stack) {
     const c10::FunctionSchema& schema = op.schema();
     std::vector<c10::IValue> inputs = torch::jit::pop(*stack, schema.arguments().size());
-    PyGILState_STATE gil = PyGILState_Ensure();
     std::string error;
-    PyObject* result = Invoke(schema, inputs, keys);
-    if (result == nullptr) {
-      error = FetchPythonError().message();
-    } else {
-      error = PushOutputs(schema, inputs, result, stack);
-      Py_DECREF(result);
+    {
+      GilScope gil;
+      PyObject* result = Invoke(schema, inputs, keys);
+      if (result == nullptr) {
+        error = FetchPythonError().message();
+      } else {
+        error = PushOutputs(schema, inputs, result, stack);
+        Py_DECREF(result);
+      }
     }
-    PyGILState_Release(gil);
     TORCH_CHECK(error.empty(), "Python kernel for ", schema.name(), " failed: ", error);
   }
 
@@ -202,9 +204,8 @@ class PythonKernel final : public c10::OperatorKernel {
     Py_INCREF(fn_);
   }
   ~PythonKernel() override {
-    PyGILState_STATE gil = PyGILState_Ensure();
+    GilScope gil;
     Py_DECREF(fn_);
-    PyGILState_Release(gil);
   }
 
   void operator()(const c10::OperatorHandle& op, c10::DispatchKeySet keys,

@@ -7,7 +7,7 @@ python=$1
 out=$2
 root=$(cd "$(dirname "$0")/../.." && pwd)
 torch_prefix=$("$python" -c 'import torch; print(torch.utils.cmake_prefix_path)')
-nccl_root=$("$python" -c 'import nvidia.nccl, os; print(os.path.dirname(nvidia.nccl.__file__))')
+nccl_root=$("$python" -c 'import nvidia.nccl; print(list(nvidia.nccl.__path__)[0])')
 cmake -S "$root/tests/gpu" -B "$out" -G Ninja -DCMAKE_BUILD_TYPE=Release \
   -DCMAKE_PREFIX_PATH="$torch_prefix" -DNCCL_ROOT="$nccl_root" >/dev/null
 cmake --build "$out" -j "$(nproc)"

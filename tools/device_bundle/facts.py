@@ -43,8 +43,7 @@ def facts():
 
     torch_lib = os.path.join(os.path.dirname(torch.__file__), "lib")
     site = os.path.dirname(os.path.dirname(torch.__file__))
-    nvidia = sorted(glob.glob(os.path.join(site, "nvidia", "*", "lib")) +
-                    glob.glob(os.path.join(site, "nvidia", "cu*", "lib")))
+    nvidia = sorted(set(glob.glob(os.path.join(site, "nvidia", "*", "lib"))))
     gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
     return {
         "python": sys.executable,
