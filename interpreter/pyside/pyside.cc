@@ -18,9 +18,11 @@
 #include "interpreter/pyside/python_error.h"
 #include "interpreter/src/pyside_api.h"
 
+#if PY_VERSION_HEX < 0x030D0000
 // CPython's async-signal-safe traceback writer (faulthandler's), exported by
-// libpython but declared only in its internal headers.
+// libpython up to 3.12 but declared only in its internal headers.
 extern "C" void _Py_DumpTraceback(int fd, PyThreadState* tstate);
+#endif
 
 namespace chorus::pyside {
 namespace {
@@ -170,10 +172,14 @@ void PySideImpl::Shutdown() {
   // non-daemon thread state, and would wait for it forever. (It is kept until
   // now because CPython 3.11 reuses the first thread state's storage, and
   // aborts, if the interpreter ever runs out of thread states.)
+  // From 3.13 finalization runs on the start-up state (the runtime's main
+  // one), and threading no longer waits for it: it stays.
+#if PY_VERSION_HEX < 0x030D0000
   if (PyThreadState_Get() != start_thread_) {
     PyThreadState_Clear(start_thread_);
     PyThreadState_Delete(start_thread_);
   }
+#endif
   start_thread_ = nullptr;
   // Registrations this interpreter made must not outlive it: the dispatcher
   // would call into a finalized interpreter.
@@ -276,6 +282,38 @@ void* PySideImpl::TorchApiFunction(const c10::OperatorHandle& op) {
   return object;
 }
 
+#if PY_VERSION_HEX >= 0x030D0000
+// An ASCII str's characters, written without allocating ("?" otherwise).
+void WriteAsciiToFd(int fd, PyObject* text) {
+  if (text == nullptr || !PyUnicode_Check(text) || !PyUnicode_IS_ASCII(text)) {
+    WriteToFd(fd, "?");
+    return;
+  }
+  WriteToFd(fd, static_cast<const char*>(PyUnicode_DATA(text)));
+}
+
+// 3.13 no longer exports faulthandler's writer: the innermost Python frame,
+// from the public frame API, written without allocating (what a crash allows).
+void DumpInnermostFrame(int fd, PyThreadState* state) {
+  _PyInterpreterFrame* frame = state->current_frame;
+  if (frame == nullptr) {
+    WriteToFd(fd, "  (no Python frame)\n");
+    return;
+  }
+  PyObject* code = PyUnstable_InterpreterFrame_GetCode(frame);
+  WriteToFd(fd, "  File \"");
+  WriteAsciiToFd(fd,
+                 code != nullptr ? reinterpret_cast<PyCodeObject*>(code)->co_filename : nullptr);
+  WriteToFd(fd, "\", line ");
+  const int line = PyUnstable_InterpreterFrame_GetLine(frame);
+  WriteDecimalToFd(fd, line < 0 ? 0 : static_cast<unsigned long long>(line));
+  WriteToFd(fd, " in ");
+  WriteAsciiToFd(fd, code != nullptr ? reinterpret_cast<PyCodeObject*>(code)->co_name : nullptr);
+  WriteToFd(fd, " (innermost frame only on Python 3.13)\n");
+  Py_XDECREF(code);  // the frame holds it too: nothing is freed here
+}
+#endif
+
 void PySideImpl::DumpTraceback(int fd) {
   // Only signal-safe writers and Python's own dumper: this runs in a crash.
   WriteToFd(fd, "  interpreter ");
@@ -286,7 +324,11 @@ void PySideImpl::DumpTraceback(int fd) {
     WriteToFd(fd, "  (this thread has no Python stack here)\n");
     return;
   }
+#if PY_VERSION_HEX < 0x030D0000
   _Py_DumpTraceback(fd, state);
+#else
+  DumpInnermostFrame(fd, state);
+#endif
 }
 
 bool PySideImpl::Interrupt(uint64_t call_token) {

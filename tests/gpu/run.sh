@@ -57,12 +57,14 @@ core_tests() {
     "$work/chorus/tests/$test" --gtest_brief=1 || return 1
   done
 }
+export -f core_tests
+export work out
 device=cuda:0
 serve_args=()
 if [ "$rehearsal" = 1 ]; then device=cpu; serve_args=(--quick); fi
 
 step libraries 60 any "$work/chorus/check_libraries.sh" "$work/chorus"
-step core_tests 240 any core_tests
+step core_tests 240 any bash -c core_tests
 step serving 300 any "$python" "$root/tests/gpu/serve_gpu.py" --bin-dir "$CHORUS_BIN_DIR" \
   --device "$device" --interpreters 4 --out "$out/gpu-serving.json" "${serve_args[@]}"
 step nccl 120 gpu "$work/chorus/tests/nccl_test"
