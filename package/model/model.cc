@@ -177,11 +177,8 @@ class PythonModel final : public Model {
     c10::InferenceMode guard;
     if (on_host_) return replicated_.Call(inputs, {}, options);
     InterpreterSession session = manager_->AcquireOne();
-    const c10::Device& device = DeviceOf(devices_, session.index());
-    internal::InterpreterStreamScope stream(session.index(), device);
-    CHORUS_ASSIGN_OR_RETURN(std::vector<c10::IValue> placed, OnDevice(inputs, device));
-    CHORUS_ASSIGN_OR_RETURN(Object replica, replicated_.In(session));
-    CHORUS_ASSIGN_OR_RETURN(Object answer, replica.Call(placed, {}, options));
+    internal::InterpreterStreamScope stream(session.index(), DeviceOf(devices_, session.index()));
+    CHORUS_ASSIGN_OR_RETURN(Object answer, CallReplica(session, inputs, options));
     CHORUS_ASSIGN_OR_RETURN(c10::IValue value, answer.ToIValue());
     return internal::ToHost(value);
   }
@@ -191,6 +188,16 @@ class PythonModel final : public Model {
   StatusOr<Object> In(InterpreterSession& session) override { return replicated_.In(session); }
 
  private:
+  // `session`'s replica called on `inputs` moved to its device (on the
+  // current stream: the caller's InterpreterStreamScope).
+  StatusOr<Object> CallReplica(InterpreterSession& session, const std::vector<c10::IValue>& inputs,
+                               const CallOptions& options) const {
+    CHORUS_ASSIGN_OR_RETURN(std::vector<c10::IValue> placed,
+                            OnDevice(inputs, DeviceOf(devices_, session.index())));
+    CHORUS_ASSIGN_OR_RETURN(Object replica, replicated_.In(session));
+    return replica.Call(placed, {}, options);
+  }
+
   InterpreterManager* manager_;
   std::shared_ptr<Archive> archive_;
   std::optional<Manifest> signature_;
@@ -204,11 +211,8 @@ Status PythonModel::ForwardEach(const std::vector<c10::IValue>& inputs, const Ca
                                 const std::function<bool(const c10::IValue&)>& each) {
   c10::InferenceMode guard;
   InterpreterSession session = manager_->AcquireOne();
-  const c10::Device& device = DeviceOf(devices_, session.index());
-  internal::InterpreterStreamScope stream(session.index(), device);
-  CHORUS_ASSIGN_OR_RETURN(std::vector<c10::IValue> placed, OnDevice(inputs, device));
-  CHORUS_ASSIGN_OR_RETURN(Object replica, replicated_.In(session));
-  CHORUS_ASSIGN_OR_RETURN(Object answer, replica.Call(placed, {}, options));
+  internal::InterpreterStreamScope stream(session.index(), DeviceOf(devices_, session.index()));
+  CHORUS_ASSIGN_OR_RETURN(Object answer, CallReplica(session, inputs, options));
   CHORUS_ASSIGN_OR_RETURN(Object is_generator, session.Global("inspect", "isgenerator"));
   CHORUS_ASSIGN_OR_RETURN(Object generator_test, is_generator.CallObjects({answer}));
   CHORUS_ASSIGN_OR_RETURN(c10::IValue generator, generator_test.ToIValue());

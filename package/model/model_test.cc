@@ -188,6 +188,15 @@ TEST_F(ModelTest, WeightsAreSharedByEveryInterpreter) {
   EXPECT_EQ(again->archive().get(), model->archive().get());
 }
 
+// The parameters of `model`'s replica in interpreter `index`, as host tensors.
+StatusOr<c10::IValue> ParametersIn(InterpreterManager* manager, Model& model, int index) {
+  InterpreterSession session = manager->Acquire(index);
+  CHORUS_ASSIGN_OR_RETURN(Object replica, model.In(session));
+  CHORUS_ASSIGN_OR_RETURN(Object list, session.Eval("lambda m: list(m.parameters())"));
+  CHORUS_ASSIGN_OR_RETURN(Object found, list.CallObjects({replica}));
+  return found.ToIValue();
+}
+
 // A model placed on a named device (meta: no GPU here) holds one copy of its
 // weights there, which every interpreter's replica aliases (each through
 // storage objects of its own over the same root storage).
@@ -198,11 +207,7 @@ TEST_F(ModelTest, WeightsPlacedOnADeviceAreOneCopySharedByEveryInterpreter) {
   std::set<std::set<const c10::StorageImpl*>> roots;  // per interpreter
   size_t parameters = 0;
   for (int i = 0; i < manager_->size(); ++i) {
-    InterpreterSession session = manager_->Acquire(i);
-    ASSERT_OK_AND_ASSIGN(Object replica, model->In(session));
-    ASSERT_OK_AND_ASSIGN(Object list, session.Eval("lambda m: list(m.parameters())"));
-    ASSERT_OK_AND_ASSIGN(Object found, list.CallObjects({replica}));
-    ASSERT_OK_AND_ASSIGN(c10::IValue tensors, found.ToIValue());
+    ASSERT_OK_AND_ASSIGN(c10::IValue tensors, ParametersIn(manager_, *model, i));
     std::set<const c10::StorageImpl*> mine;
     for (const c10::IValue& value : tensors.toListRef()) {
       const at::Tensor& tensor = value.toTensor();
@@ -228,11 +233,7 @@ TEST_F(ModelTest, OnAGpuEveryInterpreterUsesOneCopyOfTheWeights) {
   std::set<const void*> addresses;
   size_t parameters = 0;
   for (int i = 0; i < manager_->size(); ++i) {
-    InterpreterSession session = manager_->Acquire(i);
-    ASSERT_OK_AND_ASSIGN(Object replica, on_gpu->In(session));
-    ASSERT_OK_AND_ASSIGN(Object list, session.Eval("lambda m: list(m.parameters())"));
-    ASSERT_OK_AND_ASSIGN(Object found, list.CallObjects({replica}));
-    ASSERT_OK_AND_ASSIGN(c10::IValue tensors, found.ToIValue());
+    ASSERT_OK_AND_ASSIGN(c10::IValue tensors, ParametersIn(manager_, *on_gpu, i));
     for (const c10::IValue& value : tensors.toListRef()) {
       EXPECT_TRUE(value.toTensor().is_cuda());
       addresses.insert(value.toTensor().data_ptr());
