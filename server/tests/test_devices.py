@@ -68,6 +68,7 @@ def test_replicas_spread_over_a_device_list_batch_as_before(device_server):
     server, model = device_server
     rng = np.random.default_rng(1)
     inputs = [rng.standard_normal((1, 4)).astype(np.float32) for _ in range(32)]
+    before = batch_series(server)
 
     def call(x):
         with server.client() as client:
@@ -79,15 +80,18 @@ def test_replicas_spread_over_a_device_list_batch_as_before(device_server):
         for x, y in zip(inputs, outputs):
             np.testing.assert_allclose(y, model(torch.from_numpy(x)).numpy(), rtol=1e-6,
                                        atol=1e-6)
-    metrics = server.metrics()
-
-    def series(name):
-        lines = [line for line in metrics.splitlines()
-                 if line.startswith(name + '{model="spread"')]
-        assert lines, f"the spread model reports {name}"
-        return float(lines[0].split()[-1])
-
+    after = batch_series(server)
     # Every request went through the batcher (how many shared a batch depends on timing,
     # which this test does not assert).
-    assert series("chorus_batch_size_sum") == len(inputs)
-    assert 1 <= series("chorus_batch_size_count") <= len(inputs)
+    assert after["sum"] - before["sum"] == len(inputs)
+    assert 1 <= after["count"] - before["count"] <= len(inputs)
+
+
+def batch_series(server):
+    """The spread model's chorus_batch_size _sum and _count (0 before its first batch)."""
+    values = {"sum": 0.0, "count": 0.0}
+    for line in server.metrics().splitlines():
+        for key in values:
+            if line.startswith(f'chorus_batch_size_{key}{{model="spread"'):
+                values[key] = float(line.split()[-1])
+    return values
