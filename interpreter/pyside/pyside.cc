@@ -123,8 +123,8 @@ constexpr char kBootstrap[] = R"(
 import sys
 sys.path.insert(0, _chorus_python_dir)
 import chorus._bootstrap
-chorus._bootstrap.install(_chorus_load_gpu_packages)
-del _chorus_python_dir, _chorus_load_gpu_packages
+chorus._bootstrap.install(_chorus_load_gpu_packages, _chorus_defer_imports)
+del _chorus_python_dir, _chorus_load_gpu_packages, _chorus_defer_imports
 )";
 
 Status PySideImpl::Start(const StartOptions& options) {
@@ -151,6 +151,8 @@ Status PySideImpl::Start(const StartOptions& options) {
   Py_XDECREF(dir);
   PyDict_SetItemString(globals, "_chorus_load_gpu_packages",
                        options.load_gpu_packages ? Py_True : Py_False);
+  PyDict_SetItemString(globals, "_chorus_defer_imports",
+                       options.defer_imports ? Py_True : Py_False);
   Status started = Exec(kBootstrap);
   for (size_t i = 0; started.ok() && i < options.preload_modules.size(); ++i) {
     StatusOr<PyRef*> module = Import(options.preload_modules[i]);

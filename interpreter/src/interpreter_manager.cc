@@ -238,6 +238,7 @@ Status InterpreterManagerImpl::StartOne(internal::Slot* slot,
   start.program_name = loader_->installation().program;
   start.chorus_python_dir = loader_->installation().chorus_python_dir;
   start.load_gpu_packages = GpuPackagesCanRun();
+  start.defer_imports = options.defer_imports;
   start.host = loader_.get();
   {
     MutexLock lock(&initialize_mu_);

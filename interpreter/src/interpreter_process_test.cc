@@ -239,6 +239,45 @@ TEST(InterpreterStartupTest, ImportingTorchInFourInterpretersIsSilent) {
   }
 }
 
+// chorus' interpreters defer what torch imports but rarely uses
+// (python/chorus/_deferred_imports.py): each deferred module is pending after
+// start and works on first use, in every interpreter; defer_imports = false
+// imports all of torch as `import torch` does.
+TEST(InterpreterImportsTest, DeferredByDefaultUsedOnFirstAccessEagerWhenAsked) {
+  constexpr char kPending[] = "__import__('chorus._deferred_imports', fromlist=['_']).pending()";
+  for (bool defer : {true, false}) {
+    InterpreterManagerOptions options;
+    options.num_interpreters = 2;
+    options.cache_dir = kCacheDir;
+    options.defer_imports = defer;
+    ASSERT_OK_AND_ASSIGN(auto manager, InterpreterManager::Create(options));
+    for (int i = 0; i < 2; ++i) {
+      InterpreterSession session = manager->Acquire(i);
+      ASSERT_OK_AND_ASSIGN(Object pending, session.Eval(defer ? kPending : "[]"));
+      ASSERT_OK_AND_ASSIGN(Object in_modules,
+                           session.Eval("'torch.distributions' in __import__('sys').modules"));
+      ASSERT_OK_AND_ASSIGN(c10::IValue names, pending.ToIValue());
+      std::set<std::string> pending_names;
+      for (const c10::IValue& name : names.toListRef()) pending_names.insert(name.toStringRef());
+      if (defer) {
+        for (const char* name : {"torch.distributions", "torch.optim", "torch.utils.data"}) {
+          EXPECT_TRUE(pending_names.count(name)) << name << " was imported at start";
+        }
+      } else {
+        EXPECT_TRUE(in_modules.ToIValue()->toBool());  // imported, and executed:
+      }
+      ASSERT_OK_AND_ASSIGN(
+          Object log_prob,
+          session.Eval("round(__import__('torch').distributions.Normal(0.0, 1.0).log_prob("
+                       "__import__('torch').tensor(0.0)).item(), 5)"));
+      EXPECT_DOUBLE_EQ(log_prob.ToIValue()->toDouble(), -0.91894);
+      ASSERT_OK_AND_ASSIGN(Object after, session.Eval("type(__import__('sys').modules["
+                                                      "'torch.distributions']).__name__"));
+      EXPECT_EQ(after.ToIValue()->toStringRef(), "module");
+    }
+  }
+}
+
 // More interpreters than library slots with one-digit names (the wheel's
 // libtorch_python.so has no version to shorten), each importing torch.
 TEST(InterpreterScaleTest, SixteenInterpretersImportTorch) {

@@ -103,6 +103,7 @@ struct StartOptions {
   std::string chorus_python_dir;  // holds the `chorus` Python package
   std::vector<std::string> preload_modules;
   bool load_gpu_packages = false;  // whether triton and the CUDA bindings may load (GPU hosts)
+  bool defer_imports = true;       // chorus/_deferred_imports.py
   HostServices* host = nullptr;    // outlives the PySide
 };
 

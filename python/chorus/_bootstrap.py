@@ -74,8 +74,9 @@ def _report_os_exit():
 GPU_ONLY_PACKAGES = ("triton", "cuda.bindings")
 
 
-def install(load_gpu_packages):
-    """Installs the private-copy loader, then the torch shims, then site.
+def install(load_gpu_packages, defer_imports=True):
+    """Installs the private-copy loader, then the torch shims and deferred
+    imports (_deferred_imports.py; unless `defer_imports` is false), then site.
 
     Without `load_gpu_packages` (the host found no GPU), the GPU_ONLY_PACKAGES
     are made not found, as in torch's CPU wheels, which do not bring them:
@@ -89,6 +90,9 @@ def install(load_gpu_packages):
 
     from chorus import _torch_compat
     _torch_compat.install_import_hook()
+    if defer_imports:
+        from chorus import _deferred_imports
+        _deferred_imports.install()
     _report_os_exit()
 
     import site

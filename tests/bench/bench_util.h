@@ -79,6 +79,31 @@ inline std::map<std::string, double> ResidentMiBByMapping() {
   return by_mapping;
 }
 
+// Proportional set size of this process in MiB (/proc/self/smaps_rollup's
+// Pss): pages it shares with other processes, or maps more than once itself,
+// count once in all. RSS counts a page once per mapping of it.
+inline double ProportionalMiB() {
+  std::ifstream rollup("/proc/self/smaps_rollup");
+  std::string key;
+  double kib = 0;
+  while (rollup >> key) {
+    if (key == "Pss:" && rollup >> kib) return kib / 1024.0;
+    rollup.ignore(1 << 12, '\n');
+  }
+  return 0.0;
+}
+
+// Runs `command` through the shell and returns its standard output. Throws
+// when it cannot run or exits with a failure.
+inline std::string RunCapture(const std::string& command) {
+  FILE* pipe = popen(command.c_str(), "r");
+  std::string output;
+  char buffer[4096];
+  while (pipe && fgets(buffer, sizeof(buffer), pipe)) output += buffer;
+  if (!pipe || pclose(pipe) != 0) throw std::runtime_error("failed: " + command);
+  return output;
+}
+
 // Runs each mode once per round, `rounds` times, interleaved, and returns the
 // per-mode medians of what each run returned.
 inline std::vector<double> InterleavedMedians(int rounds,

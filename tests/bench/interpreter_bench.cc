@@ -9,7 +9,9 @@
 // kernels built once per interpreter before measuring; torch 2.x only).
 // Intra-op threads are fixed at 1, so the only parallelism is ours.
 // Start-up time and memory are measured in child processes (this binary with
-// --startup-child), one interpreter against N.
+// --startup-child), one interpreter against N: as chorus starts interpreters
+// (deferred imports), with every interpreter importing all of torch
+// (--eager-imports), and with each holding a resnet18 replica (both ways).
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <ATen/core/ivalue.h>
@@ -20,7 +22,9 @@
 #include <climits>
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
 #include <iostream>
+#include <map>
 #include <memory>
 #include <string>
 #include <thread>
@@ -28,6 +32,7 @@
 
 #include "chorus/interpreter/gpu_host.h"
 #include "chorus/interpreter/interpreter_manager.h"
+#include "chorus/package/model.h"
 #include "tests/bench/bench_util.h"
 
 namespace chorus::bench {
@@ -169,74 +174,147 @@ nlohmann::json ResidentMiBByKind(const std::string& cache) {
           {"copies", copies}};
 }
 
-// Child mode: create n interpreters, report start-up time and RSS as JSON.
-int StartupChild(int n, const std::string& cache) {
+// What a start-up child makes: n interpreters, with deferred imports or not,
+// each holding the replica of `archive`'s model when one is given.
+struct StartupConfig {
+  std::string archive;
+  bool eager_imports = false;
+};
+
+// Child mode: create the interpreters, report start-up time and memory as JSON.
+int StartupChild(int n, const std::string& cache, const StartupConfig& config) {
   double rss_before = ResidentMiB().value();
   auto start = std::chrono::steady_clock::now();
   InterpreterManagerOptions options;
   options.num_interpreters = n;
   options.cache_dir = cache;
+  options.defer_imports = !config.eager_imports;
   auto manager = InterpreterManager::Create(options);
-  if (!manager.ok()) {
-    std::cerr << manager.status().ToString() << "\n";
+  std::shared_ptr<Model> model;
+  Status loaded = manager.status();
+  if (loaded.ok() && !config.archive.empty()) {
+    StatusOr<std::shared_ptr<Model>> made = Model::Load(manager->get(), config.archive);
+    loaded = made.status();
+    for (int i = 0; loaded.ok() && i < n; ++i) {
+      model = *made;
+      InterpreterSession session = (*manager)->Acquire(i);
+      loaded = model->In(session).status();
+    }
+  }
+  if (!loaded.ok()) {
+    std::cerr << loaded.ToString() << "\n";
     return 1;
   }
   double startup = SecondsSince(start);
-  nlohmann::json out = {{"startup_s", startup},
-                        {"rss_mib", ResidentMiB().value()},
-                        {"rss_before_mib", rss_before},
-                        {"rss_by_kind_mib", ResidentMiBByKind(cache)}};
+  InterpreterSession session = (*manager)->Acquire(n - 1);
+  int64_t modules = session.Eval("len(__import__('sys').modules)")->ToIValue()->toInt();
+  nlohmann::json out = {
+      {"startup_s", startup},         {"rss_mib", ResidentMiB().value()},
+      {"pss_mib", ProportionalMiB()}, {"rss_before_mib", rss_before},
+      {"modules", modules},           {"rss_by_kind_mib", ResidentMiBByKind(cache)}};
   std::cout << out.dump() << std::endl;
   std::_Exit(0);  // the parent measured what it needs; skip finalization
 }
 
-nlohmann::json RunChild(const std::string& self, int n, const std::string& cache) {
-  std::string command = self + " --startup-child " + std::to_string(n) + " --cache '" + cache + "'";
-  FILE* pipe = popen(command.c_str(), "r");
-  std::string output;
-  char buffer[4096];
-  while (pipe && fgets(buffer, sizeof(buffer), pipe)) output += buffer;
-  if (!pipe || pclose(pipe) != 0) throw std::runtime_error("startup child failed: " + command);
-  return LastJsonLine(output);
+nlohmann::json RunChild(const std::string& self, int n, const std::string& cache,
+                        const StartupConfig& config) {
+  std::string command = self + " --startup-child " + std::to_string(n) + " --cache '" + cache +
+                        "'" + (config.eager_imports ? " --eager-imports" : "");
+  if (!config.archive.empty()) command += " --archive '" + config.archive + "'";
+  return LastJsonLine(RunCapture(command));
 }
 
-nlohmann::json MeasureStartup(const std::string& self, int n, int rounds,
-                              const std::string& cache) {
-  RunChild(self, n, cache);  // warm the library cache and the page cache
-  std::vector<double> startup_one, startup_n, rss_one, rss_n;
-  nlohmann::json kinds_one, kinds_n;  // from the last round
-  for (int round = 0; round < rounds; ++round) {
-    nlohmann::json one = RunChild(self, 1, cache), many = RunChild(self, n, cache);
-    startup_one.push_back(one["startup_s"]);
-    startup_n.push_back(many["startup_s"]);
-    rss_one.push_back(one["rss_mib"]);
-    rss_n.push_back(many["rss_mib"]);
-    kinds_one = one["rss_by_kind_mib"];
-    kinds_n = many["rss_by_kind_mib"];
-  }
-  nlohmann::json result;
-  result["startup_s"] = {{"one", Median(startup_one)}, {"n", Median(startup_n)}};
-  result["startup_n_over_one"] = Median(startup_n) / Median(startup_one);
-  result["rss_mib"] = {{"one", Median(rss_one)}, {"n", Median(rss_n)}};
-  result["rss_mb_per_extra_interpreter"] =
-      n > 1 ? (Median(rss_n) - Median(rss_one)) / (n - 1) : 0.0;
-  // What one extra interpreter's memory is made of (one round's children).
+// What one extra interpreter's memory is made of, from one round's children.
+nlohmann::json PerExtraByKind(const nlohmann::json& kinds_one, const nlohmann::json& kinds_n,
+                              int n) {
   nlohmann::json per_extra = nlohmann::json::object();
   for (const char* kind : {"library_copies", "anonymous", "shared_files"}) {
-    per_extra[kind] =
-        n > 1 ? (kinds_n[kind].get<double>() - kinds_one[kind].get<double>()) / (n - 1) : 0.0;
+    per_extra[kind] = (kinds_n[kind].get<double>() - kinds_one[kind].get<double>()) / (n - 1);
   }
   nlohmann::json copies = nlohmann::json::object();
   for (const auto& [name, mib] : kinds_n["copies"].items()) {
     const double one = kinds_one["copies"].value(name, 0.0);
-    if (n > 1 && mib.get<double>() - one >= 0.5) copies[name] = (mib.get<double>() - one) / (n - 1);
+    if (mib.get<double>() - one >= 0.5) copies[name] = (mib.get<double>() - one) / (n - 1);
   }
   per_extra["library_copies_by_name"] = copies;
-  result["rss_extra_interpreter_by_kind_mib"] = per_extra;
+  return per_extra;
+}
+
+// Children with one interpreter and with n (n > 1), `rounds` times each,
+// interleaved: start-up time, memory per extra interpreter (RSS, and PSS,
+// which counts the pages of a library mapped by several interpreters once),
+// modules an interpreter holds.
+nlohmann::json MeasureStartup(const std::string& self, int n, int rounds, const std::string& cache,
+                              const StartupConfig& config) {
+  RunChild(self, n, cache, config);  // warm the library cache and the page cache
+  std::map<std::string, std::vector<double>> one, many;
+  nlohmann::json last_one, last_many;
+  for (int round = 0; round < rounds; ++round) {
+    last_one = RunChild(self, 1, cache, config);
+    last_many = RunChild(self, n, cache, config);
+    for (const char* key : {"startup_s", "rss_mib", "pss_mib"}) {
+      one[key].push_back(last_one[key]);
+      many[key].push_back(last_many[key]);
+    }
+  }
+  auto per_extra = [&](const char* key) {
+    return (Median(many[key]) - Median(one[key])) / (n - 1);
+  };
+  nlohmann::json result;
+  result["startup_s"] = {{"one", Median(one["startup_s"])}, {"n", Median(many["startup_s"])}};
+  result["startup_n_over_one"] = Median(many["startup_s"]) / Median(one["startup_s"]);
+  result["rss_mib"] = {{"one", Median(one["rss_mib"])}, {"n", Median(many["rss_mib"])}};
+  result["pss_mib"] = {{"one", Median(one["pss_mib"])}, {"n", Median(many["pss_mib"])}};
+  result["rss_mb_per_extra_interpreter"] = per_extra("rss_mib");
+  result["pss_mb_per_extra_interpreter"] = per_extra("pss_mib");
+  result["modules_per_interpreter"] = last_many["modules"];
+  result["rss_extra_interpreter_by_kind_mib"] =
+      PerExtraByKind(last_one["rss_by_kind_mib"], last_many["rss_by_kind_mib"], n);
   // The process-wide libraries a plain `import torch` maps, of which the CUDA
   // wheels' (nvidia/*, triton) are paid once per process, not per interpreter.
-  result["rss_cuda_libraries_mib"] = kinds_one["cuda_libraries"];
+  result["rss_cuda_libraries_mib"] = last_one["rss_by_kind_mib"]["cuda_libraries"];
   return result;
+}
+
+// Start-up and memory four ways: as chorus starts interpreters (deferred
+// imports), with every interpreter importing all of torch (eager imports),
+// and with every interpreter holding the resnet18 replica of `archive`, with
+// deferred and with eager imports. The first's figures are the result's
+// top-level keys.
+nlohmann::json MeasureStartups(const std::string& self, int n, int rounds, const std::string& cache,
+                               const std::string& archive) {
+  nlohmann::json result = MeasureStartup(self, n, rounds, cache, {});
+  nlohmann::json eager = MeasureStartup(self, n, rounds, cache, {.eager_imports = true});
+  nlohmann::json vision = MeasureStartup(self, n, rounds, cache, {.archive = archive});
+  nlohmann::json vision_eager =
+      MeasureStartup(self, n, rounds, cache, {.archive = archive, .eager_imports = true});
+  result["eager_imports"] = eager;
+  result["torchvision"] = vision;
+  result["torchvision_eager_imports"] = vision_eager;
+  for (const char* key : {"rss_mb_per_extra_interpreter", "pss_mb_per_extra_interpreter"}) {
+    result[std::string(key) + "_eager_imports"] = eager[key];
+    result[std::string(key) + "_torchvision"] = vision[key];
+    result[std::string(key) + "_torchvision_eager_imports"] = vision_eager[key];
+  }
+  return result;
+}
+
+// Writes the torchvision resnet18 (seeded weights) as a chorus archive once.
+void EnsureResnetArchive(const std::string& path, const std::string& python_dir) {
+  if (access(path.c_str(), R_OK) == 0) return;
+  std::ofstream(path + ".py") << R"(
+import sys, torch, torchvision
+from chorus.package import create_package
+torch.manual_seed(0)
+model = torchvision.models.resnet18().eval()
+create_package(sys.argv[1], model, (torch.randn(1, 3, 64, 64),), name="resnet18",
+               progress=False)
+)";
+  // Written in a scratch folder under its final name (torch names the
+  // archive's top folder after the file), then moved into place.
+  RunCapture("mkdir -p " + path + ".tmp && PYTHONPATH=" + python_dir + " " + CHORUS_PYTHON + " " +
+             path + ".py " + path + ".tmp/resnet18.pt && mv " + path + ".tmp/resnet18.pt " + path +
+             " && rm -r " + path + ".tmp");
 }
 
 void PrintTable(const nlohmann::json& r) {
@@ -261,11 +339,20 @@ void PrintTable(const nlohmann::json& r) {
   const auto& kinds = r["rss_extra_interpreter_by_kind_mib"];
   std::printf(
       "memory: %.0f MiB with one interpreter, +%.1f MiB per extra interpreter "
-      "(library copies %.1f, Python objects and heaps %.1f); CUDA libraries %.1f MiB "
-      "once per process\n\n",
+      "(library copies %.1f, Python objects and heaps %.1f; PSS +%.1f; %d modules); CUDA "
+      "libraries %.1f MiB once per process\n",
       r["rss_mib"]["one"].get<double>(), r["rss_mb_per_extra_interpreter"].get<double>(),
       kinds["library_copies"].get<double>(), kinds["anonymous"].get<double>(),
+      r["pss_mb_per_extra_interpreter"].get<double>(), r["modules_per_interpreter"].get<int>(),
       r["rss_cuda_libraries_mib"].get<double>());
+  for (const char* variant : {"eager_imports", "torchvision", "torchvision_eager_imports"}) {
+    const auto& v = r[variant];
+    std::printf("  %s: +%.1f MiB RSS, +%.1f MiB PSS per extra interpreter, %d modules\n", variant,
+                v["rss_mb_per_extra_interpreter"].get<double>(),
+                v["pss_mb_per_extra_interpreter"].get<double>(),
+                v["modules_per_interpreter"].get<int>());
+  }
+  std::printf("\n");
 }
 
 // The three workloads (compiled_model on torch 2.x only) on N interpreters and
@@ -307,14 +394,17 @@ int main(int argc, char** argv) {
   int rounds = 5;
   double seconds = 1.0;
   int startup_child = 0;
+  StartupConfig child;
   bool quick = false;
   AddCommonOptions(app, &out, &rounds, &cache);
   app.add_option("--interpreters", n, "N, the interpreters compared with one");
   app.add_option("--seconds", seconds, "target seconds per measured run");
   app.add_flag("--quick", quick, "fewer, shorter rounds (for make demo)");
   app.add_option("--startup-child", startup_child, "internal: child process mode")->group("");
+  app.add_option("--archive", child.archive, "internal: the child's model")->group("");
+  app.add_flag("--eager-imports", child.eager_imports, "internal: the child's imports")->group("");
   CLI11_PARSE(app, argc, argv);
-  if (startup_child > 0) return StartupChild(startup_child, cache);
+  if (startup_child > 0) return StartupChild(startup_child, cache, child);
   if (quick) {
     rounds = 3;
     seconds = 0.3;
@@ -338,7 +428,11 @@ int main(int argc, char** argv) {
   manager->reset();
   char self[4096] = {0};
   if (readlink("/proc/self/exe", self, sizeof(self) - 1) <= 0) return 1;
-  nlohmann::json startup = MeasureStartup(self, n, quick ? 1 : 3, cache);
+  const std::string self_path(self);
+  const std::string build_dir = self_path.substr(0, self_path.rfind("/bin/"));
+  const std::string archive = build_dir + "/bench/resnet18.pt";
+  EnsureResnetArchive(archive, build_dir + "/share/chorus/python");
+  nlohmann::json startup = MeasureStartups(self, n, quick ? 1 : 3, cache, archive);
   result.update(startup);
   PrintTable(result);
   return WriteJson(out, result) ? 0 : 1;

@@ -30,15 +30,6 @@ std::string PythonEnv(const std::string& python_dir) {
   return "PYTHONPATH=" + python_dir + " " + CHORUS_PYTHON + " ";
 }
 
-std::string RunCapture(const std::string& command) {
-  FILE* pipe = popen(command.c_str(), "r");
-  std::string output;
-  char buffer[4096];
-  while (pipe && fgets(buffer, sizeof(buffer), pipe)) output += buffer;
-  if (!pipe || pclose(pipe) != 0) throw std::runtime_error("failed: " + command);
-  return output;
-}
-
 // Writes the benchmark model (8 x Linear(4096, 4096): 512 MiB) once.
 void EnsureArchive(const std::string& path, const std::string& python_dir) {
   if (access(path.c_str(), R_OK) == 0) return;

@@ -111,6 +111,11 @@ void CommandLine::AddServingOptions(CLI::App& app) {
   app.add_option("--metrics-port", options.metrics_port,
                  "HTTP port for Prometheus /metrics (0: any free port, -1: off)");
   app.add_option("--cache-dir", options.cache_dir, "library cache for the interpreters");
+  app.add_flag(
+      "--eager-imports{false}", options.defer_imports,
+      "import all of torch in every interpreter at start, as `import torch` does, instead of "
+      "importing the parts a serving interpreter rarely uses (torch._dynamo, "
+      "torch.distributions, torch.utils.data...) on their first use");
   app.add_option("--strict-readiness", options.strict_readiness,
                  "ready only while every repository model serves (true, Triton's default) or "
                  "whenever serving (false)");

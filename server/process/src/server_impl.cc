@@ -117,6 +117,7 @@ Status ServerImpl::StartModels(const ServerOptions& options) {
   InterpreterManagerOptions interpreters;
   interpreters.num_interpreters = options.interpreters;
   interpreters.cache_dir = options.cache_dir;
+  interpreters.defer_imports = options.defer_imports;
   CHORUS_ASSIGN_OR_RETURN(manager_, InterpreterManager::Create(interpreters));
   placement_ = std::make_unique<InterpreterPlacement>(manager_.get());
   CHORUS_ASSIGN_OR_RETURN(RepositoryOptions repository,

@@ -82,6 +82,10 @@ struct InterpreterManagerOptions {
   int intra_op_threads = 0;
   // Modules every interpreter imports while it is created (in parallel).
   std::vector<std::string> preload_modules = {"torch"};
+  // Whether parts of torch a serving interpreter rarely uses (torch._dynamo,
+  // torch.distributions, torch.utils.data...) are imported on first use, not
+  // with torch: less memory per interpreter (python/chorus/_deferred_imports.py).
+  bool defer_imports = true;
 };
 
 // Owns the interpreters. Create() returns the implementation (leveldb-style
