@@ -31,10 +31,13 @@ import types
 # Modules whose import is deferred to their first use: torch subsystems for
 # training, data loading, testing and profiling, torch's less common tensor
 # kinds, torch._dynamo (torch.compile's front end) and numpy's random
-# generators (with their C extensions, copied per interpreter). Each is on
-# the list because `import torch` (2.11 to 2.14) and torchvision's imports
-# leave it unused; subsystems its own import graph reaches (torch.fx,
-# torch.export, torch.distributed) are not.
+# generators (with their C extensions, copied per interpreter); torchvision's
+# datasets and its model families other than classification (which a
+# classifier's unpickling would otherwise import: 170 modules). Each is on the
+# list because `import torch` (2.11 to 2.14) and torchvision's imports leave
+# it unused; subsystems torch's own import graph reaches (torch.fx,
+# torch.export, torch.distributed) are not, nor torchvision.io (its import
+# registers the image operators).
 DEFERRED = frozenset({
     "numpy.random",
     "torch._dynamo",
@@ -48,6 +51,12 @@ DEFERRED = frozenset({
     "torch.sparse",
     "torch.testing",
     "torch.utils.data",
+    "torchvision.datasets",
+    "torchvision.models.detection",
+    "torchvision.models.optical_flow",
+    "torchvision.models.quantization",
+    "torchvision.models.segmentation",
+    "torchvision.models.video",
 })
 
 # module -> names handed out as forwarders. torchvision.ops.roi_align imports

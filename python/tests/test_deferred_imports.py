@@ -44,9 +44,24 @@ FIRST_USES = {
 }
 
 
-def run(body):
-    """Runs PREAMBLE + body in a fresh Python; returns the JSON it printed last."""
-    done = subprocess.run([sys.executable, "-c", PREAMBLE + textwrap.dedent(body)],
+# torchvision's, once a classifier's module (torchvision.models.resnet) is imported.
+VISION_FIRST_USES = {
+    "torchvision.datasets": ("len(torchvision.datasets.FakeData(size=3))", 3),
+    "torchvision.models.detection": ("torchvision.models.detection.fasterrcnn_resnet50_fpn"
+                                     ".__name__", "fasterrcnn_resnet50_fpn"),
+    "torchvision.models.optical_flow": ("torchvision.models.optical_flow.raft_small.__name__",
+                                        "raft_small"),
+    "torchvision.models.quantization": ("torchvision.models.quantization.resnet18.__name__",
+                                        "resnet18"),
+    "torchvision.models.segmentation": ("torchvision.models.segmentation.fcn_resnet50.__name__",
+                                        "fcn_resnet50"),
+    "torchvision.models.video": ("torchvision.models.video.r3d_18.__name__", "r3d_18"),
+}
+
+
+def run(body, setup=""):
+    """Runs PREAMBLE, setup and body in a fresh Python; returns the JSON it printed last."""
+    done = subprocess.run([sys.executable, "-c", PREAMBLE + setup + textwrap.dedent(body)],
                           capture_output=True, text=True, timeout=300, env=dict(os.environ))
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
@@ -105,21 +120,29 @@ def test_importing_a_submodule_runs_its_deferred_package_first():
 
 def test_torchvision_leaves_dynamo_and_sympy_out_until_compiling():
     pytest.importorskip("torchvision")
-    result = run("""
+    uses = json.dumps({name: expression for name, (expression, _) in VISION_FIRST_USES.items()})
+    result = run(setup=f"VISION_USES = {uses!r}\n", body="""
         import torch, torchvision
         from torchvision.ops import roi_align
         torch.manual_seed(0)
         x = torch.randn(1, 3, 8, 8)
         pooled = roi_align(x, torch.tensor([[0, 0.0, 0.0, 4.0, 4.0]]), output_size=2)
         before = {"sympy": "sympy" in sys.modules, "dynamo": "torch._dynamo" in deferred.pending()}
+        pending = deferred.pending()
+        vision = {}
+        for name, expression in json.loads(VISION_USES).items():
+            answer = eval(expression)
+            vision[name] = [name in pending, answer, type(sys.modules[name]).__name__]
         model = torch.nn.Linear(4, 4)
         eager = model(torch.ones(2, 4)).sum().item()
         # (One thread: torch.compile is not thread-safe within one interpreter.)
         compiled = torch.compile(model)(torch.ones(2, 4)).sum().item()
-        print(json.dumps({**before, "pooled": list(pooled.shape), "eager": eager,
+        print(json.dumps({**before, "vision": vision, "pooled": list(pooled.shape), "eager": eager,
                           "compiled": compiled, "dynamo_after": type(torch._dynamo).__name__}))
     """)
     assert result["sympy"] is False and result["dynamo"] is True
+    for name, (_, expected) in VISION_FIRST_USES.items():
+        assert result["vision"][name] == [True, expected, "module"], name
     assert result["pooled"] == [1, 3, 2, 2]
     assert result["compiled"] == pytest.approx(result["eager"], abs=1e-5)
     assert result["dynamo_after"] == "module"

@@ -14,8 +14,10 @@ running beside another would lower its PSS):
   ready_s          from launching the stack until every model has answered
                    correctly once
   footprint        PSS summed over the stack's processes once it has answered
-                   everything and been idle for --settle-s (pss_mib; rss_mib
-                   beside it counts shared pages once per process)
+                   everything, served the load for --warmup-s (every worker's
+                   first calls of every model) and been idle for --settle-s
+                   (pss_mib; rss_mib beside it counts shared pages once per
+                   process)
   load             --threads clients of load.py going round all M models for
                    --load-s: requests_per_s, p50/p99, errors
 
@@ -57,13 +59,15 @@ def parse_args():
     parser.add_argument("--stacks", default="chorus,torchserve,processes")
     parser.add_argument("--threads", type=int, default=8, help="load generator clients")
     parser.add_argument("--load-s", type=float, default=20.0)
+    parser.add_argument("--warmup-s", type=float, default=10.0,
+                        help="load before the footprint is read and the load measured")
     parser.add_argument("--settle-s", type=float, default=5.0)
     parser.add_argument("--start-timeout-s", type=float, default=900.0)
     parser.add_argument("--quick", action="store_true", help="fleets of 4 and 8, 5 s of load")
     parser.add_argument("--keep", action="store_true", help="keep the work folder and logs")
     args = parser.parse_args()
     if args.quick:
-        args.sizes, args.load_s, args.settle_s = "4,8", 5.0, 2.0
+        args.sizes, args.load_s, args.warmup_s, args.settle_s = "4,8", 5.0, 5.0, 2.0
     args.sizes = sorted(int(s) for s in args.sizes.split(","))
     args.interpreters = [int(i) for i in args.interpreters.split(",")]
     args.stacks = args.stacks.split(",")
@@ -111,20 +115,40 @@ def measure(args, stack, models, fleet):
     started = time.monotonic()
     stack.start()
     try:
-        ready_s = load.wait_all_ready(stack, models, fleet, started, args.start_timeout_s,
-                                      alive=lambda: stack_alive(stack))
+        try:
+            ready_s = load.wait_all_ready(stack, models, fleet, started, args.start_timeout_s,
+                                          alive=lambda: stack_alive(stack))
+        except load.OutOfMemory as e:
+            return did_not_fit(stack, len(models), str(e))
+        # Every worker's first calls of every model (its lazy imports, allocator
+        # growth, one-time kernels) before anything is measured, alike for all.
+        load.run_load(stack, models, fleet, args.threads, args.warmup_s)
         time.sleep(args.settle_s)
         memory = stack.memory()
         under_load = load.run_load(stack, models, fleet, args.threads, args.load_s)
     finally:
         stack.stop()
-    result = {"ready_s": round(ready_s, 2), "pss_mib": memory["pss_mib"],
+    result = {"fits": True, "ready_s": round(ready_s, 2), "pss_mib": memory["pss_mib"],
               "rss_mib": memory["rss_mib"], "processes": len(memory["processes"]),
               "load": under_load}
     print(f"  {stack.kind:>11}: ready in {ready_s:6.1f} s, {memory['pss_mib']:8.0f} MiB PSS "
           f"in {result['processes']} processes, {under_load['requests_per_s']:7.1f} req/s "
           f"({under_load['errors']} errors)", flush=True)
     return result
+
+
+def did_not_fit(stack, size, why):
+    """A stack that ran the machine low on memory before all `size` models
+    answered: its footprint then, and the footprint of all `size` models
+    estimated from its per-model processes (workers) so far."""
+    memory = stack.memory()
+    workers = [p for p in memory["processes"] if p["role"] in ("worker", "model process")]
+    others = memory["pss_mib"] - sum(p["pss_mib"] for p in workers)
+    estimate = others + sum(p["pss_mib"] for p in workers) / max(1, len(workers)) * size
+    print(f"  {stack.kind:>11}: did not fit: {why}", flush=True)
+    return {"fits": False, "why": why, "pss_mib_when_stopped": memory["pss_mib"],
+            "processes": len(memory["processes"]), "pss_mib": round(estimate, 1),
+            "pss_mib_estimated": True, "ready_s": None, "load": None}
 
 
 def stack_alive(stack):
@@ -140,10 +164,13 @@ def ratios(cells, chorus_kind):
         if peer not in cells:
             continue
         other = cells[peer]
+        # (A peer that did not fit: its footprint estimated, no time or throughput.)
         out[f"footprint_vs_{peer}"] = round(other["pss_mib"] / chorus["pss_mib"], 2)
-        out[f"ready_s_vs_{peer}"] = round(other["ready_s"] / chorus["ready_s"], 2)
-        out[f"throughput_vs_{peer}"] = round(
-            chorus["load"]["requests_per_s"] / max(1e-9, other["load"]["requests_per_s"]), 2)
+        if other["fits"] and chorus["fits"]:
+            out[f"ready_s_vs_{peer}"] = round(other["ready_s"] / chorus["ready_s"], 2)
+            out[f"throughput_vs_{peer}"] = round(
+                chorus["load"]["requests_per_s"] / max(1e-9, other["load"]["requests_per_s"]),
+                2)
     return out
 
 
@@ -190,6 +217,7 @@ def main():
         result = {"machine": {"cores": os.cpu_count(), "python": platform.python_version(),
                               "torch": prepared["torch"]},
                   "settings": {"threads": args.threads, "load_s": args.load_s,
+                               "warmup_s": args.warmup_s,
                                "settle_s": args.settle_s, "interpreters": args.interpreters},
                   **summarize(args, prepared, by_size)}
         os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)

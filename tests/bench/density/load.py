@@ -34,9 +34,22 @@ def read_fleet(prepared):
     return fleet
 
 
-def wait_all_ready(stack, prepared, fleet, started, timeout_s, alive):
+class OutOfMemory(RuntimeError):
+    """The machine ran low on memory before every model answered."""
+
+
+def available_mib():
+    with open("/proc/meminfo") as f:
+        for line in f:
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) / 1024
+    return float("inf")
+
+
+def wait_all_ready(stack, prepared, fleet, started, timeout_s, alive, floor_mib=1024):
     """Seconds from `started` until every model answered correctly; raises past
-    `timeout_s` or when `alive()` turns false."""
+    `timeout_s` or when `alive()` turns false, OutOfMemory when the machine's
+    available memory falls under `floor_mib` first (the stack does not fit)."""
     pending = list(prepared)
     connections = Connections(timeout_s=30.0)
     last_error = None
@@ -53,6 +66,10 @@ def wait_all_ready(stack, prepared, fleet, started, timeout_s, alive):
                 raise RuntimeError(f"{stack.kind}: {name}'s answer differs from the model's")
             pending.remove(name)
         if pending:
+            if available_mib() < floor_mib:
+                raise OutOfMemory(f"{stack.kind}: under {floor_mib} MiB available with "
+                                  f"{len(prepared) - len(pending)} of {len(prepared)} "
+                                  f"models answering")
             if time.monotonic() - started > timeout_s or not alive():
                 raise RuntimeError(f"{stack.kind}: {len(pending)} models never answered "
                                    f"({pending[:3]}...): {last_error}")
