@@ -19,6 +19,7 @@
 #include "chorus/common/logging.h"
 #include "chorus/interpreter/tensor_crossing.h"
 #include "interpreter/libcache/elf_editor.h"
+#include "interpreter/libcache/shared_pages.h"
 #include "interpreter/src/build_info.h"
 #include "interpreter/src/c10_warnings.h"
 #include "interpreter/src/copy_registrations.h"
@@ -135,6 +136,7 @@ StatusOr<InterpreterLoader::SlotLibraries> InterpreterLoader::PrepareSlot(int sl
     }
     CHORUS_ASSIGN_OR_RETURN(PreparedCopy copy, cache_.Prepare(source, slot, recipe));
     libraries.paths[recipe.soname] = copy.path;
+    libraries.sources[copy.path] = source;
     if (soname == libpython_soname_) libraries.libpython = copy.path;
   }
   MutexLock lock(&mu_);
@@ -307,8 +309,36 @@ StatusOr<std::string> InterpreterLoader::PrepareExtension(int slot, const std::s
   scope.push_back(copy.path);
   void* handle = nullptr;
   CHORUS_RETURN_IF_ERROR(LoadCopy(path, scope, &handle));
+  // Loading the extension loaded the slot's copies of libpython and
+  // libtorch_python it needs too (their constructors ran): share them with it.
+  std::map<std::string, std::string> loaded = {{copy.path, path}};
+  {
+    MutexLock lock(&mu_);
+    for (const auto& [copy_path, source] : slots_[slot].sources) {
+      if (std::find(scope.begin(), scope.end(), copy_path) != scope.end()) {
+        loaded[copy_path] = source;
+      }
+    }
+  }
+  SharePages(loaded);
   Log().debug("interpreter {}: extension {} loaded as {}", slot, path, copy.path);
   return copy.path;
+}
+
+void InterpreterLoader::SharePages(const std::map<std::string, std::string>& copies) {
+  for (const auto& [copy, source] : copies) {
+    {
+      MutexLock lock(&mu_);
+      if (!pages_shared_.insert(copy).second) continue;
+    }
+    StatusOr<double> shared = ShareUnchangedPages(copy, source);
+    if (shared.ok()) {
+      Log().debug("{:.1f} MiB of {} mapped from {}", *shared, copy, source);
+    } else {  // the copy keeps its own pages: more memory, same behaviour
+      Log().warn("cannot share the pages of {} with {}: {}", copy, source,
+                 shared.status().ToString());
+    }
+  }
 }
 
 void InterpreterLoader::ReportExit(int status) {

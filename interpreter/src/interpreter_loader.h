@@ -86,8 +86,9 @@ class InterpreterLoader final : public pyside::HostServices {
  private:
   // A slot's copies of the libraries that reference Python symbols.
   struct SlotLibraries {
-    std::string libpython;                     // copy path
-    std::map<std::string, std::string> paths;  // slot SONAME -> copy path
+    std::string libpython;                       // copy path
+    std::map<std::string, std::string> paths;    // slot SONAME -> copy path
+    std::map<std::string, std::string> sources;  // copy path -> its source
   };
 
   InterpreterLoader(PythonInstallation installation, std::string cache_root,
@@ -103,6 +104,9 @@ class InterpreterLoader final : public pyside::HostServices {
   // copy of a source in the process keeps its static registrations, later
   // ones skip theirs (copy_registrations.h); one copy loads at a time.
   Status LoadCopy(const std::string& source, const std::vector<std::string>& scope, void** handle);
+  // Maps the pages of each loaded copy in `copies` (copy path -> source) that
+  // equal its source's from the source (shared_pages.h), once per copy.
+  void SharePages(const std::map<std::string, std::string>& copies) CHORUS_EXCLUDES(mu_);
   // dlopen()s a scope object over `paths`; keeps the handle for the process.
   Status LoadScope(const std::vector<std::string>& paths, void** handle) CHORUS_EXCLUDES(mu_);
 
@@ -115,6 +119,7 @@ class InterpreterLoader final : public pyside::HostServices {
   std::map<int, SlotLibraries> slots_ CHORUS_GUARDED_BY(mu_);
   std::vector<void*> handles_ CHORUS_GUARDED_BY(mu_);
   std::set<std::string> dependencies_loaded_ CHORUS_GUARDED_BY(mu_);  // LoadDependencies sources
+  std::set<std::string> pages_shared_ CHORUS_GUARDED_BY(mu_);         // copies SharePages did
   struct Registration {
     int owner;
     bool made;  // false while the owner is still making it
