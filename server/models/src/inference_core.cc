@@ -185,7 +185,14 @@ void InferenceCore::RepositoryIndex(bool ready_only,
   }
 }
 
-void InferenceCore::LoadModel(std::string name, std::function<void(Status)> done) {
+void InferenceCore::LoadModel(std::string name, std::function<void(Status)> done,
+                              const std::vector<std::string>& parameters) {
+  if (!parameters.empty()) {
+    return done(InvalidArgumentError(
+        "load parameter \"" + parameters.front() + "\" of model " + name +
+        " is not supported: chorus loads a model's config.json and archives from the model "
+        "repository; write them there, then load the model"));
+  }
   ModelRepository* repository = repository_;
   ChangeRepository([repository, name = std::move(name)] { return repository->Load(name); },
                    std::move(done));

@@ -83,11 +83,12 @@ int FreePort(const std::string& host) {
 }
 
 // The command line's flags, whose values go to `options` (durations in
-// milliseconds, converted once parsed) and `no_supervisor`.
+// milliseconds, converted once parsed, and --eager-imports) and `no_supervisor`.
 struct CommandLine {
   chorus::ServerOptions options;
   int64_t timeout_ms = 0, drain_ms = 30000, load_timeout_ms = 120000, idle_release_ms = 1000;
   bool no_supervisor = false;
+  bool eager_imports = false;
 
   void AddServingOptions(CLI::App& app);
   void AddLimitsAndSecurityOptions(CLI::App& app);
@@ -96,23 +97,25 @@ struct CommandLine {
     options.drain_timeout = std::chrono::milliseconds(drain_ms);
     options.model_load_timeout = std::chrono::milliseconds(load_timeout_ms);
     options.idle_memory_release = std::chrono::milliseconds(idle_release_ms);
+    options.defer_imports = !eager_imports;
   }
 };
 
 void CommandLine::AddServingOptions(CLI::App& app) {
-  app.add_option("--model-repository", options.model_repository,
+  // Triton's names (--model-store, --grpc-port) are accepted too.
+  app.add_option("--model-repository,--model-store", options.model_repository,
                  "directory of <model>/<version>/<archive>.pt")
       ->required();
   app.add_option("--interpreters", options.interpreters, "Python interpreters (0: one per core)");
   app.add_option("--host", options.host, "address to listen on");
-  app.add_option("--port", options.port, "gRPC port (0: any free port)");
+  app.add_option("--port,--grpc-port", options.port, "gRPC port (0: any free port)");
   app.add_option("--http-port", options.http_port,
                  "KServe v2 HTTP/REST port (0: any free port, -1: none)");
   app.add_option("--metrics-port", options.metrics_port,
                  "HTTP port for Prometheus /metrics (0: any free port, -1: off)");
   app.add_option("--cache-dir", options.cache_dir, "library cache for the interpreters");
   app.add_flag(
-      "--eager-imports{false}", options.defer_imports,
+      "--eager-imports", eager_imports,
       "import all of torch in every interpreter at start, as `import torch` does, instead of "
       "importing the parts a serving interpreter rarely uses (torch._dynamo, "
       "torch.distributions, torch.utils.data...) on their first use");

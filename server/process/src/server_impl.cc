@@ -193,6 +193,7 @@ Status ServerImpl::StartHttp(const ServerOptions& options) {
   endpoint.request_threads = RestService::kRequestThreads;
   endpoint.max_body_bytes = options.max_message_bytes;
   endpoint.authorizer = authorizer_.get();
+  endpoint.compressible = RestService::Compressible;
   http_ = std::make_unique<HttpEndpoint>(endpoint);
   rest_->Register(http_.get());
   openai_->Register(http_.get());

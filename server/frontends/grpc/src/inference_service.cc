@@ -1,6 +1,9 @@
 #include "chorus/server/frontends/grpc/inference_service.h"
 
+#include <algorithm>
 #include <deque>
+#include <string>
+#include <vector>
 
 #include "chorus/common/thread_annotations.h"
 #include "chorus/server/rpc/grpc_call.h"
@@ -212,8 +215,12 @@ grpc::ServerUnaryReactor* InferenceService::RepositoryModelLoad(
     inference::RepositoryModelLoadResponse*) {
   CHORUS_FINISH_CALL_IF_ERROR(ctx, AuthorizeCall(*authorizer_, *ctx));
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
-  core_->LoadModel(request->model_name(),
-                   [reactor](Status status) { reactor->Finish(ToGrpcStatus(status)); });
+  std::vector<std::string> parameters;
+  for (const auto& [key, value] : request->parameters()) parameters.push_back(key);
+  std::sort(parameters.begin(), parameters.end());
+  core_->LoadModel(
+      request->model_name(), [reactor](Status status) { reactor->Finish(ToGrpcStatus(status)); },
+      parameters);
   return reactor;
 }
 

@@ -25,6 +25,23 @@ std::string RoutingErrorMessage(const httplib::Request& request, int http_status
   }
 }
 
+// cpp-httplib compresses every JSON answer with whatever the client accepts
+// (brotli first), choosing from the request's Accept-Encoding, and hands
+// handlers the request const. The request is the server's own object, so the
+// choice is made here, before routing, by rewriting that header: gzip or
+// nothing for `compressible` paths, nothing for the others.
+void LimitCompression(const httplib::Request& request,
+                      const std::function<bool(const std::string&)>& compressible) {
+  auto& headers = const_cast<httplib::Request&>(request).headers;
+  auto accepted = headers.find("Accept-Encoding");
+  if (accepted == headers.end()) return;
+  const bool gzip = accepted->second.find("gzip") != std::string::npos;
+  headers.erase("Accept-Encoding");
+  if (gzip && compressible && compressible(request.path)) {
+    headers.emplace("Accept-Encoding", "gzip");
+  }
+}
+
 }  // namespace
 
 HttpEndpoint::HttpEndpoint(const HttpEndpointOptions& options) {
@@ -44,10 +61,11 @@ HttpEndpoint::HttpEndpoint(const HttpEndpointOptions& options) {
         response.set_content(ErrorBodyFor(request.path, message, response.status), kJson);
       });
   const Authorizer* authorizer = options.authorizer;
-  if (authorizer == nullptr) return;
   server_->set_pre_routing_handler(
-      [this, authorizer](const httplib::Request& request, httplib::Response& response) {
-        if (request.path.rfind("/v2/health/", 0) == 0) {
+      [this, authorizer, compressible = options.compressible](const httplib::Request& request,
+                                                              httplib::Response& response) {
+        LimitCompression(request, compressible);
+        if (authorizer == nullptr || request.path.rfind("/v2/health/", 0) == 0) {
           return httplib::Server::HandlerResponse::Unhandled;
         }
         Status allowed = authorizer->Check(request.get_header_value("Authorization"));

@@ -455,6 +455,8 @@ std::string RenderModelMetadata(const inference::ModelMetadataResponse& metadata
 std::string RenderModelConfig(const inference::ModelConfigResponse& config) {
   google::protobuf::util::JsonPrintOptions options;
   options.preserve_proto_field_names = true;  // Triton's config JSON is snake_case
+  // Triton prints every field, zeros too; clients read e.g. max_batch_size: 0.
+  options.always_print_primitive_fields = true;
   std::string text;
   if (!google::protobuf::util::MessageToJsonString(config.config(), &text, options).ok()) {
     return "{}";

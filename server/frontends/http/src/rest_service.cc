@@ -192,10 +192,23 @@ void RestService::Generate(const httplib::Request& http_request, httplib::Respon
   ServeEvents(queue, std::move(events), http_response, ReplyError);
 }
 
+bool RestService::Compressible(const std::string& path) {
+  auto ends_with = [&path](const std::string& end) {
+    return path.size() >= end.size() &&
+           path.compare(path.size() - end.size(), end.size(), end) == 0;
+  };
+  return path.rfind("/v2/models/", 0) == 0 && (ends_with("/infer") || ends_with("/generate"));
+}
+
 void RestService::Repository(const httplib::Request& request, httplib::Response& response) {
   Completion completion;
   if (request.matches[2].str() == "load") {
-    core_->LoadModel(request.matches[1].str(), completion.Callback());
+    const auto body = nlohmann::json::parse(request.body, nullptr, false);
+    std::vector<std::string> parameters;
+    if (body.is_object() && body.contains("parameters") && body["parameters"].is_object()) {
+      for (const auto& [key, value] : body["parameters"].items()) parameters.push_back(key);
+    }
+    core_->LoadModel(request.matches[1].str(), completion.Callback(), parameters);
   } else {
     core_->UnloadModel(request.matches[1].str(), completion.Callback());
   }

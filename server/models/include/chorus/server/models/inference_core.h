@@ -72,8 +72,11 @@ class InferenceCore {
 
   // Loads (or unloads) `name` on the background thread, since a load can take
   // seconds; `done` gets the result there, or at once (UNAVAILABLE) when the
-  // server is shutting down.
-  void LoadModel(std::string name, std::function<void(Status)> done);
+  // server is shutting down, or (INVALID_ARGUMENT) when `parameters` names a
+  // load parameter (Triton's "config", "file:<path>"): chorus loads a model's
+  // files from the repository only, and never ignores what a client asked.
+  void LoadModel(std::string name, std::function<void(Status)> done,
+                 const std::vector<std::string>& parameters = {});
   void UnloadModel(std::string name, std::function<void(Status)> done);
 
   // Validates `*request` against the model's signature and queues it on the

@@ -19,6 +19,9 @@ class RestService {
  public:
   // Requests served at once, for the endpoint it is registered on.
   static constexpr int kRequestThreads = 64;
+  // Whether the answer to `path` may be compressed: infer and generate
+  // answers, as Triton compresses (HttpEndpointOptions::compressible).
+  static bool Compressible(const std::string& path);
 
   // `core` outlives the service.
   explicit RestService(InferenceCore* core) : core_(core) {}
