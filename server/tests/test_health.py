@@ -42,12 +42,21 @@ def test_a_model_that_failed_to_load_makes_the_server_not_ready_by_default(
             assert not client.ready()
             assert client.ready("good") and not client.ready("broken")
             # A failed load through the RPC is logged like one at start-up.
-            with pytest.raises(ClientError):
+            with pytest.raises(ClientError) as refused:
                 client.load("broken")
+            # Clients learn where in the repository, not where on the server's disks.
+            root = str(half_broken_repository)
+            assert "broken/1/model.pt" in str(refused.value)
+            assert root not in str(refused.value), refused.value
+            with pytest.raises(ClientError) as unavailable:
+                client.infer("broken", {"x": torch.zeros(1, 4).numpy()})
+            assert "is not loaded" in str(unavailable.value)
+            assert root not in str(unavailable.value), unavailable.value
         assert http_health(server, "live") == (200, {"live": True})
         assert http_health(server, "ready") == (503, {"ready": False})
         log = server.log_text()
         assert log.count("model broken not loaded: ") == 2, log
+        assert log.count(root + "/broken/1/model.pt") >= 1, log  # the log keeps the path
     finally:
         assert server.stop() == 0
 

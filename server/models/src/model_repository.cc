@@ -1,6 +1,10 @@
 #include "chorus/server/models/model_repository.h"
 
+#include <filesystem>
+#include <string>
+#include <system_error>
 #include <utility>
+#include <vector>
 
 #include "chorus/common/logging.h"
 
@@ -41,6 +45,26 @@ Status ModelRepository::LoadAll() {
   return OkStatus();
 }
 
+namespace {
+
+// `message` with the repository's own path taken out of the paths in it
+// ("/srv/models/m/1/model.pt" -> "m/1/model.pt"): clients see where in the
+// repository, not where on the server's disks; the log keeps the full text.
+std::string WithoutRoot(std::string message, const std::string& root) {
+  std::vector<std::string> prefixes = {root + "/"};
+  std::error_code error;
+  const std::string canonical = std::filesystem::weakly_canonical(root, error).string();
+  if (!error && canonical != root) prefixes.push_back(canonical + "/");
+  for (const std::string& prefix : prefixes) {
+    for (size_t at = message.find(prefix); at != std::string::npos; at = message.find(prefix, at)) {
+      message.erase(at, prefix.size());
+    }
+  }
+  return message;
+}
+
+}  // namespace
+
 Status ModelRepository::Load(const std::string& name) {
   CHORUS_RETURN_IF_ERROR(CheckModelName(name));
   const bool exists = layout_.HasModel(name);
@@ -48,7 +72,7 @@ Status ModelRepository::Load(const std::string& name) {
     MutexLock lock(&mu_);
     if (!exists) {
       records_.erase(name);  // gone from the repository: no longer listed
-      return NotFoundError("no model \"" + name + "\" in the repository " + layout_.root());
+      return NotFoundError("no model \"" + name + "\" in the repository");
     }
     Record& record = records_[name];
     if (!record.quarantine.empty()) {
@@ -59,7 +83,9 @@ Status ModelRepository::Load(const std::string& name) {
   }
   StatusOr<std::shared_ptr<LoadedModel>> loaded = loader_.LoadNewest(name);
   std::shared_ptr<LoadedModel> replaced = Settle(name, loaded);
-  if (!loaded.ok()) return loaded.status();
+  if (!loaded.ok()) {
+    return Status(loaded.status().code(), WithoutRoot(loaded.status().message(), layout_.root()));
+  }
   Log().info("model {} version {} loaded", name, (*loaded)->version());
   if (replaced) replaced->Drain(Clock::now() + options_.drain_timeout);
   return OkStatus();
@@ -74,7 +100,7 @@ std::shared_ptr<LoadedModel> ModelRepository::Settle(
     // A failed reload keeps the version that was serving.
     if (record.serving == nullptr) {
       record.state = ModelState::kUnavailable;
-      record.failure = loaded.status().ToString();
+      record.failure = WithoutRoot(loaded.status().ToString(), layout_.root());
     }
     return nullptr;
   }
