@@ -39,7 +39,8 @@ StatusOr<std::vector<TensorSpec>> Specs(const Json& manifest, const char* key) {
   if (it == manifest.end() || !it->is_array() || it->empty()) {
     return Invalid(std::string(key) + " must be a non-empty list");
   }
-  static const std::regex kName("^[A-Za-z_][A-Za-z0-9_.-]*$");
+  // TensorFlow-style names ("input:0", "serving_default/x") as Triton takes them.
+  static const std::regex kName("^[A-Za-z_][A-Za-z0-9_.:/-]*$");
   std::vector<TensorSpec> specs;
   std::set<std::string> names;
   for (const Json& entry : *it) {

@@ -83,6 +83,16 @@ TEST(ManifestTest, EachSchemaViolationIsNamed) {
   EXPECT_NE(ParseManifest("[1, 2").status().message().find("not valid JSON"), std::string::npos);
 }
 
+TEST(ManifestTest, TensorFlowStyleTensorNamesAreValid) {
+  nlohmann::json json = Valid();
+  json["inputs"][0]["name"] = "input:0";
+  json["outputs"][0]["name"] = "serving_default/probs";
+  auto manifest = ParseManifest(json.dump());
+  ASSERT_TRUE(manifest.ok()) << manifest.status().ToString();
+  EXPECT_EQ(manifest->inputs[0].name, "input:0");
+  EXPECT_EQ(manifest->outputs[0].name, "serving_default/probs");
+}
+
 TEST(ManifestTest, ASignatureAloneParsesWithTheManifestsRules) {
   auto signature = ParseSignature(R"({
     "inputs": [{"name": "x", "dtype": "float32", "shape": [-1, 4]}],

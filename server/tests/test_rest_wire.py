@@ -12,10 +12,13 @@ import subprocess
 
 import numpy as np
 import pytest
+import torch
+
+import servable_models
 
 import tritonclient.grpc as triton_grpc
 import tritonclient.http as triton_http
-from conftest import BIN_DIR, ServerProcess
+from conftest import BIN_DIR, ServerProcess, package
 from tritonclient.utils import InferenceServerException
 
 
@@ -122,3 +125,28 @@ def test_tritons_flag_names_are_accepted(repository):
     finally:
         server.terminate()
         assert server.wait(timeout=60) == 0
+
+
+def test_tensorflow_style_tensor_names_are_served(tmp_path):
+    repo = tmp_path / "repository"
+    (repo / "tf_names" / "1").mkdir(parents=True)
+    package(repo / "tf_names" / "1" / "model.pt", servable_models.Scale(2.0), torch.zeros(1, 4),
+            "tf_names", batchable=False, input_names=["input:0"],
+            output_names=["serving_default/scaled"])
+    server = ServerProcess(repo, interpreters=1)
+    try:
+        x = np.arange(4, dtype=np.float32).reshape(1, 4)
+        grpc_client = triton_grpc.InferenceServerClient(server.address)
+        tensor = triton_grpc.InferInput("input:0", [1, 4], "FP32")
+        tensor.set_data_from_numpy(x)
+        answer = grpc_client.infer("tf_names", [tensor]).as_numpy("serving_default/scaled")
+        assert answer.tolist() == (2 * x).tolist()
+        http_client = triton_http.InferenceServerClient(f"127.0.0.1:{server.http_port}")
+        tensor = triton_http.InferInput("input:0", [1, 4], "FP32")
+        tensor.set_data_from_numpy(x)
+        answer = http_client.infer("tf_names", [tensor]).as_numpy("serving_default/scaled")
+        assert answer.tolist() == (2 * x).tolist()
+        grpc_client.close()
+        http_client.close()
+    finally:
+        assert server.stop() == 0

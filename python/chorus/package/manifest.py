@@ -17,7 +17,7 @@ from chorus.package import _format as fmt
 DTYPES = tuple(dtypes.BY_NAME)
 TORCH_DTYPES = tuple(d.name for d in dtypes.DTYPES if d is not dtypes.STRING)
 DEVICE_PATTERN = r"^(cpu|cuda(:\d+)?)$"  # where the model runs: "cpu", "cuda", "cuda:1"
-_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]*$")
+_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.:/-]*$")  # also TensorFlow-style "input:0"
 
 
 class ManifestError(ValueError):
