@@ -44,7 +44,7 @@ struct ServerOptions {
   std::string auth_token;  // non-empty: every model call needs "authorization: Bearer <token>"
   std::chrono::milliseconds drain_timeout{30000};  // how long Shutdown waits for in-flight requests
   std::string cache_dir;                           // interpreters' library cache ("" = default)
-  bool defer_imports = true;  // InterpreterManagerOptions::defer_imports
+  bool defer_imports = true;                       // InterpreterManagerOptions::defer_imports
   // > 0: the process's private writable memory may not exceed this many MiB
   // (RLIMIT_DATA, set by Start for the whole process): a request that would
   // allocate past it fails with RESOURCE_EXHAUSTED instead of the kernel's
