@@ -150,3 +150,46 @@ def test_update_keeps_only_ratios_every_result_measured(tmp_path, baseline):
     ratios = json.loads(new_baseline.read_text())["ratios"]
     assert "python_vs_torchscript" not in ratios["mlp"]
     assert "chorus_vs_threads" in ratios["mlp"]
+
+
+def test_update_leaves_the_free_threaded_ratios_out(tmp_path, baseline):
+    # They need a free-threaded Python CI lacks: a baseline holding them would fail
+    # every run without it.
+    result = result_matching(baseline)
+    result["control_flow"].update(chorus_vs_free_threaded=1.1,
+                                  chorus_vs_free_threaded_footprint=1.4)
+    result["free_threaded"] = {"ft_python": "/x/python3.14t", "python": "3.14.7"}
+    path = tmp_path / "result.json"
+    path.write_text(json.dumps(result))
+    new_baseline = tmp_path / "baseline.json"
+    subprocess.run([sys.executable, os.path.join(HERE, "check.py"), str(path), str(new_baseline),
+                    "--update"], check=True, capture_output=True)
+    ratios = json.loads(new_baseline.read_text())["ratios"]
+    assert "free_threaded" not in ratios
+    assert not any("free_threaded" in name for name in ratios["control_flow"])
+    assert "chorus_vs_threads" in ratios["control_flow"]
+
+
+def test_a_free_threaded_ratio_is_skipped_when_the_mode_did_not_run(tmp_path, baseline):
+    doctored = copy.deepcopy(baseline)
+    doctored["ratios"]["control_flow"]["chorus_vs_free_threaded"] = 1.0
+    baseline_path = tmp_path / "baseline.json"
+    baseline_path.write_text(json.dumps(doctored))
+    result = result_matching(baseline)
+    result["free_threaded"] = {"skipped": "no free-threaded Python given"}
+    path = tmp_path / "result.json"
+    path.write_text(json.dumps(result))
+
+    def check():
+        return subprocess.run([sys.executable, os.path.join(HERE, "check.py"), str(path),
+                               str(baseline_path)], capture_output=True, text=True)
+
+    done = check()
+    assert done.returncode == 0, done.stdout
+    assert "skip control_flow.chorus_vs_free_threaded" in done.stdout
+    # Where the mode ran, a missing ratio is a failure like any other.
+    result["free_threaded"] = {"ft_python": "/x/python3.14t"}
+    path.write_text(json.dumps(result))
+    done = check()
+    assert done.returncode == 1
+    assert "control_flow.chorus_vs_free_threaded: missing" in done.stdout

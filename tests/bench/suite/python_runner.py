@@ -1,11 +1,16 @@
 """Runs one benchmark cell the ways Python models are served without chorus.
 
-    python_runner.py --archive M.pt --mode {eager,threads,processes} --workers N
-                     [--warmup-s 1] [--measure-s 3] [--launched-at EPOCH]
+    python_runner.py --archive M.pt --mode {eager,threads,processes,free_threaded}
+                     --workers N [--warmup-s 1] [--measure-s 3] [--launched-at EPOCH]
 
 eager: one thread. threads: N threads in this one interpreter (its GIL shared).
 processes: N worker processes, each loading the model (the process-per-worker
-design of Triton's Python backend and TorchServe). Every mode loads the chorus
+design of Triton's Python backend and TorchServe). free_threaded: the threads
+mode run by a free-threaded CPython (3.13t/3.14t, no GIL): N threads over one
+import of torch and one model; the result adds gil_enabled (whether the GIL was
+on while it measured: an extension not declared free-threading-safe turns it
+back on for the whole process) and gil_warning (the warning that said so, or
+null). Every mode loads the chorus
 archive with stock torch.package and calls the model on the archive's example
 inputs, with one intra-op thread per worker, under torch.inference_mode. Prints
 one JSON object: items_per_s, calls, p50_ms, p99_ms, rss_mib (all workers summed),
@@ -17,8 +22,10 @@ import argparse
 import json
 import subprocess
 import sys
+import sysconfig
 import threading
 import time
+import warnings
 
 from chorus.package import _format as fmt
 
@@ -65,6 +72,7 @@ class Worker:
         import torch
         self.model, self.inputs = model, inputs
         self.inference_mode = torch.inference_mode
+        self.set_num_threads = torch.set_num_threads
         self.first_result = None
         self.latencies = []
 
@@ -73,6 +81,12 @@ class Worker:
             self.model(*self.inputs)
 
     def warm_up(self, seconds):
+        # In the thread that calls the model: OpenMP's thread count is per thread, so
+        # load()'s torch.set_num_threads(1) in the main thread does not reach a worker
+        # thread, whose ops would otherwise run 2-thread OpenMP regions (and wait a
+        # scheduler slice, about 24 ms a call, for the second thread when another
+        # process holds the other core).
+        self.set_num_threads(1)
         self.call()
         self.first_result = time.time()
         deadline = time.perf_counter() + seconds
@@ -122,6 +136,28 @@ def run_threads(args, workers):
     return summary(latencies, len(latencies) * batch, seconds, (rss, rss), ready)
 
 
+def gil_enabled():
+    """Whether the GIL is on in this process (always, on a build that has one)."""
+    check = getattr(sys, "_is_gil_enabled", None)
+    return True if check is None else bool(check())
+
+
+def run_free_threaded(args):
+    """The threads mode on a free-threaded build, noting whether the GIL stayed off
+    (importing a module that is not declared free-threading-safe re-enables it with a
+    RuntimeWarning naming the module)."""
+    if not sysconfig.get_config_var("Py_GIL_DISABLED"):
+        sys.exit(f"--mode free_threaded needs a free-threaded Python; {sys.executable} "
+                 f"({sys.version.split()[0]}) is not one")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", RuntimeWarning)
+        result = run_threads(args, args.workers)
+    said = [str(w.message) for w in caught if "GIL" in str(w.message)]
+    result["gil_enabled"] = gil_enabled()
+    result["gil_warning"] = said[0] if said else None
+    return result
+
+
 def run_worker(args):
     """One process of --mode processes: warm up, report, measure on command,
     report, and stay until stdin closes (so that every worker's memory is read
@@ -169,7 +205,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--archive", required=True)
-    parser.add_argument("--mode", choices=["eager", "threads", "processes"])
+    parser.add_argument("--mode", choices=["eager", "threads", "processes", "free_threaded"])
     parser.add_argument("--workers", type=int, default=1)
     parser.add_argument("--warmup-s", type=float, default=1.0)
     parser.add_argument("--measure-s", type=float, default=3.0)
@@ -182,6 +218,8 @@ def main():
         args.launched_at = time.time()
     if args.mode == "processes":
         result = run_processes(args)
+    elif args.mode == "free_threaded":
+        result = run_free_threaded(args)
     else:
         result = run_threads(args, 1 if args.mode == "eager" else args.workers)
     print(json.dumps(result))

@@ -2,16 +2,26 @@
 
 import os
 
-MODE_ORDER = ["eager", "threads", "processes", "torchscript", "chorus", "export", "aoti"]
+MODE_ORDER = ["eager", "threads", "free_threaded", "processes", "torchscript", "chorus",
+              "export", "aoti"]
 MODE_STYLE = {"eager": ("tab:gray", "s"), "threads": ("tab:orange", "v"),
+              "free_threaded": ("tab:olive", "<"),
               "processes": ("tab:green", "^"), "torchscript": ("tab:purple", "D"),
               "chorus": ("tab:red", "o"), "export": ("tab:brown", "P"),
               "aoti": ("tab:blue", "X")}
-RATIO_GOALS = {"python_vs_torchscript": ("resnet18", 0.95)}
+RATIO_GOALS = {"python_vs_torchscript": ("resnet18", 0.95),
+               "chorus_vs_free_threaded": ("control_flow", 1.0)}
+RATIO_NAMES = ["chorus_vs_threads", "chorus_vs_processes_memory", "python_vs_torchscript",
+               "chorus_vs_processes", "chorus_vs_processes_footprint", "python_vs_aoti",
+               "python_vs_export", "chorus_vs_free_threaded",
+               "chorus_vs_free_threaded_footprint"]
+FT = "free_threaded"
+# Top-level keys of suite.json that are not models.
+NOT_MODELS = ("suite", FT)
 
 
 def models_of(result):
-    return [name for name in result if name != "suite"]
+    return [name for name in result if name not in NOT_MODELS]
 
 
 def _fmt(value, digits=2):
@@ -19,12 +29,15 @@ def _fmt(value, digits=2):
 
 
 def ratio_table(result):
-    ratio_names = ["chorus_vs_threads", "chorus_vs_processes_memory", "python_vs_torchscript",
-                   "chorus_vs_processes", "chorus_vs_processes_footprint", "python_vs_aoti",
-                   "python_vs_export"]
     n = result["suite"]["ratio_workers"]
+    footprint_n = result["suite"].get("footprint_workers", n)
+    # The free_threaded columns only where that mode ran (it needs --ft-python).
+    ratio_names = [r for r in RATIO_NAMES if FT not in r
+                   or any(result[m].get(r) is not None for m in models_of(result))]
+    heads = [f"{r} (N = {footprint_n})" if r == "chorus_vs_free_threaded_footprint" else r
+             for r in ratio_names]
     lines = [f"Ratios at N = {n} (higher is better for chorus):", "",
-             "| model | " + " | ".join(ratio_names) + " |",
+             "| model | " + " | ".join(heads) + " |",
              "| --- |" + " --- |" * len(ratio_names)]
     for name in models_of(result):
         lines.append(f"| {name} | " +
@@ -45,8 +58,9 @@ def cell_table(result):
         cells = result[name]["cells"]
         for mode in MODE_ORDER:
             for n, cell in sorted(cells.get(mode, {}).items(), key=lambda kv: int(kv[0])):
+                label = mode + (" (GIL on)" if cell.get("gil_enabled") else "")
                 lines.append(
-                    f"| {name} | {mode} | {n} | {cell['items_per_s']:.1f} | "
+                    f"| {name} | {label} | {n} | {cell['items_per_s']:.1f} | "
                     f"{cell['p50_ms']:.2f} | {cell['p99_ms']:.2f} | {cell['rss_mib']:.0f} | "
                     f"{_fmt(cell.get('footprint_mib'), 0)} | "
                     f"{cell['first_result_s']:.2f} |")
@@ -63,8 +77,35 @@ def markdown(result, name):
               f"per worker ({suite['seconds']:.0f} s in all).\n")
     models = "\n".join(f"- `{m}`: {result[m]['description']}" for m in models_of(result))
     return (f"{header}\n{models}\n\n{ratio_table(result)}\n\n"
+            f"{free_threaded_summary(result)}"
             f"![throughput]({name}_throughput.png)\n![memory]({name}_memory.png)\n\n"
             f"{cell_table(result)}\n")
+
+
+def free_threaded_summary(result):
+    """The free_threaded mode's Python, or why it was skipped, and its probe's findings."""
+    ft = result.get("free_threaded")
+    if not ft:
+        return ""
+    if "skipped" in ft:
+        return f"free_threaded mode skipped: {ft['skipped']}.\n\n"
+    lines = [f"free_threaded mode: {ft['ft_python']} (Python {ft['python']}, "
+             f"torch {ft['torch']})."]
+    skipped = {m: result[m]["skipped_modes"][FT] for m in models_of(result)
+               if FT in result[m].get("skipped_modes", {})}
+    lines += [f"- `{m}` skipped: {why}" for m, why in skipped.items()]
+    probe = ft.get("probe", {})
+    if "imports" in probe:
+        lines.append("- GIL re-enabled by importing: " + (", ".join(
+            f"`{m}` (loads `{ext}`)" for m, ext in probe["gil_re_enabled_by"].items()) or "none"))
+    for key in ("compile_one_thread", "compile_two_threads", "compile_two_threads_gil_off",
+                "compile_in_each_thread_gil_off"):
+        if key in probe:
+            found = probe[key]
+            said = (found["failed"] if "failed" in found else
+                    "; ".join(", ".join(map(str, t["threads"])) for t in found["trials"]))
+            lines.append(f"- `{key}` (each trial, each thread): {said}")
+    return "\n".join(lines) + "\n\n"
 
 
 def plot(result, out, name, key, ylabel, filename):
