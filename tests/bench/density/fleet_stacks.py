@@ -18,15 +18,15 @@ import http.client
 import json
 import os
 import re
-import subprocess
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "peers"))
 
+from servers import form_body, torchserve_environment, write_torchserve_config  # noqa: E402
 from stacks import Stack, free_ports, stack_memory  # noqa: E402
+from workloads import archive_for_torchserve  # noqa: E402
 
-PEERS = os.path.abspath(os.path.join(HERE, "..", "peers"))
 DATATYPES = {"float32": "FP32", "int64": "INT64"}
 
 
@@ -82,34 +82,18 @@ class TorchServeFleet:
     def start(self):
         ports = free_ports(5)
         self.port = ports[0]
-        os.makedirs(os.path.join(self.home, "tmp"), exist_ok=True)
-        os.makedirs(os.path.join(self.home, "logs"), exist_ok=True)
-        config = os.path.join(self.home, "config.properties")
-        with open(config, "w") as f:
-            f.write("\n".join([
-                f"inference_address=http://127.0.0.1:{ports[0]}",
-                f"management_address=http://127.0.0.1:{ports[1]}",
-                f"metrics_address=http://127.0.0.1:{ports[2]}",
-                f"grpc_inference_port={ports[3]}", f"grpc_management_port={ports[4]}",
-                "grpc_inference_address=127.0.0.1", "grpc_management_address=127.0.0.1",
-                "default_workers_per_model=1", "disable_system_metrics=true", ""]))
-        tmp = os.path.join(self.home, "tmp")
-        env = dict(os.environ, TEMP=tmp, TMPDIR=tmp, LOG_LOCATION=os.path.join(self.home, "logs"),
-                   METRICS_LOCATION=os.path.join(self.home, "logs"),
-                   CHORUS_PEERS_INTRA_OP_THREADS="1")
-        env.pop("PYTHONPATH", None)
+        os.makedirs(self.home, exist_ok=True)
+        config = write_torchserve_config(self.home, ports, workers_per_model=1)
+        env = torchserve_environment(self.home, threads=1)
         command = [os.path.join(os.path.dirname(self.python), "torchserve"), "--start",
                    "--foreground", "--ncs", "--disable-token-auth", "--model-store", self.store,
                    "--ts-config", config, "--models", *[f"{m}={m}" for m in self.models]]
         self.stack = Stack(command, env, self.home, self.log_path)
 
     def request(self, connections, model, spec, payload):
-        boundary = "chorus-density-boundary"
-        body = (f"--{boundary}\r\nContent-Disposition: form-data; name=\"data\"\r\n\r\n"
-                .encode() + payload + f"\r\n--{boundary}--\r\n".encode())
-        status, _, answer = connections.post(
-            self.port, f"/predictions/{model}", body,
-            {"Content-Type": f"multipart/form-data; boundary={boundary}"})
+        body, content_type = form_body(payload)
+        status, _, answer = connections.post(self.port, f"/predictions/{model}", body,
+                                             {"Content-Type": content_type})
         if status != 200:
             raise RuntimeError(f"TorchServe answered {status}: {answer[:200]!r}")
         return answer
@@ -194,19 +178,10 @@ class Connections:
 
 
 def torchserve_store(python, work, prepared):
-    """TorchServe's model store: each archive as torch-model-archiver makes it
-    (no-archive format, the chorus archive hard-linked in) with the peers' handler."""
+    """TorchServe's model store holding every model of `prepared` (once)."""
     store = os.path.join(work, "torchserve_store")
     os.makedirs(store, exist_ok=True)
-    archiver = os.path.join(os.path.dirname(python), "torch-model-archiver")
     for name, spec in prepared.items():
-        if os.path.isdir(os.path.join(store, name)):
-            continue
-        subprocess.run([archiver, "--model-name", name, "--version", "1.0",
-                        "--serialized-file", spec["archive"], "--handler",
-                        os.path.join(PEERS, "torchserve_handler.py"), "--export-path", store,
-                        "--archive-format", "no-archive"], check=True, stdout=subprocess.DEVNULL)
-        copy = os.path.join(store, name, os.path.basename(spec["archive"]))
-        os.unlink(copy)
-        os.link(spec["archive"], copy)
+        if not os.path.isdir(os.path.join(store, name)):
+            archive_for_torchserve(python, store, name, spec["archive"])
     return store

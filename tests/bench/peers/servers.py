@@ -141,38 +141,10 @@ class TorchServe:
     def _write_config(self, ports):
         """config.properties on the given 5 ports; returns its path."""
         self.port, self.management_port = ports[0], ports[1]
-        config = os.path.join(self.home, "config.properties")
-        with open(config, "w") as f:
-            f.write("\n".join([
-                f"inference_address=http://127.0.0.1:{ports[0]}",
-                f"management_address=http://127.0.0.1:{ports[1]}",
-                f"metrics_address=http://127.0.0.1:{ports[2]}",
-                f"grpc_inference_port={ports[3]}",
-                f"grpc_management_port={ports[4]}",
-                "grpc_inference_address=127.0.0.1",
-                "grpc_management_address=127.0.0.1",
-                f"default_workers_per_model={self.workers}",
-                # A periodic collector process (a fresh Python every minute) that
-                # would land in random measurement windows; chorus runs none.
-                "disable_system_metrics=true",
-                "",
-            ]))
-        for sub in ("tmp", "logs"):
-            os.makedirs(os.path.join(self.home, sub))
-        return config
+        return write_torchserve_config(self.home, ports, self.workers)
 
     def _environment(self):
-        env = dict(os.environ)
-        env.pop("PYTHONPATH", None)  # the workers see TorchServe and the venv, not chorus
-        tmp = os.path.join(self.home, "tmp")
-        env.update({
-            "TEMP": tmp,  # the frontend's java.io.tmpdir: worker sockets
-            "TMPDIR": tmp,  # the launcher's pid file
-            "LOG_LOCATION": os.path.join(self.home, "logs"),
-            "METRICS_LOCATION": os.path.join(self.home, "logs"),
-            "CHORUS_PEERS_INTRA_OP_THREADS": str(intra_op_threads(self.workers)),
-        })
-        return env
+        return torchserve_environment(self.home, intra_op_threads(self.workers))
 
     def _first_answer(self, started, deadline):
         """(answer bytes, seconds from `started`) of the first request answered."""
@@ -228,14 +200,62 @@ class TorchServe:
         self.stack.stop()
 
 
-def post_form(url, payload):
-    """POSTs `payload` as perf_analyzer's TorchServe client does: multipart form
-    data, one part named "data" without file name or content type."""
+def write_torchserve_config(home, ports, workers_per_model):
+    """TorchServe's config.properties in `home` on the given 5 ports (inference,
+    management, metrics, gRPC inference and management), with its tmp and logs
+    folders; returns the config's path."""
+    config = os.path.join(home, "config.properties")
+    with open(config, "w") as f:
+        f.write("\n".join([
+            f"inference_address=http://127.0.0.1:{ports[0]}",
+            f"management_address=http://127.0.0.1:{ports[1]}",
+            f"metrics_address=http://127.0.0.1:{ports[2]}",
+            f"grpc_inference_port={ports[3]}",
+            f"grpc_management_port={ports[4]}",
+            "grpc_inference_address=127.0.0.1",
+            "grpc_management_address=127.0.0.1",
+            f"default_workers_per_model={workers_per_model}",
+            # A periodic collector process (a fresh Python every minute) that
+            # would land in random measurement windows; chorus runs none.
+            "disable_system_metrics=true",
+            "",
+        ]))
+    for sub in ("tmp", "logs"):
+        os.makedirs(os.path.join(home, sub), exist_ok=True)
+    return config
+
+
+def torchserve_environment(home, threads):
+    """The environment TorchServe runs in from `home`, its workers with `threads`
+    intra-op threads (torchserve_handler.py reads it)."""
+    env = dict(os.environ)
+    env.pop("PYTHONPATH", None)  # the workers see TorchServe and the venv, not chorus
+    tmp = os.path.join(home, "tmp")
+    env.update({
+        "TEMP": tmp,  # the frontend's java.io.tmpdir: worker sockets
+        "TMPDIR": tmp,  # the launcher's pid file
+        "LOG_LOCATION": os.path.join(home, "logs"),
+        "METRICS_LOCATION": os.path.join(home, "logs"),
+        "CHORUS_PEERS_INTRA_OP_THREADS": str(threads),
+    })
+    return env
+
+
+def form_body(payload):
+    """(body, content type) of `payload` as perf_analyzer's TorchServe client
+    sends it: multipart form data, one part named "data" without file name or
+    content type."""
     boundary = "chorus-peers-boundary"
     body = (f"--{boundary}\r\nContent-Disposition: form-data; name=\"data\"\r\n\r\n"
             .encode() + payload + f"\r\n--{boundary}--\r\n".encode())
+    return body, f"multipart/form-data; boundary={boundary}"
+
+
+def post_form(url, payload):
+    """POSTs `payload` as form_body makes it."""
+    body, content_type = form_body(payload)
     request = urllib.request.Request(url, data=body, method="POST", headers={
-        "Content-Type": f"multipart/form-data; boundary={boundary}"})
+        "Content-Type": content_type})
     with urllib.request.urlopen(request, timeout=60) as response:
         return response.read()
 

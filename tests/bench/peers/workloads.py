@@ -79,34 +79,41 @@ def prepare(work, names):
         json.dump(prepared, f, indent=1)
 
 
+def archive_for_torchserve(python, store, name, archive, config=None):
+    """Adds `archive` to TorchServe's model `store` as torch-model-archiver makes it
+    (no-archive format: a folder, so TorchServe does not unzip it at start) with
+    the peers' handler, the archive itself hard-linked in (the tool copies it);
+    `config`: a model-config.yaml."""
+    archiver = os.path.join(os.path.dirname(python), "torch-model-archiver")
+    command = [archiver, "--model-name", name, "--version", "1.0",
+               "--serialized-file", archive,
+               "--handler", os.path.join(HERE, "torchserve_handler.py"),
+               "--export-path", store, "--archive-format", "no-archive"]
+    if config:
+        command += ["--config-file", config]
+    subprocess.run(command, check=True, stdout=subprocess.DEVNULL)
+    copy = os.path.join(store, name, os.path.basename(archive))
+    try:
+        os.unlink(copy)
+        os.link(archive, copy)
+    except OSError:
+        shutil.copyfile(archive, copy)
+
+
 def torchserve_store(work, prepared, python):
-    """A TorchServe model store holding each model as torch-model-archiver makes it
-    (no-archive format: a folder, so TorchServe does not unzip it at start), with
-    the archive itself hard-linked in (the tool copies it)."""
+    """A TorchServe model store holding each prepared model (archive_for_torchserve)."""
     store = os.path.join(work, "torchserve_store")
     os.makedirs(store)
-    archiver = os.path.join(os.path.dirname(python), "torch-model-archiver")
     for name in ALL_MODELS:
         if name not in prepared:
             continue
-        archive = prepared[name]["archive"]
-        command = [archiver, "--model-name", name, "--version", "1.0",
-                   "--serialized-file", archive,
-                   "--handler", os.path.join(HERE, "torchserve_handler.py"),
-                   "--export-path", store, "--archive-format", "no-archive"]
+        config = None
         if name in BATCHED:
             config = os.path.join(work, f"{name}.model-config.yaml")
             with open(config, "w") as f:
                 f.write(f"batchSize: {BATCHED[name]['max_batch_size']}\n"
                         f"maxBatchDelay: {BATCHED[name]['delay_ms']}\n")
-            command += ["--config-file", config]
-        subprocess.run(command, check=True, stdout=subprocess.DEVNULL)
-        copy = os.path.join(store, name, os.path.basename(archive))
-        try:
-            os.unlink(copy)
-            os.link(archive, copy)
-        except OSError:
-            shutil.copyfile(archive, copy)
+        archive_for_torchserve(python, store, name, prepared[name]["archive"], config)
     return store
 
 
