@@ -104,6 +104,21 @@ inline std::string RunCapture(const std::string& command) {
   return output;
 }
 
+// Writes a chorus archive at `path` once (kept for later runs): runs the Python
+// `script` (given the archive's path as argv[1]) with `python` and chorus'
+// Python package from `python_dir`. The archive is written in a scratch
+// folder under its final name `name`.pt (torch names the archive's top folder
+// after the file), then moved into place. Throws when the script fails.
+inline void EnsureArchive(const std::string& path, const std::string& python,
+                          const std::string& python_dir, const std::string& script,
+                          const std::string& name) {
+  if (std::ifstream(path).good()) return;
+  std::ofstream(path + ".py") << script;
+  const std::string scratch = path + ".tmp/" + name + ".pt";
+  RunCapture("mkdir -p " + path + ".tmp && PYTHONPATH=" + python_dir + " " + python + " " + path +
+             ".py " + scratch + " && mv " + scratch + " " + path + " && rm -r " + path + ".tmp");
+}
+
 // Runs each mode once per round, `rounds` times, interleaved, and returns the
 // per-mode medians of what each run returned.
 inline std::vector<double> InterleavedMedians(int rounds,

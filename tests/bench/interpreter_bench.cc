@@ -284,7 +284,8 @@ nlohmann::json MeasureStartup(const std::string& self, int n, int rounds, const 
 nlohmann::json MeasureStartups(const std::string& self, int n, int rounds, const std::string& cache,
                                const std::string& archive) {
   nlohmann::json result = MeasureStartup(self, n, rounds, cache, {});
-  nlohmann::json eager = MeasureStartup(self, n, rounds, cache, {.eager_imports = true});
+  nlohmann::json eager =
+      MeasureStartup(self, n, rounds, cache, {.archive = "", .eager_imports = true});
   nlohmann::json vision = MeasureStartup(self, n, rounds, cache, {.archive = archive});
   nlohmann::json vision_eager =
       MeasureStartup(self, n, rounds, cache, {.archive = archive, .eager_imports = true});
@@ -301,20 +302,15 @@ nlohmann::json MeasureStartups(const std::string& self, int n, int rounds, const
 
 // Writes the torchvision resnet18 (seeded weights) as a chorus archive once.
 void EnsureResnetArchive(const std::string& path, const std::string& python_dir) {
-  if (access(path.c_str(), R_OK) == 0) return;
-  std::ofstream(path + ".py") << R"(
+  EnsureArchive(path, CHORUS_PYTHON, python_dir, R"(
 import sys, torch, torchvision
 from chorus.package import create_package
 torch.manual_seed(0)
 model = torchvision.models.resnet18().eval()
 create_package(sys.argv[1], model, (torch.randn(1, 3, 64, 64),), name="resnet18",
                progress=False)
-)";
-  // Written in a scratch folder under its final name (torch names the
-  // archive's top folder after the file), then moved into place.
-  RunCapture("mkdir -p " + path + ".tmp && PYTHONPATH=" + python_dir + " " + CHORUS_PYTHON + " " +
-             path + ".py " + path + ".tmp/resnet18.pt && mv " + path + ".tmp/resnet18.pt " + path +
-             " && rm -r " + path + ".tmp");
+)",
+                "resnet18");
 }
 
 void PrintTable(const nlohmann::json& r) {

@@ -31,9 +31,8 @@ std::string PythonEnv(const std::string& python_dir) {
 }
 
 // Writes the benchmark model (8 x Linear(4096, 4096): 512 MiB) once.
-void EnsureArchive(const std::string& path, const std::string& python_dir) {
-  if (access(path.c_str(), R_OK) == 0) return;
-  std::ofstream(path + ".py") << R"(
+void EnsureLargeArchive(const std::string& path, const std::string& python_dir) {
+  EnsureArchive(path, CHORUS_PYTHON, python_dir, R"(
 import sys, torch
 from chorus.package import create_package
 torch.manual_seed(0)
@@ -42,12 +41,8 @@ for _ in range(8):
     layers += [torch.nn.Linear(4096, 4096), torch.nn.ReLU()]
 create_package(sys.argv[1], torch.nn.Sequential(*layers[:-1]), (torch.randn(1, 4096),),
                name="large", progress=False)
-)";
-  // Written in a scratch folder under its final name (torch names the
-  // archive's top folder after the file), then moved into place.
-  RunCapture("mkdir -p " + path + ".tmp && " + PythonEnv(python_dir) + path + ".py " + path +
-             ".tmp/large.pt && mv " + path + ".tmp/large.pt " + path + " && rm -r " + path +
-             ".tmp");
+)",
+                "large");
 }
 
 int ChorusChild(const std::string& path, const std::string& cache) {
@@ -126,7 +121,7 @@ int main(int argc, char** argv) {
       std::string(self).substr(0, std::string(self).rfind("/bin/")) + "/share/chorus/python";
   std::system(("mkdir -p " + data_dir).c_str());
   const std::string archive = data_dir + "/large.pt";
-  EnsureArchive(archive, python_dir);
+  EnsureLargeArchive(archive, python_dir);
   std::ofstream(data_dir + "/stock_load.py") << kStockLoad;
   RunCapture("cat " + archive + " > /dev/null");  // warm the page cache for everyone
 

@@ -14,13 +14,7 @@ import time
 import numpy as np
 
 from fleet_stacks import Connections
-
-
-def _matches(raw, expected):
-    got = np.frombuffer(raw, dtype=expected.dtype)
-    scale = max(1e-6, float(np.abs(expected).max()))
-    return got.shape == expected.shape and bool(
-        np.allclose(got, expected, rtol=1e-3, atol=1e-4 * scale))
+from servers import answers_match  # the peers benchmark's check (fleet_stacks puts it on the path)
 
 
 def read_fleet(prepared):
@@ -62,7 +56,7 @@ def wait_all_ready(stack, prepared, fleet, started, timeout_s, alive, floor_mib=
                 last_error = e
                 connections.close()
                 continue
-            if not _matches(raw, expected):
+            if not answers_match(raw, prepared[name]["expected_bin"]):
                 raise RuntimeError(f"{stack.kind}: {name}'s answer differs from the model's")
             pending.remove(name)
         if pending:
