@@ -31,6 +31,9 @@ DTYPES: Tuple[Dtype, ...] = (
     Dtype("bfloat16", "BF16", 2, "uint16"),
     Dtype("float32", "FP32", 4, "float32"),
     Dtype("float64", "FP64", 8, "float64"),
+    Dtype("uint16", "UINT16", 2, "uint16"),
+    Dtype("uint32", "UINT32", 4, "uint32"),
+    Dtype("uint64", "UINT64", 8, "uint64"),
     Dtype("string", "BYTES", 0, "object"),
 )
 BY_NAME: Dict[str, Dtype] = {d.name: d for d in DTYPES}

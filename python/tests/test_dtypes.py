@@ -18,7 +18,7 @@ ENTRY = re.compile(r'\{Dtype::k\w+, "(\w+)", "(\w+)", (\d+)\}')
 def test_python_table_is_the_cpp_table():
     with open(HEADER) as f:
         cpp = [(name, wire, int(size)) for name, wire, size in ENTRY.findall(f.read())]
-    assert len(cpp) == 11
+    assert len(cpp) == 14
     assert [(d.name, d.wire, d.element_size) for d in dtypes.DTYPES] == cpp
 
 
@@ -39,7 +39,7 @@ def test_string_is_bytes_on_the_wire_and_an_object_array_in_numpy():
     assert "string" in manifest.DTYPES and "string" not in manifest.TORCH_DTYPES
 
 
-@pytest.mark.parametrize("dtype", [torch.complex64, torch.uint16, torch.float8_e4m3fn])
+@pytest.mark.parametrize("dtype", [torch.complex64, torch.uint1, torch.float8_e4m3fn])
 def test_dtype_name_refuses_torch_dtypes_chorus_does_not_carry(dtype):
     with pytest.raises(manifest.ManifestError, match="is not supported in a signature"):
         manifest.dtype_name(dtype)
@@ -48,4 +48,4 @@ def test_dtype_name_refuses_torch_dtypes_chorus_does_not_carry(dtype):
 def test_dtype_name_of_every_torch_dtype_chorus_carries():
     assert [manifest.dtype_name(getattr(torch, name)) for name in manifest.TORCH_DTYPES] == [
         "bool", "uint8", "int8", "int16", "int32", "int64", "float16", "bfloat16", "float32",
-        "float64"]
+        "float64", "uint16", "uint32", "uint64"]

@@ -150,3 +150,93 @@ def test_tensorflow_style_tensor_names_are_served(tmp_path):
         http_client.close()
     finally:
         assert server.stop() == 0
+
+
+def raw_exchange(server, request: bytes) -> bytes:
+    """The bytes answered to `request` sent as is; a socket timeout fails the test."""
+    import socket
+
+    with socket.create_connection(("127.0.0.1", server.http_port), timeout=2) as connection:
+        connection.sendall(request)
+        answer = b""
+        while b"\r\n\r\n" not in answer:
+            answer += connection.recv(65536)
+        head, _, body = answer.partition(b"\r\n\r\n")
+        length = int(re.search(rb"(?i)content-length: (\d+)", head).group(1))
+        while len(body) < length:
+            body += connection.recv(65536)
+        return head + b"\r\n\r\n" + body
+
+
+@pytest.mark.parametrize("path", ["/v2/repository/index", "/v2/repository/models/mlp/load"])
+def test_a_post_without_a_body_is_answered_at_once(rest_server, path):
+    # What `curl -X POST URL` sends: no Content-Length, no body. cpp-httplib on its own
+    # waited for the connection to close (5 s), then answered 400.
+    answer = raw_exchange(rest_server, f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                          "User-Agent: curl/7.88.1\r\nAccept: */*\r\n\r\n".encode())
+    assert answer.startswith(b"HTTP/1.1 200"), answer[:200]
+    if path.endswith("index"):
+        body = json.loads(answer.partition(b"\r\n\r\n")[2])
+        assert "mlp" in [entry["name"] for entry in body]
+
+
+def test_a_form_encoded_infer_body_of_any_size_is_read_as_json(rest_server):
+    # urllib and `curl -d` send Content-Type application/x-www-form-urlencoded; cpp-httplib
+    # on its own refused such bodies over 8 KiB with 413.
+    import urllib.request
+
+    rows = 64  # the model's max_batch_size
+    x = np.random.default_rng(0).standard_normal((rows, 4)).astype(np.float32)
+    body = json.dumps({"inputs": [{"name": "x", "datatype": "FP32", "shape": [rows, 4],
+                                   "data": x.tolist()}]}, indent=4).encode()
+    assert len(body) > 8192
+    request = urllib.request.Request(
+        f"http://127.0.0.1:{rest_server.http_port}/v2/models/mlp/infer", data=body)
+    with urllib.request.urlopen(request, timeout=30) as response:
+        assert request.get_header("Content-type") == "application/x-www-form-urlencoded"
+        answer = json.loads(response.read())
+    (output,) = answer["outputs"]
+    assert output["shape"] == [rows, 3]
+    client = triton_http.InferenceServerClient(f"127.0.0.1:{rest_server.http_port}")
+    tensor = triton_http.InferInput("x", [rows, 4], "FP32")
+    tensor.set_data_from_numpy(x)
+    expected = client.infer("mlp", [tensor]).as_numpy(output["name"])
+    client.close()
+    assert np.array_equal(np.array(output["data"], np.float32).reshape(rows, 3), expected)
+
+
+UNSIGNED = {"UINT16": (np.uint16, torch.uint16), "UINT32": (np.uint32, torch.uint32),
+            "UINT64": (np.uint64, torch.uint64)}
+
+
+def test_unsigned_tensors_travel_with_their_whole_range(tmp_path):
+    repo = tmp_path / "repository"
+    for wire, (_, torch_dtype) in UNSIGNED.items():
+        (repo / wire.lower() / "1").mkdir(parents=True)
+        package(repo / wire.lower() / "1" / "model.pt", servable_models.Identity(),
+                torch.zeros(1, 3, dtype=torch_dtype), wire.lower(), batchable=False)
+    server = ServerProcess(repo, interpreters=1)
+    try:
+        grpc_client = triton_grpc.InferenceServerClient(server.address)
+        http_client = triton_http.InferenceServerClient(f"127.0.0.1:{server.http_port}")
+        for wire, (np_dtype, _) in UNSIGNED.items():
+            x = np.array([[0, 7, np.iinfo(np_dtype).max]], dtype=np_dtype)
+            config = http_client.get_model_config(wire.lower())
+            assert config["input"][0]["data_type"] == "TYPE_" + wire
+            for module, client in ((triton_grpc, grpc_client), (triton_http, http_client)):
+                tensor = module.InferInput(config["input"][0]["name"], [1, 3], wire)
+                tensor.set_data_from_numpy(x)
+                result = client.infer(wire.lower(), [tensor])
+                (output,) = [o["name"] for o in config["output"]]
+                answer = result.as_numpy(output)
+                assert answer.dtype == np_dtype and answer.tolist() == x.tolist(), module
+            # JSON values, not binary: the largest value stays whole.
+            body = json.dumps({"inputs": [{"name": config["input"][0]["name"], "datatype": wire,
+                                           "shape": [1, 3], "data": x.flatten().tolist()}]})
+            status, _, answer = fetch(server, "POST", f"/v2/models/{wire.lower()}/infer", body)
+            assert status == 200
+            assert json.loads(answer)["outputs"][0]["data"] == x.flatten().tolist()
+        grpc_client.close()
+        http_client.close()
+    finally:
+        assert server.stop() == 0

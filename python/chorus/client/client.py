@@ -15,7 +15,7 @@ from chorus.inference import grpc_service_pb2 as pb
 from chorus.inference import grpc_service_pb2_grpc as pb_grpc
 
 # numpy dtype -> wire datatype. BF16 has no numpy type: it arrives as raw
-# uint16 bits (use torch to interpret them), and uint16 arrays are not sent.
+# uint16 bits (use torch to interpret them); uint16 arrays are sent as UINT16.
 _WIRE = {np.dtype(d.numpy).str: d.wire for d in dtypes.DTYPES if d.wire != "BF16"}
 BYTES = dtypes.STRING.wire
 # numpy kinds sent as BYTES: object arrays (of str or bytes), fixed-size bytes ('S')

@@ -54,7 +54,7 @@ template <typename T, typename Values>
 StatusOr<at::Tensor> FromIntegers(const Values& values, const std::vector<int64_t>& shape,
                                   const DtypeInfo& dtype, const std::string& name) {
   at::Tensor tensor = Empty(shape, dtype);
-  T* out = tensor.data_ptr<T>();
+  T* out = static_cast<T*>(tensor.data_ptr());
   for (int i = 0; i < values.size(); ++i) {
     if (values[i] < std::numeric_limits<T>::min() || values[i] > std::numeric_limits<T>::max()) {
       return Invalid(name, "value " + std::to_string(values[i]) + " does not fit " + dtype.wire);
@@ -75,38 +75,44 @@ StatusOr<at::Tensor> FromSameType(const Values& values, const std::vector<int64_
   return tensor;
 }
 
+// The number of values in the typed field the protocol gives `dtype`;
+// nullopt for a dtype without one (FP16, BF16, BYTES).
+std::optional<int> TypedCount(const inference::InferTensorContents& c, Dtype dtype) {
+  switch (dtype) {
+    case Dtype::kBool:
+      return c.bool_contents_size();
+    case Dtype::kInt8:
+    case Dtype::kInt16:
+    case Dtype::kInt32:
+      return c.int_contents_size();
+    case Dtype::kInt64:
+      return c.int64_contents_size();
+    case Dtype::kUint8:
+    case Dtype::kUint16:
+    case Dtype::kUint32:
+      return c.uint_contents_size();
+    case Dtype::kUint64:
+      return c.uint64_contents_size();
+    case Dtype::kFloat32:
+      return c.fp32_contents_size();
+    case Dtype::kFloat64:
+      return c.fp64_contents_size();
+    default:
+      return std::nullopt;
+  }
+}
+
 // The tensor held by the typed field that matches `dtype`, after checking it
 // holds one value per element of `shape` (`elements`).
 StatusOr<at::Tensor> FromTypedContents(const inference::InferTensorContents& c,
                                        const DtypeInfo& dtype, const std::string& name,
                                        const std::vector<int64_t>& shape, int64_t elements) {
-  int count = 0;
-  switch (dtype.dtype) {
-    case Dtype::kBool:
-      count = c.bool_contents_size();
-      break;
-    case Dtype::kInt8:
-    case Dtype::kInt16:
-    case Dtype::kInt32:
-      count = c.int_contents_size();
-      break;
-    case Dtype::kInt64:
-      count = c.int64_contents_size();
-      break;
-    case Dtype::kUint8:
-      count = c.uint_contents_size();
-      break;
-    case Dtype::kFloat32:
-      count = c.fp32_contents_size();
-      break;
-    case Dtype::kFloat64:
-      count = c.fp64_contents_size();
-      break;
-    default:
-      return Invalid(name, std::string(dtype.wire) + " travels only as raw contents");
+  const std::optional<int> count = TypedCount(c, dtype.dtype);
+  if (!count.has_value()) {
+    return Invalid(name, std::string(dtype.wire) + " travels only as raw contents");
   }
-  if (count != elements) {
-    return Invalid(name, std::to_string(count) + " typed values for " + std::to_string(elements) +
+  if (*count != elements) {
+    return Invalid(name, std::to_string(*count) + " typed values for " + std::to_string(elements) +
                              " elements");
   }
   switch (dtype.dtype) {
@@ -122,6 +128,12 @@ StatusOr<at::Tensor> FromTypedContents(const inference::InferTensorContents& c,
       return FromSameType(c.int64_contents(), shape, dtype);
     case Dtype::kUint8:
       return FromIntegers<uint8_t>(c.uint_contents(), shape, dtype, name);
+    case Dtype::kUint16:
+      return FromIntegers<uint16_t>(c.uint_contents(), shape, dtype, name);
+    case Dtype::kUint32:
+      return FromSameType(c.uint_contents(), shape, dtype);
+    case Dtype::kUint64:
+      return FromSameType(c.uint64_contents(), shape, dtype);
     case Dtype::kFloat32:
       return FromSameType(c.fp32_contents(), shape, dtype);
     default:

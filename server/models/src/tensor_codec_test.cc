@@ -24,6 +24,15 @@ namespace {
 
 using ::testing::ElementsAre;
 
+// Six values of an unsigned type, both ends of its range among them, in a
+// [2, 3] tensor (torch converts few things to these types: built from bytes).
+template <typename T>
+at::Tensor Unsigned(c10::ScalarType type) {
+  std::vector<T> values = {
+      0, 1, 2, 1000, std::numeric_limits<T>::max() - 1, std::numeric_limits<T>::max()};
+  return at::from_blob(values.data(), {2, 3}, at::dtype(type)).clone();
+}
+
 // Six values of `dtype` in a [2, 3] tensor; for the integer types they include
 // both ends of the range.
 at::Tensor Sample(Dtype dtype) {
@@ -55,6 +64,12 @@ at::Tensor Sample(Dtype dtype) {
       return from({-2.5, -1, 0, 0.1, 1e-30, 3.4e38}, at::kFloat);
     case Dtype::kFloat64:
       return from({-2.5, -1, 0, 0.1, 1e-300, 1e300}, at::kDouble);
+    case Dtype::kUint16:
+      return Unsigned<uint16_t>(at::kUInt16);
+    case Dtype::kUint32:
+      return Unsigned<uint32_t>(at::kUInt32);
+    case Dtype::kUint64:
+      return Unsigned<uint64_t>(at::kUInt64);
     case Dtype::kString:
       break;  // not a tensor: the BYTES tests below
   }
@@ -74,8 +89,9 @@ TEST(DtypeTableTest, ScalarTypesAreIndexedByTheDtypeEnum) {
   // ScalarTypeOf indexes kScalarTypes by the enum's value; a row out of place
   // would map a dtype to another dtype's torch type.
   ASSERT_EQ(std::size(kScalarTypes), std::size(kDtypes) - 1);  // strings have none
-  const c10::ScalarType expected[] = {at::kBool, at::kByte, at::kChar,     at::kShort, at::kInt,
-                                      at::kLong, at::kHalf, at::kBFloat16, at::kFloat, at::kDouble};
+  const c10::ScalarType expected[] = {
+      at::kBool,     at::kByte,  at::kChar,   at::kShort,  at::kInt,    at::kLong,  at::kHalf,
+      at::kBFloat16, at::kFloat, at::kDouble, at::kUInt16, at::kUInt32, at::kUInt64};
   ASSERT_EQ(std::size(expected), std::size(kScalarTypes));
   EXPECT_THROW(ScalarTypeOf(Dtype::kString), c10::Error);
   for (size_t i = 0; i < std::size(kScalarTypes); ++i) {
@@ -107,6 +123,9 @@ TEST(WireDatatypeTest, ManifestNamesMapToWireNames) {
   EXPECT_EQ(WireDatatype("bfloat16"), "BF16");
   EXPECT_EQ(WireDatatype("float32"), "FP32");
   EXPECT_EQ(WireDatatype("float64"), "FP64");
+  EXPECT_EQ(WireDatatype("uint16"), "UINT16");
+  EXPECT_EQ(WireDatatype("uint32"), "UINT32");
+  EXPECT_EQ(WireDatatype("uint64"), "UINT64");
   // Wire names and torch's aliases are not manifest names.
   EXPECT_EQ(WireDatatype("FP32"), "");
   EXPECT_EQ(WireDatatype("float"), "");
@@ -158,6 +177,15 @@ bool FillTyped(const at::Tensor& tensor, Dtype dtype, inference::InferTensorCont
       case Dtype::kUint8:
         contents->add_uint_contents(value.item<uint8_t>());
         break;
+      case Dtype::kUint16:
+        contents->add_uint_contents(*static_cast<const uint16_t*>(value.data_ptr()));
+        break;
+      case Dtype::kUint32:
+        contents->add_uint_contents(*static_cast<const uint32_t*>(value.data_ptr()));
+        break;
+      case Dtype::kUint64:
+        contents->add_uint64_contents(*static_cast<const uint64_t*>(value.data_ptr()));
+        break;
       case Dtype::kInt8:
       case Dtype::kInt16:
       case Dtype::kInt32:
@@ -195,7 +223,7 @@ TEST(TensorCodecTest, TypedContentsRoundTripForEveryDtypeWithAField) {
     ExpectIdentical(inputs[0], sample);
     ++round_trips;
   }
-  EXPECT_EQ(round_trips, 8);  // all but FP16 and BF16
+  EXPECT_EQ(round_trips, 11);  // all but FP16 and BF16
 }
 
 TEST(TensorCodecTest, HalfPrecisionTravelsOnlyAsRawContents) {

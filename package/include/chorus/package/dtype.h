@@ -23,6 +23,9 @@ enum class Dtype : uint8_t {
   kBFloat16,
   kFloat32,
   kFloat64,
+  kUint16,  // torch's "limited support" unsigned types: carried, few kernels
+  kUint32,
+  kUint64,
   kString,  // BYTES on the wire: variable-length byte strings, no torch dtype
 };
 
@@ -39,7 +42,8 @@ inline constexpr DtypeInfo kDtypes[] = {
     {Dtype::kInt32, "int32", "INT32", 4},    {Dtype::kInt64, "int64", "INT64", 8},
     {Dtype::kFloat16, "float16", "FP16", 2}, {Dtype::kBFloat16, "bfloat16", "BF16", 2},
     {Dtype::kFloat32, "float32", "FP32", 4}, {Dtype::kFloat64, "float64", "FP64", 8},
-    {Dtype::kString, "string", "BYTES", 0},
+    {Dtype::kUint16, "uint16", "UINT16", 2}, {Dtype::kUint32, "uint32", "UINT32", 4},
+    {Dtype::kUint64, "uint64", "UINT64", 8}, {Dtype::kString, "string", "BYTES", 0},
 };
 
 // The entry of a manifest name ("float32") or of a wire name ("FP32"); null if unknown.

@@ -19,7 +19,7 @@ std::string RoutingErrorMessage(const httplib::Request& request, int http_status
     case 404:
       return "no such endpoint: " + request.method + " " + request.path;
     case 400:
-      return "the request could not be read (a POST needs Content-Length, 0 for no body)";
+      return "the request could not be read";
     default:
       return "the request could not be served";
   }
@@ -42,7 +42,38 @@ void LimitCompression(const httplib::Request& request,
   }
 }
 
+bool HasBody(const httplib::Request& request) {
+  const std::string encoding = request.get_header_value("Transfer-Encoding");
+  return request.has_header("Content-Length") || encoding.find("chunked") != std::string::npos;
+}
+
 }  // namespace
+
+void AddPostRoute(httplib::Server* server, const std::string& pattern,
+                  httplib::Server::Handler handler) {
+  server->Post(pattern, [handler = std::move(handler)](const httplib::Request& request,
+                                                       httplib::Response& response,
+                                                       const httplib::ContentReader& reader) {
+    if (HasBody(request)) {
+      std::string body;
+      const std::string length = request.get_header_value("Content-Length");
+      if (!length.empty() && length.size() < 12) body.reserve(std::stoull(length));
+      const bool read = reader([&body](const char* data, size_t size) {
+        body.append(data, size);
+        return true;
+      });
+      if (!read) {
+        // cpp-httplib set the status (413, 400); the error handler writes the body.
+        if (response.status < 400) response.status = 400;
+        response.set_header("Connection", "close");
+        return;
+      }
+      // The request is the server's own object; the handler reads it const.
+      const_cast<httplib::Request&>(request).body = std::move(body);
+    }
+    handler(request, response);
+  });
+}
 
 HttpEndpoint::HttpEndpoint(const HttpEndpointOptions& options) {
   if (options.request_threads > 0) {

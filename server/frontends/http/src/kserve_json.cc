@@ -47,7 +47,9 @@ Status AppendInteger(const Json& value, const std::string& input, int64_t index,
                                     value.get<int64_t>() > std::numeric_limits<T>::max())) {
     return Invalid(input, what + " does not fit its datatype");
   }
-  AppendBytes(static_cast<T>(value.get<int64_t>()), raw);
+  AppendBytes(value.is_number_unsigned() ? static_cast<T>(value.get<uint64_t>())
+                                         : static_cast<T>(value.get<int64_t>()),
+              raw);
   return OkStatus();
 }
 
@@ -82,6 +84,12 @@ Status AppendValue(const Json& value, Dtype dtype, const std::string& input, int
       return AppendInteger<int32_t>(value, input, index, raw);
     case Dtype::kInt64:
       return AppendInteger<int64_t>(value, input, index, raw);
+    case Dtype::kUint16:
+      return AppendInteger<uint16_t>(value, input, index, raw);
+    case Dtype::kUint32:
+      return AppendInteger<uint32_t>(value, input, index, raw);
+    case Dtype::kUint64:
+      return AppendInteger<uint64_t>(value, input, index, raw);
     default:
       break;
   }
@@ -144,6 +152,12 @@ Json ValueAt(const std::string& raw, Dtype dtype, size_t index) {
       return ReadBytes<float>(raw, index);
     case Dtype::kFloat64:
       return ReadBytes<double>(raw, index);
+    case Dtype::kUint16:
+      return ReadBytes<uint16_t>(raw, index);
+    case Dtype::kUint32:
+      return ReadBytes<uint32_t>(raw, index);
+    case Dtype::kUint64:
+      return ReadBytes<uint64_t>(raw, index);
     case Dtype::kString:
       break;  // variable-size: see DataJson
   }

@@ -50,6 +50,24 @@ TEST(KserveJsonTest, JsonValuesBecomeRawContentsOfTheirDatatype) {
   EXPECT_EQ(request.raw_input_contents(5), Raw<double>({0.1}));
 }
 
+TEST(KserveJsonTest, UnsignedValuesKeepTheirWholeRange) {
+  ASSERT_OK_AND_ASSIGN(inference::ModelInferRequest request, Parse(R"({"inputs": [
+      {"name": "s", "datatype": "UINT16", "shape": [2], "data": [0, 65535]},
+      {"name": "w", "datatype": "UINT32", "shape": [2], "data": [1, 4294967295]},
+      {"name": "q", "datatype": "UINT64", "shape": [2], "data": [2, 18446744073709551615]}]})"));
+  EXPECT_EQ(request.raw_input_contents(0), Raw<uint16_t>({0, 65535}));
+  EXPECT_EQ(request.raw_input_contents(1), Raw<uint32_t>({1, 4294967295u}));
+  EXPECT_EQ(request.raw_input_contents(2), Raw<uint64_t>({2, 18446744073709551615ull}));
+  EXPECT_THAT(Parse(R"({"inputs": [
+      {"name": "s", "datatype": "UINT16", "shape": [1], "data": [65536]}]})"),
+              StatusIs(StatusCode::kInvalidArgument,
+                       "input \"s\": value 0 (65536) does not fit its datatype"));
+  EXPECT_THAT(Parse(R"({"inputs": [
+      {"name": "w", "datatype": "UINT32", "shape": [1], "data": [-1]}]})"),
+              StatusIs(StatusCode::kInvalidArgument,
+                       "input \"w\": value 0 (-1) does not fit its datatype"));
+}
+
 TEST(KserveJsonTest, BinaryDataIsSplitByEachInputsDeclaredSize) {
   const std::string header = R"({"inputs": [
       {"name": "a", "datatype": "FP32", "shape": [2], "parameters": {"binary_data_size": 8}},

@@ -115,22 +115,22 @@ void RestService::RegisterModelRoutes(httplib::Server* server) {
 }
 
 void RestService::RegisterInferenceRoutes(httplib::Server* server) {
-  server->Post(CHORUS_MODEL_PATH "/infer",
+  AddPostRoute(server, CHORUS_MODEL_PATH "/infer",
                [this](const httplib::Request& request, httplib::Response& response) {
                  Infer(request, response);
                });
-  server->Post(CHORUS_MODEL_PATH "/generate",
+  AddPostRoute(server, CHORUS_MODEL_PATH "/generate",
                [this](const httplib::Request& request, httplib::Response& response) {
                  Generate(request, response, /*stream=*/false);
                });
-  server->Post(CHORUS_MODEL_PATH "/generate_stream",
+  AddPostRoute(server, CHORUS_MODEL_PATH "/generate_stream",
                [this](const httplib::Request& request, httplib::Response& response) {
                  Generate(request, response, /*stream=*/true);
                });
 }
 
 void RestService::RegisterRepositoryRoutes(httplib::Server* server) {
-  server->Post("/v2/repository/index",
+  AddPostRoute(server, "/v2/repository/index",
                [this](const httplib::Request& request, httplib::Response& response) {
                  const auto body = nlohmann::json::parse(request.body, nullptr, false);
                  const bool ready_only = body.is_object() && body.value("ready", false);
@@ -138,7 +138,7 @@ void RestService::RegisterRepositoryRoutes(httplib::Server* server) {
                  core_->RepositoryIndex(ready_only, &index);
                  response.set_content(RenderRepositoryIndex(index), kJson);
                });
-  server->Post(R"(/v2/repository/models/([^/]+)/(load|unload))",
+  AddPostRoute(server, R"(/v2/repository/models/([^/]+)/(load|unload))",
                [this](const httplib::Request& request, httplib::Response& response) {
                  Repository(request, response);
                });

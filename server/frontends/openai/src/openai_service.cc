@@ -40,11 +40,11 @@ void OpenAiService::Register(HttpEndpoint* endpoint) {
   server->Get("/v1/models", [this](const httplib::Request&, httplib::Response& response) {
     ListModels(response);
   });
-  server->Post("/v1/completions",
+  AddPostRoute(server, "/v1/completions",
                [this](const httplib::Request& request, httplib::Response& response) {
                  Generate(request, response, OpenAiEndpoint::kCompletions);
                });
-  server->Post("/v1/chat/completions",
+  AddPostRoute(server, "/v1/chat/completions",
                [this](const httplib::Request& request, httplib::Response& response) {
                  Generate(request, response, OpenAiEndpoint::kChatCompletions);
                });

@@ -18,6 +18,8 @@ inline constexpr std::pair<Dtype, c10::ScalarType> kScalarTypes[] = {
     {Dtype::kInt32, c10::kInt},     {Dtype::kInt64, c10::kLong},
     {Dtype::kFloat16, c10::kHalf},  {Dtype::kBFloat16, c10::kBFloat16},
     {Dtype::kFloat32, c10::kFloat}, {Dtype::kFloat64, c10::kDouble},
+    {Dtype::kUint16, c10::kUInt16}, {Dtype::kUint32, c10::kUInt32},
+    {Dtype::kUint64, c10::kUInt64},
 };
 
 // The scalar type of a tensor dtype; `dtype` must not be kString (torch has

@@ -34,6 +34,15 @@ struct HttpEndpointOptions {
   std::function<bool(const std::string& path)> compressible;
 };
 
+// Adds a POST route to `server` whose handler finds the whole body in
+// request.body, read here rather than by cpp-httplib 0.11, which waits for the
+// connection to close when a POST has neither Content-Length nor chunked
+// encoding (`curl -X POST`: no body, as Triton reads it) and refuses
+// form-encoded bodies over 8 KiB (`curl -d`, urllib). Any content type is
+// read as the body it is, as Triton does. Before the endpoint serves.
+void AddPostRoute(httplib::Server* server, const std::string& pattern,
+                  httplib::Server::Handler handler);
+
 class HttpEndpoint {
  public:
   // An error's body from its message and HTTP status code.
