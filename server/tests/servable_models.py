@@ -133,3 +133,15 @@ class Words(torch.nn.Module):
     def forward(self, text):
         for word in text[0].split():
             yield [word]
+
+
+class TinyClassifier(torch.nn.Module):
+    """Images [N, 3, H, W] -> logits [N, 5]: what Triton's image_client expects of a model."""
+
+    def __init__(self):
+        super().__init__()
+        self.features = torch.nn.Conv2d(3, 4, 3)
+        self.head = torch.nn.Linear(4, 5)
+
+    def forward(self, image):
+        return self.head(self.features(image).mean(dim=(2, 3)))

@@ -123,7 +123,8 @@ void FillText(const LoadedModel& model, const inference::ModelInferRequest& requ
 void InferenceCore::ServerMetadata(inference::ServerMetadataResponse* response) const {
   response->set_name(kServerName);
   response->set_version(kServerVersion);
-  for (const char* extension : {"model_repository", "statistics", "binary_tensor_data"}) {
+  for (const char* extension :
+       {"model_repository", "statistics", "binary_tensor_data", "classification"}) {
     response->add_extensions(extension);
   }
 }
@@ -225,6 +226,11 @@ StatusOr<InferenceRequest> InferenceCore::PrepareCall(LoadedModel& model,
                                                       std::shared_ptr<std::atomic<bool>> cancelled,
                                                       Clock::time_point start) const {
   StatusOr<std::vector<c10::IValue>> inputs = DecodeInputs(request, model.manifest());
+  if (inputs.ok()) {
+    if (Status outputs = CheckRequestedOutputs(request, model.manifest()); !outputs.ok()) {
+      inputs = outputs;
+    }
+  }
   if (!inputs.ok()) {
     InferenceResult rejected;
     rejected.status = inputs.status();
@@ -277,7 +283,8 @@ void InferenceCore::InferOnce(std::shared_ptr<LoadedModel> model,
     Status status = result.status;
     if (status.ok()) {
       FillResponseHeader(*model, *request, response);
-      status = EncodeOutputs(result.outputs, model->manifest(), *request, response);
+      status = EncodeOutputs(result.outputs, model->manifest(), *request, response,
+                             model->annotations().output_labels);
     }
     model->RecordRequest(result, Clock::now() - start);
     done(status);
@@ -335,7 +342,8 @@ void InferenceCore::StreamDecoupled(
     inference::ModelStreamInferResponse answer;
     inference::ModelInferResponse* response = answer.mutable_infer_response();
     FillResponseHeader(*model, *request, response);
-    Status encoded = EncodeOutputs(outputs, model->manifest(), *request, response);
+    Status encoded = EncodeOutputs(outputs, model->manifest(), *request, response,
+                                   model->annotations().output_labels);
     if (!encoded.ok()) {
       respond(StreamError(*request, encoded));
       return false;

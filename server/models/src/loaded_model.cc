@@ -8,11 +8,13 @@ namespace chorus {
 
 LoadedModel::LoadedModel(std::string name, std::string version, std::shared_ptr<Model> model,
                          const SchedulerOptions& options,
-                         std::unique_ptr<GenerationEngines> generation)
+                         std::unique_ptr<GenerationEngines> generation,
+                         TensorAnnotations annotations)
     : name_(std::move(name)),
       version_(std::move(version)),
       model_(std::move(model)),
       scheduling_(options),
+      annotations_(std::move(annotations)),
       generation_(std::move(generation)) {
   scheduler_ = std::make_unique<ModelScheduler>(
       model_, options, [this](const ExecutionStats& stats) { RecordExecution(stats); });

@@ -85,6 +85,40 @@ StatusOr<std::vector<TensorSpec>> TensorsAt(const Json& list, const std::string&
   return tensors;
 }
 
+StatusOr<InputFormat> InputFormatAt(const Json& value, const std::string& key) {
+  CHORUS_ASSIGN_OR_RETURN(std::string name, StringAt(value, key));
+  for (auto [text, format] :
+       {std::pair{"FORMAT_NONE", InputFormat::kNone}, std::pair{"FORMAT_NCHW", InputFormat::kNchw},
+        std::pair{"FORMAT_NHWC", InputFormat::kNhwc}}) {
+    if (name == text) return format;
+  }
+  return KeyError(key, "unknown format \"" + name + "\" (FORMAT_NONE, FORMAT_NCHW, FORMAT_NHWC)");
+}
+
+// "tensors": {name: {"format": ..., "label_filename": ...}}.
+StatusOr<std::map<std::string, TensorAnnotation>> TensorAnnotationsAt(const Json& value) {
+  if (!value.is_object()) return KeyError("tensors", "must be an object: tensor name -> {...}");
+  std::map<std::string, TensorAnnotation> annotations;
+  for (const auto& [name, item] : value.items()) {
+    const std::string at = "tensors." + name;
+    if (!item.is_object()) return KeyError(at, "must be an object");
+    CHORUS_RETURN_IF_ERROR(CheckKeys(item, at + ".", {"format", "label_filename"}));
+    TensorAnnotation annotation;
+    if (item.contains("format")) {
+      CHORUS_ASSIGN_OR_RETURN(annotation.format, InputFormatAt(item["format"], at + ".format"));
+    }
+    if (item.contains("label_filename")) {
+      CHORUS_ASSIGN_OR_RETURN(annotation.label_filename,
+                              StringAt(item["label_filename"], at + ".label_filename"));
+      if (annotation.label_filename.find('/') != std::string::npos) {
+        return KeyError(at + ".label_filename", "must be a file name in the model's folder");
+      }
+    }
+    annotations[name] = std::move(annotation);
+  }
+  return annotations;
+}
+
 StatusOr<EntryPoint> EntryPointAt(const Json& value) {
   if (!value.is_object()) return KeyError("entry_point", "must be an object");
   CHORUS_RETURN_IF_ERROR(
@@ -208,7 +242,7 @@ StatusOr<ModelConfig> ParseModelConfig(std::string_view json) {
       config, "",
       {"format", "default_model_filename", "entry_point", "inputs", "outputs", "max_batch_size",
        "dynamic_batching", "max_queue_delay_us", "preferred_batch_sizes", "max_queue", "decoupled",
-       "generation", "device", "devices"}));
+       "generation", "device", "devices", "tensors"}));
   ModelConfig out;
   if (config.contains("format")) {
     CHORUS_ASSIGN_OR_RETURN(out.format, FormatAt(config["format"]));
@@ -229,6 +263,9 @@ StatusOr<ModelConfig> ParseModelConfig(std::string_view json) {
   if (config.contains("outputs")) {
     if (!config.contains("inputs")) return KeyError("outputs", "given without inputs");
     CHORUS_ASSIGN_OR_RETURN(out.outputs, TensorsAt(config["outputs"], "outputs"));
+  }
+  if (config.contains("tensors")) {
+    CHORUS_ASSIGN_OR_RETURN(out.tensors, TensorAnnotationsAt(config["tensors"]));
   }
   CHORUS_RETURN_IF_ERROR(ParseScheduling(config, &out));
   CHORUS_ASSIGN_OR_RETURN(out.devices, DevicesAt(config));

@@ -73,12 +73,28 @@ TEST(ModelConfigTest, EveryWrongKeyOrValueIsNamed) {
       {R"({"default_model_filename": "../model.pt"})", "default_model_filename"},
       {R"({"preferred_batch_sizes": [4, 0]})", "config.json: preferred_batch_sizes[1]"},
       {R"([1, 2])", "config.json is not a JSON object"},
+      {R"({"tensors": [1]})", "config.json: tensors: must be an object"},
+      {R"({"tensors": {"x": {"format": "NCHW"}}})",
+       "config.json: tensors.x.format: unknown format \"NCHW\" (FORMAT_NONE, FORMAT_NCHW"},
+      {R"({"tensors": {"y": {"label_filename": "../labels.txt"}}})",
+       "config.json: tensors.y.label_filename: must be a file name"},
+      {R"({"tensors": {"y": {"labels": "l.txt"}}})", "config.json: tensors.y.labels: unknown key"},
   };
   for (const auto& [json, message] : cases) {
     EXPECT_THAT(ParseModelConfig(json).status(),
                 StatusIs(StatusCode::kInvalidArgument, HasSubstr(message)))
         << json;
   }
+}
+
+TEST(ModelConfigTest, TensorsCarryTritonsInputFormatAndOutputLabels) {
+  ASSERT_OK_AND_ASSIGN(ModelConfig config, ParseModelConfig(R"({"tensors": {
+    "image": {"format": "FORMAT_NHWC"}, "logits": {"label_filename": "labels.txt"}}})"));
+  ASSERT_EQ(config.tensors.size(), 2u);
+  EXPECT_EQ(config.tensors["image"].format, InputFormat::kNhwc);
+  EXPECT_EQ(config.tensors["image"].label_filename, "");
+  EXPECT_FALSE(config.tensors["logits"].format.has_value());
+  EXPECT_EQ(config.tensors["logits"].label_filename, "labels.txt");
 }
 
 TEST(ModelConfigTest, NoSignatureIsFailedPrecondition) {

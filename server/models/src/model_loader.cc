@@ -141,6 +141,40 @@ Status CheckNoSecondSignature(const Model& model, const ModelConfig& config,
       ") carries its own entry point and signature");
 }
 
+bool HasTensor(const std::vector<TensorSpec>& tensors, const std::string& name) {
+  return std::any_of(tensors.begin(), tensors.end(),
+                     [&](const TensorSpec& spec) { return spec.name == name; });
+}
+
+// config.json's "tensors", checked against the manifest: formats on inputs,
+// labels (read from the model's folder) on outputs.
+StatusOr<TensorAnnotations> ResolveAnnotations(const ModelConfig& config, const Manifest& manifest,
+                                               const std::string& model_dir) {
+  TensorAnnotations resolved;
+  for (const auto& [name, annotation] : config.tensors) {
+    const std::string at = "config.json: tensors." + name;
+    const bool input = HasTensor(manifest.inputs, name);
+    if (!input && !HasTensor(manifest.outputs, name)) {
+      return InvalidArgumentError(at + ": the model has no input or output named \"" + name + "\"");
+    }
+    if (annotation.format) {
+      if (!input) return InvalidArgumentError(at + ".format: \"" + name + "\" is an output");
+      resolved.input_formats[name] = *annotation.format;
+    }
+    if (!annotation.label_filename.empty()) {
+      if (input) return InvalidArgumentError(at + ".label_filename: \"" + name + "\" is an input");
+      StatusOr<std::vector<std::string>> labels =
+          ReadLabels(model_dir + "/" + annotation.label_filename);
+      if (!labels.ok()) {
+        return InvalidArgumentError(at + ".label_filename: cannot read " +
+                                    annotation.label_filename + " in the model's folder");
+      }
+      resolved.output_labels[name] = {annotation.label_filename, std::move(*labels)};
+    }
+  }
+  return resolved;
+}
+
 }  // namespace
 
 StatusOr<std::shared_ptr<LoadedModel>> ModelLoader::LoadNewest(const std::string& name) const {
@@ -149,6 +183,8 @@ StatusOr<std::shared_ptr<LoadedModel>> ModelLoader::LoadNewest(const std::string
   CHORUS_ASSIGN_OR_RETURN(std::string path,
                           layout_->ModelFile(name, version, config.default_model_filename));
   CHORUS_ASSIGN_OR_RETURN(std::shared_ptr<Model> model, LoadModel(path, config, name, version));
+  CHORUS_ASSIGN_OR_RETURN(TensorAnnotations annotations,
+                          ResolveAnnotations(config, *model->manifest(), layout_->ModelDir(name)));
   SchedulerOptions scheduling = SchedulingFor(config, *model->manifest(), options_);
   scheduling.label = CrashLabel::Model(name, version);
   std::unique_ptr<GenerationEngines> generation;
@@ -158,7 +194,7 @@ StatusOr<std::shared_ptr<LoadedModel>> ModelLoader::LoadNewest(const std::string
     CHORUS_ASSIGN_OR_RETURN(generation, GenerationEngines::Start(model, placement_, engines));
   }
   return std::make_shared<LoadedModel>(name, version, std::move(model), scheduling,
-                                       std::move(generation));
+                                       std::move(generation), std::move(annotations));
 }
 
 StatusOr<std::shared_ptr<Model>> ModelLoader::LoadModel(const std::string& path,

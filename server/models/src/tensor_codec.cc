@@ -8,6 +8,7 @@
 
 #include "chorus/package/dtype.h"
 #include "chorus/package/torch_dtype.h"
+#include "chorus/server/models/classification.h"
 
 namespace chorus {
 namespace {
@@ -364,18 +365,64 @@ StatusOr<std::vector<c10::IValue>> DecodeInputs(const inference::ModelInferReque
   return CheckBatchRows(std::move(values), manifest);
 }
 
-Status EncodeOutputs(const std::vector<c10::IValue>& outputs, const Manifest& manifest,
-                     const inference::ModelInferRequest& request,
-                     inference::ModelInferResponse* response) {
-  std::set<std::string> wanted;
+Status CheckRequestedOutputs(const inference::ModelInferRequest& request,
+                             const Manifest& manifest) {
   for (const auto& requested : request.outputs()) {
-    bool known = false;
-    for (const TensorSpec& spec : manifest.outputs) known = known || spec.name == requested.name();
-    if (!known) {
+    const TensorSpec* spec = nullptr;
+    for (const TensorSpec& output : manifest.outputs) {
+      if (output.name == requested.name()) spec = &output;
+    }
+    if (spec == nullptr) {
       return InvalidArgumentError("output \"" + requested.name() +
                                   "\": the model has no such output");
     }
-    wanted.insert(requested.name());
+    CHORUS_ASSIGN_OR_RETURN(std::optional<int64_t> classes, ClassCount(requested));
+    if (classes && spec->dtype == InfoOf(Dtype::kString).name) {
+      return InvalidArgumentError("output \"" + requested.name() +
+                                  "\": classification needs a numeric output, not BYTES");
+    }
+  }
+  return OkStatus();
+}
+
+namespace {
+
+// `tensor` as output `spec` of `response`: its values, or its classes when
+// the request asked for them.
+Status EncodeTensor(const at::Tensor& tensor, const TensorSpec& spec, const Manifest& manifest,
+                    std::optional<int64_t> classes, const OutputLabelsMap& labels,
+                    inference::ModelInferResponse* response) {
+  auto* out = response->add_outputs();
+  out->set_name(spec.name);
+  if (classes) {
+    auto found = labels.find(spec.name);
+    static const std::vector<std::string> kNoLabels;
+    const bool batched = manifest.batching.batchable && manifest.batching.batch_dim == 0;
+    CHORUS_ASSIGN_OR_RETURN(StringTensor top,
+                            Classify(tensor, *classes, batched,
+                                     found == labels.end() ? kNoLabels : found->second.labels));
+    out->set_datatype(InfoOf(Dtype::kString).wire);
+    for (int64_t size : top.shape) out->add_shape(size);
+    response->add_raw_output_contents(StringsToRaw(top.elements));
+    return OkStatus();
+  }
+  out->set_datatype(WireDatatype(spec.dtype));
+  const at::Tensor contiguous = tensor.contiguous();
+  for (int64_t size : contiguous.sizes()) out->add_shape(size);
+  response->add_raw_output_contents(static_cast<const char*>(contiguous.data_ptr()),
+                                    contiguous.numel() * contiguous.element_size());
+  return OkStatus();
+}
+
+}  // namespace
+
+Status EncodeOutputs(const std::vector<c10::IValue>& outputs, const Manifest& manifest,
+                     const inference::ModelInferRequest& request,
+                     inference::ModelInferResponse* response, const OutputLabelsMap& labels) {
+  CHORUS_RETURN_IF_ERROR(CheckRequestedOutputs(request, manifest));
+  std::map<std::string, std::optional<int64_t>> wanted;  // output -> classes asked for
+  for (const auto& requested : request.outputs()) {
+    wanted[requested.name()] = ClassCount(requested).value();
   }
   // What the model returned must be what its signature (and ModelMetadata)
   // says: a client trusts the metadata (as Triton does, a mismatch fails).
@@ -389,24 +436,24 @@ Status EncodeOutputs(const std::vector<c10::IValue>& outputs, const Manifest& ma
   }
   for (size_t i = 0; i < outputs.size(); ++i) {
     const TensorSpec& spec = manifest.outputs[i];
-    if (!wanted.empty() && wanted.count(spec.name) == 0) continue;
+    auto asked = wanted.find(spec.name);
+    if (!wanted.empty() && asked == wanted.end()) continue;
+    if (outputs[i].isTensor()) {
+      CHORUS_RETURN_IF_ERROR(EncodeTensor(outputs[i].toTensor(), spec, manifest,
+                                          wanted.empty() ? std::nullopt : asked->second, labels,
+                                          response));
+      continue;
+    }
+    StatusOr<StringTensor> strings = StringTensorFromIValue(outputs[i]);
+    if (!strings.ok()) {
+      return InternalError("output \"" + spec.name +
+                           "\": " + std::string(strings.status().message()));
+    }
     auto* out = response->add_outputs();
     out->set_name(spec.name);
     out->set_datatype(WireDatatype(spec.dtype));
-    if (!outputs[i].isTensor()) {
-      StatusOr<StringTensor> strings = StringTensorFromIValue(outputs[i]);
-      if (!strings.ok()) {
-        return InternalError("output \"" + spec.name +
-                             "\": " + std::string(strings.status().message()));
-      }
-      for (int64_t size : strings->shape) out->add_shape(size);
-      response->add_raw_output_contents(StringsToRaw(strings->elements));
-      continue;
-    }
-    at::Tensor tensor = outputs[i].toTensor().contiguous();
-    for (int64_t size : tensor.sizes()) out->add_shape(size);
-    response->add_raw_output_contents(static_cast<const char*>(tensor.data_ptr()),
-                                      tensor.numel() * tensor.element_size());
+    for (int64_t size : strings->shape) out->add_shape(size);
+    response->add_raw_output_contents(StringsToRaw(strings->elements));
   }
   return OkStatus();
 }

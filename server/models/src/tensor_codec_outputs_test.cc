@@ -110,5 +110,54 @@ TEST(TensorCodecTest, AnOutputDtypeTheProtocolCannotCarryIsInternal) {
       StatusIs(StatusCode::kInternal, "output \"y\" has a dtype the protocol cannot carry"));
 }
 
+// A request for `output`'s top `k` classes.
+inference::ModelInferRequest Classifying(const std::string& output, int64_t k) {
+  inference::ModelInferRequest request;
+  auto* requested = request.add_outputs();
+  requested->set_name(output);
+  (*requested->mutable_parameters())["classification"].set_int64_param(k);
+  return request;
+}
+
+TEST(ClassificationTest, EachBatchRowsTopClassesAsValueIndexLabel) {
+  // y = [[1.5, -2], [3, 4]]: row 0 ranks class 0 first, row 1 class 1.
+  inference::ModelInferResponse response;
+  const OutputLabelsMap labels = {{"y", {"labels.txt", {"cat", "dog"}}}};
+  ASSERT_OK(
+      EncodeOutputs(TwoOutputs(), TwoInputManifest(), Classifying("y", 2), &response, labels));
+  ASSERT_EQ(response.outputs_size(), 1);
+  EXPECT_EQ(response.outputs(0).datatype(), "BYTES");
+  EXPECT_THAT(response.outputs(0).shape(), ElementsAre(2, 2));
+  EXPECT_EQ(response.raw_output_contents(0), StringsToRaw({"1.500000:0:cat", "-2.000000:1:dog",
+                                                           "4.000000:1:dog", "3.000000:0:cat"}));
+  // More classes than a row has: all of them; no labels: value:index; integers as integers.
+  ASSERT_OK_AND_ASSIGN(StringTensor top,
+                       Classify(at::tensor({5, 9, 7}, at::kLong), 10, /*batched=*/false, {}));
+  EXPECT_THAT(top.shape, ElementsAre(3));
+  EXPECT_THAT(top.elements, ElementsAre("9:1", "7:2", "5:0"));
+  // A label file shorter than the classes: the others unlabelled.
+  ASSERT_OK_AND_ASSIGN(top, Classify(at::tensor({0.25f, 0.5f}).reshape({1, 2}), 2, true, {"a"}));
+  EXPECT_THAT(top.shape, ElementsAre(1, 2));
+  EXPECT_THAT(top.elements, ElementsAre("0.500000:1", "0.250000:0:a"));
+}
+
+TEST(ClassificationTest, BadClassCountsAndStringOutputsAreRefusedBeforeTheModelRuns) {
+  EXPECT_THAT(CheckRequestedOutputs(Classifying("y", 0), TwoInputManifest()),
+              StatusIs(StatusCode::kInvalidArgument,
+                       "output \"y\": parameter \"classification\" must be an integer >= 1"));
+  inference::ModelInferRequest as_text = Classifying("y", 1);
+  (*as_text.mutable_outputs(0)->mutable_parameters())["classification"].set_string_param("3");
+  EXPECT_THAT(CheckRequestedOutputs(as_text, TwoInputManifest()),
+              StatusIs(StatusCode::kInvalidArgument, ::testing::HasSubstr("integer >= 1")));
+  EXPECT_THAT(CheckRequestedOutputs(Classifying("z", 1), TwoInputManifest()),
+              StatusIs(StatusCode::kInvalidArgument, "output \"z\": the model has no such output"));
+  Manifest words = TwoInputManifest();
+  words.outputs[0].dtype = "string";
+  EXPECT_THAT(CheckRequestedOutputs(Classifying("y", 1), words),
+              StatusIs(StatusCode::kInvalidArgument,
+                       "output \"y\": classification needs a numeric output, not BYTES"));
+  EXPECT_OK(CheckRequestedOutputs(Classifying("n", 3), TwoInputManifest()));
+}
+
 }  // namespace
 }  // namespace chorus::testing

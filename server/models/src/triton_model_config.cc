@@ -23,6 +23,18 @@ void FillTensor(const TensorSpec& spec, bool drop_batch_dim, Tensor* out) {
   for (size_t d = drop_batch_dim ? 1 : 0; d < spec.shape.size(); ++d) out->add_dims(spec.shape[d]);
 }
 
+inference::ModelInput::Format TritonFormat(InputFormat format) {
+  switch (format) {
+    case InputFormat::kNchw:
+      return inference::ModelInput::FORMAT_NCHW;
+    case InputFormat::kNhwc:
+      return inference::ModelInput::FORMAT_NHWC;
+    case InputFormat::kNone:
+      break;
+  }
+  return inference::ModelInput::FORMAT_NONE;
+}
+
 }  // namespace
 
 void FillTritonModelConfig(const LoadedModel& model, inference::ModelConfig* config) {
@@ -39,11 +51,20 @@ void FillTritonModelConfig(const LoadedModel& model, inference::ModelConfig* con
   const bool batches = manifest.batching.batchable && manifest.batching.batch_dim == 0;
   config->set_max_batch_size(batches ? static_cast<int32_t>(scheduling.batching.max_batch_size)
                                      : 0);
+  const TensorAnnotations& annotations = model.annotations();
   for (const TensorSpec& spec : manifest.inputs) {
-    FillTensor(spec, batches && !spec.shape.empty(), config->add_input());
+    auto* input = config->add_input();
+    FillTensor(spec, batches && !spec.shape.empty(), input);
+    auto format = annotations.input_formats.find(spec.name);
+    if (format != annotations.input_formats.end()) input->set_format(TritonFormat(format->second));
   }
   for (const TensorSpec& spec : manifest.outputs) {
-    FillTensor(spec, batches && !spec.shape.empty(), config->add_output());
+    auto* output = config->add_output();
+    FillTensor(spec, batches && !spec.shape.empty(), output);
+    auto labels = annotations.output_labels.find(spec.name);
+    if (labels != annotations.output_labels.end()) {
+      output->set_label_filename(labels->second.filename);
+    }
   }
   if (scheduling.batching.enabled) {
     auto* dynamic = config->mutable_dynamic_batching();

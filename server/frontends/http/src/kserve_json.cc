@@ -10,6 +10,7 @@
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <set>
+#include <type_traits>
 
 #include "chorus/package/dtype.h"
 #include "chorus/server/models/infer_parameters.h"
@@ -38,15 +39,25 @@ T ReadBytes(const std::string& raw, size_t index) {
   return value;
 }
 
+// Whether the JSON integer `value` fits `T`.
+template <typename T>
+bool Fits(const Json& value) {
+  if (value.is_number_unsigned()) {
+    return value.get<uint64_t>() <= uint64_t{std::numeric_limits<T>::max()};
+  }
+  const int64_t number = value.get<int64_t>();
+  if constexpr (std::is_unsigned_v<T>) {
+    return number >= 0 && static_cast<uint64_t>(number) <= std::numeric_limits<T>::max();
+  } else {
+    return number >= std::numeric_limits<T>::min() && number <= std::numeric_limits<T>::max();
+  }
+}
+
 template <typename T>
 Status AppendInteger(const Json& value, const std::string& input, int64_t index, std::string* raw) {
   const std::string what = "value " + std::to_string(index) + " (" + value.dump() + ")";
   if (!value.is_number_integer()) return Invalid(input, what + " is not an integer");
-  if (value.is_number_unsigned() ? value.get<uint64_t>() > uint64_t{std::numeric_limits<T>::max()}
-                                 : (value.get<int64_t>() < std::numeric_limits<T>::min() ||
-                                    value.get<int64_t>() > std::numeric_limits<T>::max())) {
-    return Invalid(input, what + " does not fit its datatype");
-  }
+  if (!Fits<T>(value)) return Invalid(input, what + " does not fit its datatype");
   AppendBytes(value.is_number_unsigned() ? static_cast<T>(value.get<uint64_t>())
                                          : static_cast<T>(value.get<int64_t>()),
               raw);
@@ -193,13 +204,6 @@ std::string Dump(const Json& doc) {
 const Json* Member(const Json& object, const char* key) {
   auto it = object.find(key);
   return it == object.end() ? nullptr : &*it;
-}
-
-bool JsonBoolParameter(const Json& object, const char* key) {
-  const Json* parameters = Member(object, "parameters");
-  const Json* value =
-      parameters != nullptr && parameters->is_object() ? Member(*parameters, key) : nullptr;
-  return value != nullptr && value->is_boolean() && value->get<bool>();
 }
 
 // The request's "parameters" object into `parameters` (what the core reads:
@@ -356,8 +360,9 @@ StatusOr<inference::ModelInferRequest> ParseInferRequest(std::string_view body,
       }
       auto* requested = request.add_outputs();
       requested->set_name(name->get<std::string>());
-      if (JsonBoolParameter(output, "binary_data")) {
-        SetBoolParameter(requested->mutable_parameters(), "binary_data");
+      // binary_data, classification (Triton's extensions), as the gRPC request carries them.
+      if (const Json* parameters = Member(output, "parameters"); parameters != nullptr) {
+        CHORUS_RETURN_IF_ERROR(ReadParameters(*parameters, requested->mutable_parameters()));
       }
     }
   }

@@ -12,6 +12,8 @@
 
 #include "chorus/common/thread_annotations.h"
 #include "chorus/package/model.h"
+#include "chorus/server/models/classification.h"
+#include "chorus/server/models/model_config.h"
 #include "chorus/serving/generation_engines.h"
 #include "chorus/serving/scheduler.h"
 
@@ -31,12 +33,20 @@ struct ModelStatsSnapshot {
   size_t pending = 0;
 };
 
+// What a model's config.json says of its tensors beyond the signature,
+// checked against it when the model loaded.
+struct TensorAnnotations {
+  std::map<std::string, InputFormat> input_formats;  // by input
+  OutputLabelsMap output_labels;                     // by output
+};
+
 class LoadedModel {
  public:
   // A generative model's requests for text go to its `generation` engines.
   LoadedModel(std::string name, std::string version, std::shared_ptr<Model> model,
               const SchedulerOptions& options,
-              std::unique_ptr<GenerationEngines> generation = nullptr);
+              std::unique_ptr<GenerationEngines> generation = nullptr,
+              TensorAnnotations annotations = {});
   // Fails what is queued, lets what runs finish.
   ~LoadedModel();
   LoadedModel(const LoadedModel&) = delete;
@@ -48,6 +58,8 @@ class LoadedModel {
   const Manifest& manifest() const { return *model_->manifest(); }
   // How it is scheduled (batching, workers, queue), as loaded.
   const SchedulerOptions& scheduling() const { return scheduling_; }
+  // Input formats and output labels, as loaded.
+  const TensorAnnotations& annotations() const { return annotations_; }
   ModelScheduler& scheduler() { return *scheduler_; }
   // The generation engines of a generative model; nullptr for others.
   GenerationEngines* generation() { return generation_.get(); }
@@ -67,6 +79,7 @@ class LoadedModel {
   const std::string version_;
   const std::shared_ptr<Model> model_;
   const SchedulerOptions scheduling_;
+  const TensorAnnotations annotations_;
   mutable Mutex mu_;
   ModelStatsSnapshot stats_ CHORUS_GUARDED_BY(mu_);
   std::unique_ptr<ModelScheduler> scheduler_;  // its workers record into stats_

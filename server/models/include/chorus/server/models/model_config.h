@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -18,6 +19,17 @@
 #include "chorus/serving/generation_engines.h"
 
 namespace chorus {
+
+// How an image input is laid out (Triton's ModelInput.Format), for clients
+// that prepare images; chorus itself reads no meaning into it.
+enum class InputFormat { kNone, kNchw, kNhwc };
+
+// What config.json says of one input or output beyond the signature
+// ("tensors": {"x": {"format": "FORMAT_NCHW"}, "y": {"label_filename": "l.txt"}}).
+struct TensorAnnotation {
+  std::optional<InputFormat> format;  // inputs only
+  std::string label_filename;         // outputs only: one label per line, in the model folder
+};
 
 struct ModelConfig {
   // What the version folder holds; nullopt: whatever the file is.
@@ -33,6 +45,9 @@ struct ModelConfig {
   // they are then read from one run of the model on zeros.
   std::vector<TensorSpec> inputs;
   std::vector<TensorSpec> outputs;
+  // Annotations of the model's tensors, by name (checked against the
+  // signature when the model loads).
+  std::map<std::string, TensorAnnotation> tensors;
 
   // Scheduling (each overrides the manifest's hint or the server's default).
   std::optional<int64_t> max_batch_size;  // > 0: batched along dimension 0

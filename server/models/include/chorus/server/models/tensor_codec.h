@@ -14,6 +14,7 @@
 #include "chorus/common/status.h"
 #include "chorus/inference/grpc_service.pb.h"
 #include "chorus/package/manifest.h"
+#include "chorus/server/models/classification.h"
 #include "chorus/serving/model_values.h"
 
 namespace chorus {
@@ -43,14 +44,20 @@ StatusOr<StringTensor> StringTensorFromRaw(const std::vector<int64_t>& shape,
 // `elements` in BYTES' raw layout.
 std::string StringsToRaw(const std::vector<std::string>& elements);
 
+// OK if every output the request asks for is one the model has, and any
+// classification asked for is of a numeric output with K >= 1
+// (INVALID_ARGUMENT naming the output otherwise). Checked before the model runs.
+Status CheckRequestedOutputs(const inference::ModelInferRequest& request, const Manifest& manifest);
+
 // Fills `response` with `outputs` (manifest order) as raw contents, keeping
-// only those the request asked for (all when it asked for none).
-// INVALID_ARGUMENT for a requested output the model does not have; INTERNAL
-// when the outputs' count or dtypes differ from the manifest's, or a string
-// output is not a well-formed string tensor.
+// only those the request asked for (all when it asked for none); an output
+// asked for with "classification" comes back as its classes
+// (classification.h), labelled from `labels`. INVALID_ARGUMENT as
+// CheckRequestedOutputs; INTERNAL when the outputs' count or dtypes differ
+// from the manifest's, or a string output is not a well-formed string tensor.
 Status EncodeOutputs(const std::vector<c10::IValue>& outputs, const Manifest& manifest,
                      const inference::ModelInferRequest& request,
-                     inference::ModelInferResponse* response);
+                     inference::ModelInferResponse* response, const OutputLabelsMap& labels = {});
 
 }  // namespace chorus
 
