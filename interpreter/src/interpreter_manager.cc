@@ -33,6 +33,14 @@ struct ManagerCore {
   // rotating position so claimers spread out); if none is idle, the least busy
   // unreserved one; reserved slots only when every slot is reserved. Either way
   // the slot's user count includes the caller on return.
+  // Slot `index` (counting the caller in), or any as above when it is -1.
+  Slot* Claim(int index) {
+    if (index < 0) return Claim();
+    Slot* slot = slots.at(static_cast<size_t>(index)).get();
+    slot->users.fetch_add(1, std::memory_order_acquire);
+    return slot;
+  }
+
   Slot* Claim() {
     const size_t n = slots.size();
     const size_t start = next_claim.fetch_add(1, std::memory_order_relaxed);
@@ -109,11 +117,7 @@ class InterpreterManagerImpl final : public InterpreterManager {
 
   InterpreterSession AcquireOne() override { return InterpreterSession(core_->Claim()); }
 
-  InterpreterSession Acquire(int index) override {
-    internal::Slot* slot = core_->slots.at(static_cast<size_t>(index)).get();
-    slot->users.fetch_add(1, std::memory_order_acquire);
-    return InterpreterSession(slot);
-  }
+  InterpreterSession Acquire(int index) override { return InterpreterSession(core_->Claim(index)); }
 
   void SetReserved(int index, bool reserved) override {
     core_->slots.at(static_cast<size_t>(index))
@@ -485,7 +489,7 @@ StatusOr<c10::IValue> ReplicatedObject::Call(const std::vector<c10::IValue>& arg
   if (!rep_ || !rep_->core->alive) {
     return FailedPreconditionError("ReplicatedObject used after its InterpreterManager ended");
   }
-  InterpreterSession session(rep_->core->Claim());
+  InterpreterSession session(rep_->core->Claim(options.interpreter));
   CHORUS_ASSIGN_OR_RETURN(Object object, In(session));
   CHORUS_ASSIGN_OR_RETURN(Object result, object.Call(args, kwargs, options));
   return result.ToIValue();

@@ -176,7 +176,7 @@ class PythonModel final : public Model {
     // call (one libtorch), so no graph is recorded, as with TorchScript.
     c10::InferenceMode guard;
     if (on_host_) return replicated_.Call(inputs, {}, options);
-    InterpreterSession session = manager_->AcquireOne();
+    InterpreterSession session = Session(options);
     internal::InterpreterStreamScope stream(session.index(), DeviceOf(devices_, session.index()));
     CHORUS_ASSIGN_OR_RETURN(Object answer, CallReplica(session, inputs, options));
     CHORUS_ASSIGN_OR_RETURN(c10::IValue value, answer.ToIValue());
@@ -188,6 +188,12 @@ class PythonModel final : public Model {
   StatusOr<Object> In(InterpreterSession& session) override { return replicated_.In(session); }
 
  private:
+  // A session on the interpreter `options` names, else on an idle one.
+  InterpreterSession Session(const CallOptions& options) const {
+    return options.interpreter >= 0 ? manager_->Acquire(options.interpreter)
+                                    : manager_->AcquireOne();
+  }
+
   // `session`'s replica called on `inputs` moved to its device (on the
   // current stream: the caller's InterpreterStreamScope).
   StatusOr<Object> CallReplica(InterpreterSession& session, const std::vector<c10::IValue>& inputs,
@@ -210,7 +216,7 @@ class PythonModel final : public Model {
 Status PythonModel::ForwardEach(const std::vector<c10::IValue>& inputs, const CallOptions& options,
                                 const std::function<bool(const c10::IValue&)>& each) {
   c10::InferenceMode guard;
-  InterpreterSession session = manager_->AcquireOne();
+  InterpreterSession session = Session(options);
   internal::InterpreterStreamScope stream(session.index(), DeviceOf(devices_, session.index()));
   CHORUS_ASSIGN_OR_RETURN(Object answer, CallReplica(session, inputs, options));
   CHORUS_ASSIGN_OR_RETURN(Object is_generator, session.Global("inspect", "isgenerator"));

@@ -145,3 +145,32 @@ class TinyClassifier(torch.nn.Module):
 
     def forward(self, image):
         return self.head(self.features(image).mean(dim=(2, 3)))
+
+
+class Accumulator(torch.nn.Module):
+    """A stateful model with implicit state (Triton's sequence batcher): each request's
+    OUTPUT is its sequence's running sum; START (a control input) restarts it."""
+
+    def forward(self, value, start, ready, state):
+        total = state * (1 - start) + value * ready
+        return total, total  # OUTPUT, and OUTPUT_STATE: the next request's INPUT_STATE
+
+
+class PythonStateSum(torch.nn.Module):
+    """A stateful model that keeps its sums in Python, by correlation id (CORRID), as
+    Triton's Python-backend models do: right only if a sequence stays in one interpreter."""
+
+    def __init__(self):
+        super().__init__()
+        self.sums = {}
+
+    def forward(self, value, start, end, corrid):
+        totals = []
+        for row in range(value.shape[0]):
+            key = int(corrid[row, 0])
+            base = 0 if bool(start[row, 0]) else self.sums.get(key, 0)
+            self.sums[key] = base + int(value[row, 0])
+            totals.append(self.sums[key])
+            if bool(end[row, 0]):
+                del self.sums[key]
+        return torch.tensor(totals, dtype=torch.int64).reshape(-1, 1)

@@ -230,7 +230,8 @@ StatusOr<std::vector<c10::IValue>> ModelScheduler::RunBatch(const std::vector<Pe
       inputs.push_back(ConcatValues(parts, dim));
     }
   }
-  CHORUS_ASSIGN_OR_RETURN(c10::IValue output, model_->Forward(inputs, CallOptions{deadline}));
+  CHORUS_ASSIGN_OR_RETURN(c10::IValue output,
+                          model_->Forward(inputs, CallOptions{deadline, options_.interpreter}));
   CHORUS_ASSIGN_OR_RETURN(std::vector<c10::IValue> outputs,
                           FlattenOutputs(output, model_->manifest()));
   if (batch.size() == 1) return outputs;
@@ -295,7 +296,8 @@ void ModelScheduler::ExecuteDecoupled(Pending& pending, Clock::time_point start)
   InferenceRequest& request = pending.request;
   Status stopped;
   Status status = model_->ForwardEach(
-      request.inputs, CallOptions{request.deadline}, [&](const c10::IValue& value) {
+      request.inputs, CallOptions{request.deadline, options_.interpreter},
+      [&](const c10::IValue& value) {
         if (request.cancelled != nullptr && request.cancelled->load()) {
           stopped = Status(StatusCode::kCancelled, "the client went away");
           return false;

@@ -91,6 +91,39 @@ std::string SamplingParametersJson(const inference::ModelInferRequest& request) 
   return out.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
+// `call` in the sequence its request names (parameters sequence_id: a
+// number or a string, sequence_start, sequence_end; Triton's).
+StatusOr<SequenceRequest> SequenceOf(const inference::ModelInferRequest& request,
+                                     InferenceRequest call) {
+  SequenceRequest in_sequence;
+  const auto& parameters = request.parameters();
+  in_sequence.id = uint64_t{0};
+  if (auto id = parameters.find("sequence_id"); id != parameters.end()) {
+    const inference::InferParameter& value = id->second;
+    switch (value.parameter_choice_case()) {
+      case inference::InferParameter::kInt64Param:
+        if (value.int64_param() < 0) {
+          return InvalidArgumentError("sequence_id " + std::to_string(value.int64_param()) +
+                                      " is negative");
+        }
+        in_sequence.id = static_cast<uint64_t>(value.int64_param());
+        break;
+      case inference::InferParameter::kUint64Param:
+        in_sequence.id = value.uint64_param();
+        break;
+      case inference::InferParameter::kStringParam:
+        in_sequence.id = value.string_param();
+        break;
+      default:
+        return InvalidArgumentError("sequence_id must be an integer or a string");
+    }
+  }
+  in_sequence.start = BoolParameter(parameters, "sequence_start");
+  in_sequence.end = BoolParameter(parameters, "sequence_end");
+  in_sequence.call = std::move(call);
+  return in_sequence;
+}
+
 // The one prompt of a generate request (its string input, Triton's text_input).
 StatusOr<std::string> PromptOf(const LoadedModel& model,
                                const inference::ModelInferRequest& request) {
@@ -278,8 +311,8 @@ void InferenceCore::InferOnce(std::shared_ptr<LoadedModel> model,
   StatusOr<InferenceRequest> call =
       PrepareCall(*model, *request, deadline, std::move(cancelled), start);
   if (!call.ok()) return done(call.status());
-  model->scheduler().Submit(std::move(*call), [model, request, response, start,
-                                               done = std::move(done)](InferenceResult result) {
+  SequenceBatcher* sequences = model->sequences();
+  auto answer = [model, request, response, start, done = std::move(done)](InferenceResult result) {
     Status status = result.status;
     if (status.ok()) {
       FillResponseHeader(*model, *request, response);
@@ -288,7 +321,15 @@ void InferenceCore::InferOnce(std::shared_ptr<LoadedModel> model,
     }
     model->RecordRequest(result, Clock::now() - start);
     done(status);
-  });
+  };
+  if (sequences == nullptr) return model->scheduler().Submit(std::move(*call), std::move(answer));
+  StatusOr<SequenceRequest> in_sequence = SequenceOf(*request, std::move(*call));
+  if (!in_sequence.ok()) {
+    InferenceResult refused;
+    refused.status = in_sequence.status();
+    return answer(std::move(refused));
+  }
+  sequences->Submit(std::move(*in_sequence), std::move(answer));
 }
 
 void InferenceCore::StreamInfer(std::shared_ptr<const inference::ModelInferRequest> request,

@@ -6,22 +6,35 @@
 
 namespace chorus {
 
+namespace {
+
+Manifest ServedManifest(const Model& model, const std::optional<SequenceBatching>& sequences) {
+  if (!sequences) return *model.manifest();
+  return SequenceBatcher::ClientSignature(*model.manifest(), *sequences).value();
+}
+
+}  // namespace
+
 LoadedModel::LoadedModel(std::string name, std::string version, std::shared_ptr<Model> model,
-                         const SchedulerOptions& options,
-                         std::unique_ptr<GenerationEngines> generation,
-                         TensorAnnotations annotations)
+                         const SchedulerOptions& options, LoadedModelParts parts)
     : name_(std::move(name)),
       version_(std::move(version)),
       model_(std::move(model)),
       scheduling_(options),
-      annotations_(std::move(annotations)),
-      generation_(std::move(generation)) {
-  scheduler_ = std::make_unique<ModelScheduler>(
-      model_, options, [this](const ExecutionStats& stats) { RecordExecution(stats); });
+      annotations_(std::move(parts.annotations)),
+      manifest_(ServedManifest(*model_, parts.sequences)),
+      generation_(std::move(parts.generation)) {
+  auto record = [this](const ExecutionStats& stats) { RecordExecution(stats); };
+  if (parts.sequences) {
+    sequences_ = SequenceBatcher::Create(model_, *parts.sequences, options, record).value();
+  } else {
+    scheduler_ = std::make_unique<ModelScheduler>(model_, options, record);
+  }
 }
 
 LoadedModel::~LoadedModel() {
   generation_.reset();
+  sequences_.reset();
   scheduler_.reset();
 }
 
@@ -29,7 +42,8 @@ void LoadedModel::Drain(std::chrono::steady_clock::time_point deadline) {
   if (generation_ && !generation_->Drain(deadline)) {
     Log().warn("model {}: generations still running at the drain deadline are cut short", name_);
   }
-  scheduler_->Drain(deadline);
+  if (sequences_) sequences_->Drain(deadline);
+  if (scheduler_) scheduler_->Drain(deadline);
 }
 
 void LoadedModel::RecordExecution(const ExecutionStats& stats) {
@@ -62,7 +76,7 @@ ModelStatsSnapshot LoadedModel::Snapshot() const {
     MutexLock lock(&mu_);
     snapshot = stats_;
   }
-  snapshot.pending = scheduler_->pending();
+  snapshot.pending = sequences_ ? sequences_->pending() : scheduler_->pending();
   return snapshot;
 }
 

@@ -119,6 +119,77 @@ StatusOr<std::map<std::string, TensorAnnotation>> TensorAnnotationsAt(const Json
   return annotations;
 }
 
+StatusOr<SequenceControl> ControlKindAt(const Json& value, const std::string& key) {
+  CHORUS_ASSIGN_OR_RETURN(std::string kind, StringAt(value, key));
+  for (auto [text, control] :
+       {std::pair{"CONTROL_SEQUENCE_START", SequenceControl::kStart},
+        std::pair{"CONTROL_SEQUENCE_END", SequenceControl::kEnd},
+        std::pair{"CONTROL_SEQUENCE_READY", SequenceControl::kReady},
+        std::pair{"CONTROL_SEQUENCE_CORRID", SequenceControl::kCorrelationId}}) {
+    if (kind == text) return control;
+  }
+  return KeyError(
+      key, "unknown kind \"" + kind + "\" (CONTROL_SEQUENCE_START, _END, _READY or _CORRID)");
+}
+
+// Each item of the list at `key`, an object of `fields` (all required), as strings.
+StatusOr<std::vector<std::vector<std::string>>> ObjectsAt(
+    const Json& list, const std::string& key, std::initializer_list<const char*> fields) {
+  if (!list.is_array()) return KeyError(key, "must be a list");
+  std::vector<std::vector<std::string>> items;
+  for (size_t i = 0; i < list.size(); ++i) {
+    const std::string at = key + "[" + std::to_string(i) + "]";
+    if (!list[i].is_object()) return KeyError(at, "must be an object");
+    CHORUS_RETURN_IF_ERROR(CheckKeys(list[i], at + ".", fields));
+    std::vector<std::string> values;
+    for (const char* field : fields) {
+      if (!list[i].contains(field)) return KeyError(at + "." + field, "is required");
+      CHORUS_ASSIGN_OR_RETURN(std::string value, StringAt(list[i][field], at + "." + field));
+      values.push_back(std::move(value));
+    }
+    items.push_back(std::move(values));
+  }
+  return items;
+}
+
+StatusOr<SequenceBatching> SequenceBatchingAt(const Json& value) {
+  const std::string key = "sequence_batching";
+  if (!value.is_object()) return KeyError(key, "must be an object");
+  CHORUS_RETURN_IF_ERROR(CheckKeys(
+      value, key + ".", {"strategy", "max_sequence_idle_microseconds", "control_inputs", "state"}));
+  SequenceBatching sequences;
+  if (value.contains("strategy")) {
+    CHORUS_ASSIGN_OR_RETURN(std::string strategy, StringAt(value["strategy"], key + ".strategy"));
+    if (strategy != "direct" && strategy != "oldest") {
+      return KeyError(key + ".strategy", "must be \"direct\" or \"oldest\"");
+    }
+    sequences.strategy =
+        strategy == "direct" ? SequenceStrategy::kDirect : SequenceStrategy::kOldest;
+  }
+  if (value.contains("max_sequence_idle_microseconds")) {
+    CHORUS_ASSIGN_OR_RETURN(int64_t idle, IntAt(value["max_sequence_idle_microseconds"],
+                                                key + ".max_sequence_idle_microseconds", 1));
+    sequences.max_idle = std::chrono::microseconds(idle);
+  }
+  if (value.contains("control_inputs")) {
+    CHORUS_ASSIGN_OR_RETURN(auto controls, ObjectsAt(value["control_inputs"],
+                                                     key + ".control_inputs", {"name", "kind"}));
+    for (size_t i = 0; i < controls.size(); ++i) {
+      CHORUS_ASSIGN_OR_RETURN(
+          SequenceControl kind,
+          ControlKindAt(value["control_inputs"][i]["kind"],
+                        key + ".control_inputs[" + std::to_string(i) + "].kind"));
+      sequences.controls.emplace_back(controls[i][0], kind);
+    }
+  }
+  if (value.contains("state")) {
+    CHORUS_ASSIGN_OR_RETURN(
+        auto states, ObjectsAt(value["state"], key + ".state", {"input_name", "output_name"}));
+    for (auto& state : states) sequences.states.emplace_back(state[0], state[1]);
+  }
+  return sequences;
+}
+
 StatusOr<EntryPoint> EntryPointAt(const Json& value) {
   if (!value.is_object()) return KeyError("entry_point", "must be an object");
   CHORUS_RETURN_IF_ERROR(
@@ -242,7 +313,7 @@ StatusOr<ModelConfig> ParseModelConfig(std::string_view json) {
       config, "",
       {"format", "default_model_filename", "entry_point", "inputs", "outputs", "max_batch_size",
        "dynamic_batching", "max_queue_delay_us", "preferred_batch_sizes", "max_queue", "decoupled",
-       "generation", "device", "devices", "tensors"}));
+       "generation", "device", "devices", "tensors", "sequence_batching"}));
   ModelConfig out;
   if (config.contains("format")) {
     CHORUS_ASSIGN_OR_RETURN(out.format, FormatAt(config["format"]));
@@ -263,6 +334,9 @@ StatusOr<ModelConfig> ParseModelConfig(std::string_view json) {
   if (config.contains("outputs")) {
     if (!config.contains("inputs")) return KeyError("outputs", "given without inputs");
     CHORUS_ASSIGN_OR_RETURN(out.outputs, TensorsAt(config["outputs"], "outputs"));
+  }
+  if (config.contains("sequence_batching")) {
+    CHORUS_ASSIGN_OR_RETURN(out.sequence_batching, SequenceBatchingAt(config["sequence_batching"]));
   }
   if (config.contains("tensors")) {
     CHORUS_ASSIGN_OR_RETURN(out.tensors, TensorAnnotationsAt(config["tensors"]));

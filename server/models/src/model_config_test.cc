@@ -74,6 +74,14 @@ TEST(ModelConfigTest, EveryWrongKeyOrValueIsNamed) {
       {R"({"preferred_batch_sizes": [4, 0]})", "config.json: preferred_batch_sizes[1]"},
       {R"([1, 2])", "config.json is not a JSON object"},
       {R"({"tensors": [1]})", "config.json: tensors: must be an object"},
+      {R"({"sequence_batching": {"strategy": "newest"}})",
+       "config.json: sequence_batching.strategy: must be \"direct\" or \"oldest\""},
+      {R"({"sequence_batching": {"control_inputs": [{"name": "S", "kind": "START"}]}})",
+       "config.json: sequence_batching.control_inputs[0].kind: unknown kind \"START\""},
+      {R"({"sequence_batching": {"state": [{"input_name": "s"}]}})",
+       "config.json: sequence_batching.state[0].output_name: is required"},
+      {R"({"sequence_batching": {"max_sequence_idle_microseconds": 0}})",
+       "config.json: sequence_batching.max_sequence_idle_microseconds: must be an integer >= 1"},
       {R"({"tensors": {"x": {"format": "NCHW"}}})",
        "config.json: tensors.x.format: unknown format \"NCHW\" (FORMAT_NONE, FORMAT_NCHW"},
       {R"({"tensors": {"y": {"label_filename": "../labels.txt"}}})",
@@ -95,6 +103,27 @@ TEST(ModelConfigTest, TensorsCarryTritonsInputFormatAndOutputLabels) {
   EXPECT_EQ(config.tensors["image"].label_filename, "");
   EXPECT_FALSE(config.tensors["logits"].format.has_value());
   EXPECT_EQ(config.tensors["logits"].label_filename, "labels.txt");
+}
+
+TEST(ModelConfigTest, SequenceBatchingNamesControlsAndStates) {
+  ASSERT_OK_AND_ASSIGN(ModelConfig config, ParseModelConfig(R"({"sequence_batching": {
+    "strategy": "oldest", "max_sequence_idle_microseconds": 5000,
+    "control_inputs": [{"name": "START", "kind": "CONTROL_SEQUENCE_START"},
+                       {"name": "ID", "kind": "CONTROL_SEQUENCE_CORRID"}],
+    "state": [{"input_name": "h_in", "output_name": "h_out"}]}})"));
+  ASSERT_TRUE(config.sequence_batching.has_value());
+  const SequenceBatching& sequences = *config.sequence_batching;
+  EXPECT_EQ(sequences.strategy, SequenceStrategy::kOldest);
+  EXPECT_EQ(sequences.max_idle.count(), 5000);
+  ASSERT_EQ(sequences.controls.size(), 2u);
+  EXPECT_EQ(sequences.controls[1].first, "ID");
+  EXPECT_EQ(sequences.controls[1].second, SequenceControl::kCorrelationId);
+  ASSERT_EQ(sequences.states.size(), 1u);
+  EXPECT_EQ(sequences.states[0].second, "h_out");
+  // Defaults: Triton's.
+  ASSERT_OK_AND_ASSIGN(config, ParseModelConfig(R"({"sequence_batching": {}})"));
+  EXPECT_EQ(config.sequence_batching->strategy, SequenceStrategy::kDirect);
+  EXPECT_EQ(config.sequence_batching->max_idle.count(), 1000000);
 }
 
 TEST(ModelConfigTest, NoSignatureIsFailedPrecondition) {

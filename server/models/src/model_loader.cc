@@ -175,6 +175,19 @@ StatusOr<TensorAnnotations> ResolveAnnotations(const ModelConfig& config, const 
   return resolved;
 }
 
+// A stateful model's config: sequence batching of a model that answers once
+// per request, whose control and state tensors it has.
+Status CheckStateful(const ModelConfig& config, const Model& model) {
+  if (config.decoupled || config.generation) {
+    return InvalidArgumentError(
+        "config.json: sequence_batching: a decoupled or generative model cannot be stateful");
+  }
+  Status signature =
+      SequenceBatcher::ClientSignature(*model.manifest(), *config.sequence_batching).status();
+  if (!signature.ok()) return InvalidArgumentError("config.json: " + signature.message());
+  return OkStatus();
+}
+
 }  // namespace
 
 StatusOr<std::shared_ptr<LoadedModel>> ModelLoader::LoadNewest(const std::string& name) const {
@@ -185,6 +198,7 @@ StatusOr<std::shared_ptr<LoadedModel>> ModelLoader::LoadNewest(const std::string
   CHORUS_ASSIGN_OR_RETURN(std::shared_ptr<Model> model, LoadModel(path, config, name, version));
   CHORUS_ASSIGN_OR_RETURN(TensorAnnotations annotations,
                           ResolveAnnotations(config, *model->manifest(), layout_->ModelDir(name)));
+  if (config.sequence_batching) CHORUS_RETURN_IF_ERROR(CheckStateful(config, *model));
   SchedulerOptions scheduling = SchedulingFor(config, *model->manifest(), options_);
   scheduling.label = CrashLabel::Model(name, version);
   std::unique_ptr<GenerationEngines> generation;
@@ -193,8 +207,9 @@ StatusOr<std::shared_ptr<LoadedModel>> ModelLoader::LoadNewest(const std::string
     engines.label = scheduling.label;
     CHORUS_ASSIGN_OR_RETURN(generation, GenerationEngines::Start(model, placement_, engines));
   }
+  LoadedModelParts parts{std::move(generation), std::move(annotations), config.sequence_batching};
   return std::make_shared<LoadedModel>(name, version, std::move(model), scheduling,
-                                       std::move(generation), std::move(annotations));
+                                       std::move(parts));
 }
 
 StatusOr<std::shared_ptr<Model>> ModelLoader::LoadModel(const std::string& path,

@@ -67,6 +67,9 @@ struct CallOptions {
   // DEADLINE_EXCEEDED and the interpreter serves the next call. Code blocked
   // inside C (a sleep, a long kernel) is interrupted when it returns to Python.
   std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max();
+  // >= 0: a ReplicatedObject (or model) call runs on this interpreter, waiting
+  // for its GIL, where state kept there lives (a sequence's); -1: an idle one.
+  int interpreter = -1;
 };
 
 struct InterpreterManagerOptions {

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "chorus/common/thread_annotations.h"
@@ -16,6 +17,7 @@
 #include "chorus/server/models/model_config.h"
 #include "chorus/serving/generation_engines.h"
 #include "chorus/serving/scheduler.h"
+#include "chorus/serving/sequence_batcher.h"
 
 namespace chorus {
 
@@ -40,13 +42,20 @@ struct TensorAnnotations {
   OutputLabelsMap output_labels;                     // by output
 };
 
+// What serves a model beside its request scheduler, all optional.
+struct LoadedModelParts {
+  // A generative model's engines: its requests for text go there.
+  std::unique_ptr<GenerationEngines> generation;
+  TensorAnnotations annotations;
+  // A stateful model: its requests go through a sequence batcher (checked
+  // with SequenceBatcher::ClientSignature before).
+  std::optional<SequenceBatching> sequences;
+};
+
 class LoadedModel {
  public:
-  // A generative model's requests for text go to its `generation` engines.
   LoadedModel(std::string name, std::string version, std::shared_ptr<Model> model,
-              const SchedulerOptions& options,
-              std::unique_ptr<GenerationEngines> generation = nullptr,
-              TensorAnnotations annotations = {});
+              const SchedulerOptions& options, LoadedModelParts parts = {});
   // Fails what is queued, lets what runs finish.
   ~LoadedModel();
   LoadedModel(const LoadedModel&) = delete;
@@ -55,12 +64,17 @@ class LoadedModel {
   const std::string& name() const { return name_; }
   const std::string& version() const { return version_; }
   const Model& model() const { return *model_; }
-  const Manifest& manifest() const { return *model_->manifest(); }
+  // The signature clients see: the model's, less a stateful model's control
+  // and state tensors (which chorus fills in).
+  const Manifest& manifest() const { return manifest_; }
   // How it is scheduled (batching, workers, queue), as loaded.
   const SchedulerOptions& scheduling() const { return scheduling_; }
   // Input formats and output labels, as loaded.
   const TensorAnnotations& annotations() const { return annotations_; }
+  // Where requests go: the scheduler, or for a stateful model the sequence
+  // batcher (sequences() non-null, scheduler() then unusable).
   ModelScheduler& scheduler() { return *scheduler_; }
+  SequenceBatcher* sequences() { return sequences_.get(); }
   // The generation engines of a generative model; nullptr for others.
   GenerationEngines* generation() { return generation_.get(); }
   // Takes no new requests and waits for those queued or running (model calls
@@ -80,9 +94,11 @@ class LoadedModel {
   const std::shared_ptr<Model> model_;
   const SchedulerOptions scheduling_;
   const TensorAnnotations annotations_;
+  const Manifest manifest_;
   mutable Mutex mu_;
   ModelStatsSnapshot stats_ CHORUS_GUARDED_BY(mu_);
-  std::unique_ptr<ModelScheduler> scheduler_;  // its workers record into stats_
+  std::unique_ptr<ModelScheduler> scheduler_;   // its workers record into stats_
+  std::unique_ptr<SequenceBatcher> sequences_;  // so do its lanes
   std::unique_ptr<GenerationEngines> generation_;
 };
 

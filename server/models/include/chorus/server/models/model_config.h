@@ -17,6 +17,7 @@
 #include "chorus/package/manifest.h"
 #include "chorus/package/model_format.h"
 #include "chorus/serving/generation_engines.h"
+#include "chorus/serving/sequence_batcher.h"
 
 namespace chorus {
 
@@ -63,6 +64,11 @@ struct ModelConfig {
   // optional: cache_blocks, block_size, max_running, max_step_tokens,
   // prefill_chunk, engines). Implies decoupled.
   std::optional<GenerationOptions> generation;
+  // A stateful model ("sequence_batching": {"strategy": "direct" | "oldest",
+  // "max_sequence_idle_microseconds", "control_inputs": [{"name", "kind":
+  // "CONTROL_SEQUENCE_START" | _END | _READY | _CORRID}], "state":
+  // [{"input_name", "output_name"}]}): Triton's sequence batcher.
+  std::optional<SequenceBatching> sequence_batching;
 
   // Where the model runs ("device": "cuda:1", or "devices": [...] to spread
   // its interpreters' replicas over them); empty: the package's device, else
