@@ -14,7 +14,12 @@
 //                           it is ready and answers again
 //   chaos                   the chaos run (server/tests/chaos.py, bin/bench_chaos):
 //                           requests, lost (0), restarts (2), RSS change
+//   shm_vs_wire_throughput  4 MiB inputs (a model summing their rows) through
+//                           system shared memory over the same through the
+//                           gRPC wire, concurrency 1, loopback
+#include <fcntl.h>
 #include <signal.h>
+#include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -274,7 +279,13 @@ class Mlp(torch.nn.Module):
     def forward(self, x):
         return self.net(x)
 
+class RowSums(torch.nn.Module):
+    def forward(self, x):
+        return x.sum(dim=1)
+
 def trivial(): return Trivial()
+def row_sums(): return RowSums()
+def big_inputs(): return (torch.zeros(1024, 1024),)
 def heavy(): return PythonHeavy()
 def mlp(): return Mlp()
 def example_inputs(): return (torch.zeros(1, 4),)
@@ -286,14 +297,20 @@ std::string MakeRepository(const std::string& relative) {
   if (realpath(relative.c_str(), absolute) == nullptr) throw std::runtime_error("no " + relative);
   const std::string dir = absolute;
   std::ofstream(dir + "/bench_models.py") << kModels;
-  for (auto [name, extra] : {std::pair<const char*, const char*>{"trivial", "--no-batching"},
-                             {"heavy", "--no-batching"},
-                             {"mlp", "--max-batch-size 64"}}) {
+  struct Packaged {
+    const char* name;
+    const char* extra;
+    const char* examples;
+  };
+  for (auto [name, extra, examples] : {Packaged{"trivial", "--no-batching", "example_inputs"},
+                                       Packaged{"heavy", "--no-batching", "example_inputs"},
+                                       Packaged{"mlp", "--max-batch-size 64", "example_inputs"},
+                                       Packaged{"row_sums", "--no-batching", "big_inputs"}}) {
     std::string folder = dir + "/repo/" + name + "/1";
     std::string command = "mkdir -p '" + folder + "' && cd '" + dir + "' && " + g_bin +
                           "/chorus-package create '" + folder +
                           "/model.pt' --module bench_models:" + name +
-                          " --example-inputs bench_models:example_inputs --name " + name + " " +
+                          " --example-inputs bench_models:" + examples + " --name " + name + " " +
                           extra + " --quiet > /dev/null";
     if (std::system(command.c_str()) != 0) throw std::runtime_error("packaging failed: " + command);
   }
@@ -415,6 +432,73 @@ std::optional<nlohmann::json> RunChaos(const Options& options) {
   return chaos;
 }
 
+// Requests per second of `request` sent back to back for `seconds` (each must succeed).
+double Rate(inference::GRPCInferenceService::Stub& stub,
+            const inference::ModelInferRequest& request, double seconds) {
+  const Clock::time_point start = Clock::now();
+  int64_t calls = 0;
+  inference::ModelInferResponse response;
+  while (SecondsSince(start) < seconds) {
+    grpc::ClientContext context;
+    grpc::Status status = stub.ModelInfer(&context, request, &response);
+    if (!status.ok()) throw std::runtime_error("row_sums: " + status.error_message());
+    ++calls;
+  }
+  return calls / SecondsSince(start);
+}
+
+// 4 MiB inputs through the gRPC wire and through a registered system shared
+// memory region (written once, as a client that fills it in place would).
+nlohmann::json MeasureSharedMemory(const std::string& repository, const Options& options) {
+  ServerProcess server(repository, 2);
+  constexpr int64_t kSide = 1024;
+  const size_t bytes = kSide * kSide * sizeof(float);
+  const std::string key = "/chorus_bench_" + std::to_string(getpid());
+  const int fd = shm_open(key.c_str(), O_CREAT | O_RDWR, 0600);
+  if (fd < 0 || ftruncate(fd, static_cast<off_t>(bytes)) != 0) throw std::runtime_error("shm");
+  auto* values =
+      static_cast<float*>(mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0));
+  close(fd);
+  for (int64_t i = 0; i < kSide * kSide; ++i) values[i] = 0.25f * (i % 7);
+  auto stub = inference::GRPCInferenceService::NewStub(grpc::CreateChannel(
+      "127.0.0.1:" + std::to_string(server.port()), grpc::InsecureChannelCredentials()));
+  {
+    grpc::ClientContext context;
+    inference::SystemSharedMemoryRegisterRequest region;
+    inference::SystemSharedMemoryRegisterResponse registered;
+    region.set_name("input");
+    region.set_key(key);
+    region.set_byte_size(bytes);
+    if (!stub->SystemSharedMemoryRegister(&context, region, &registered).ok()) {
+      throw std::runtime_error("could not register the shared memory region");
+    }
+  }
+  inference::ModelInferRequest wire;
+  wire.set_model_name("row_sums");
+  auto* input = wire.add_inputs();
+  input->set_name("x");
+  input->set_datatype("FP32");
+  input->add_shape(kSide);
+  input->add_shape(kSide);
+  inference::ModelInferRequest in_memory = wire;
+  wire.add_raw_input_contents(reinterpret_cast<const char*>(values), bytes);
+  auto& parameters = *in_memory.mutable_inputs(0)->mutable_parameters();
+  parameters["shared_memory_region"].set_string_param("input");
+  parameters["shared_memory_byte_size"].set_int64_param(static_cast<int64_t>(bytes));
+  Rate(*stub, wire, 0.5);
+  Rate(*stub, in_memory, 0.5);
+  std::vector<double> medians =
+      InterleavedMedians(options.rounds, {[&] { return Rate(*stub, wire, options.seconds); },
+                                          [&] { return Rate(*stub, in_memory, options.seconds); }});
+  munmap(values, bytes);
+  shm_unlink(key.c_str());
+  std::printf(
+      "4 MiB inputs: %.1f req/s through the gRPC wire, %.1f through shared memory (%.2fx)\n\n",
+      medians[0], medians[1], medians[1] / medians[0]);
+  return {{"shm_vs_wire_throughput", medians[1] / medians[0]},
+          {"shared_memory_4mib", {{"wire_per_s", medians[0]}, {"shm_per_s", medians[1]}}}};
+}
+
 }  // namespace
 }  // namespace chorus::bench
 
@@ -435,6 +519,7 @@ int main(int argc, char** argv) {
 
   nlohmann::json result = MeasureOverheadAndSweep(repository, options);
   result.update(MeasureInterpreterScaling(repository, options));
+  result.update(MeasureSharedMemory(repository, options));
   result["soak"] = MeasureSoak(repository, options.soak_seconds);
   result.update(MeasureRestart(repository));
   std::optional<nlohmann::json> chaos = RunChaos(options);

@@ -156,8 +156,8 @@ void FillText(const LoadedModel& model, const inference::ModelInferRequest& requ
 void InferenceCore::ServerMetadata(inference::ServerMetadataResponse* response) const {
   response->set_name(kServerName);
   response->set_version(kServerVersion);
-  for (const char* extension :
-       {"model_repository", "statistics", "binary_tensor_data", "classification"}) {
+  for (const char* extension : {"model_repository", "statistics", "binary_tensor_data",
+                                "classification", "system_shared_memory"}) {
     response->add_extensions(extension);
   }
 }
@@ -258,7 +258,8 @@ StatusOr<InferenceRequest> InferenceCore::PrepareCall(LoadedModel& model,
                                                       Clock::time_point deadline,
                                                       std::shared_ptr<std::atomic<bool>> cancelled,
                                                       Clock::time_point start) const {
-  StatusOr<std::vector<c10::IValue>> inputs = DecodeInputs(request, model.manifest());
+  StatusOr<std::vector<c10::IValue>> inputs =
+      DecodeInputs(request, model.manifest(), &shared_memory_);
   if (inputs.ok()) {
     if (Status outputs = CheckRequestedOutputs(request, model.manifest()); !outputs.ok()) {
       inputs = outputs;
@@ -312,12 +313,13 @@ void InferenceCore::InferOnce(std::shared_ptr<LoadedModel> model,
       PrepareCall(*model, *request, deadline, std::move(cancelled), start);
   if (!call.ok()) return done(call.status());
   SequenceBatcher* sequences = model->sequences();
-  auto answer = [model, request, response, start, done = std::move(done)](InferenceResult result) {
+  auto answer = [this, model, request, response, start,
+                 done = std::move(done)](InferenceResult result) {
     Status status = result.status;
     if (status.ok()) {
       FillResponseHeader(*model, *request, response);
       status = EncodeOutputs(result.outputs, model->manifest(), *request, response,
-                             model->annotations().output_labels);
+                             model->annotations().output_labels, &shared_memory_);
     }
     model->RecordRequest(result, Clock::now() - start);
     done(status);
@@ -379,12 +381,12 @@ void InferenceCore::StreamDecoupled(
     respond(StreamError(*request, call.status()));
     return done();
   }
-  call->on_response = [model, request, respond](std::vector<c10::IValue> outputs) {
+  call->on_response = [this, model, request, respond](std::vector<c10::IValue> outputs) {
     inference::ModelStreamInferResponse answer;
     inference::ModelInferResponse* response = answer.mutable_infer_response();
     FillResponseHeader(*model, *request, response);
     Status encoded = EncodeOutputs(outputs, model->manifest(), *request, response,
-                                   model->annotations().output_labels);
+                                   model->annotations().output_labels, &shared_memory_);
     if (!encoded.ok()) {
       respond(StreamError(*request, encoded));
       return false;

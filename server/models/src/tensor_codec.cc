@@ -8,7 +8,6 @@
 
 #include "chorus/package/dtype.h"
 #include "chorus/package/torch_dtype.h"
-#include "chorus/server/models/classification.h"
 
 namespace chorus {
 namespace {
@@ -187,21 +186,6 @@ StatusOr<c10::IValue> DecodeStrings(const inference::ModelInferRequest::InferInp
   return StringTensorToIValue(std::move(tensor));
 }
 
-// OK if `value` is of the dtype `spec` declares.
-Status CheckOutputDtype(const c10::IValue& value, const TensorSpec& spec) {
-  std::string returned = "a list of str";
-  if (value.isTensor()) {
-    std::optional<Dtype> dtype = DtypeOf(value.toTensor().scalar_type());
-    if (!dtype) {
-      return InternalError("output \"" + spec.name + "\" has a dtype the protocol cannot carry");
-    }
-    returned = InfoOf(*dtype).name;
-  }
-  if (returned == spec.dtype || (spec.dtype == "string" && !value.isTensor())) return OkStatus();
-  return InternalError("output \"" + spec.name + "\": the model returned " + returned +
-                       ", its signature declares " + spec.dtype);
-}
-
 }  // namespace
 
 StatusOr<at::Tensor> TensorFromRaw(const std::string& datatype, const std::vector<int64_t>& shape,
@@ -333,17 +317,61 @@ StatusOr<c10::IValue> DecodeInput(const InputTensor& input, const std::string* r
 
 }  // namespace
 
+namespace {
+
+// `input`'s value from the shared memory `ref` names.
+StatusOr<c10::IValue> FromSharedMemory(const InputTensor& input, const SharedMemoryRef& ref,
+                                       const SharedMemoryRegistry* registry, const DtypeInfo& dtype,
+                                       const std::vector<int64_t>& shape) {
+  if (registry == nullptr) return Invalid(input.name(), "shared memory is not served here");
+  StatusOr<SharedMemorySpan> span = registry->Find(ref.region, ref.offset, ref.byte_size);
+  if (!span.ok()) return Invalid(input.name(), span.status().message());
+  if (dtype.dtype == Dtype::kString) {
+    const std::string raw(span->data, span->size);
+    return DecodeStrings(input, shape, &raw);
+  }
+  CHORUS_ASSIGN_OR_RETURN(const int64_t elements, ElementCount(shape));
+  const size_t expected = static_cast<size_t>(elements) * dtype.element_size;
+  if (span->size != expected) {
+    return Invalid(input.name(), "shared memory holds " + std::to_string(span->size) +
+                                     " bytes; shape " + ShapeText(shape) + " of " + dtype.wire +
+                                     " needs " + std::to_string(expected));
+  }
+  const auto options = at::TensorOptions().dtype(ScalarTypeOf(dtype.dtype));
+  if (reinterpret_cast<uintptr_t>(span->data) % dtype.element_size != 0) {
+    at::Tensor copy = at::empty(shape, options);
+    if (expected > 0) std::memcpy(copy.data_ptr(), span->data, expected);
+    return c10::IValue(std::move(copy));
+  }
+  // No copy: the tensor keeps the mapping alive, even past an unregister.
+  return c10::IValue(at::from_blob(
+      span->data, shape, [mapping = span->mapping](void*) {}, options));
+}
+
+}  // namespace
+
 StatusOr<std::vector<c10::IValue>> DecodeInputs(const inference::ModelInferRequest& request,
-                                                const Manifest& manifest) {
-  const bool raw = request.raw_input_contents_size() > 0;
-  if (raw && request.raw_input_contents_size() != request.inputs_size()) {
-    return InvalidArgumentError(std::to_string(request.raw_input_contents_size()) +
-                                " raw_input_contents for " + std::to_string(request.inputs_size()) +
-                                " inputs");
+                                                const Manifest& manifest,
+                                                const SharedMemoryRegistry* shared_memory) {
+  // Raw contents come for every input, or for those not in shared memory.
+  std::vector<std::optional<SharedMemoryRef>> in_memory(request.inputs_size());
+  int in_memory_count = 0;
+  for (int k = 0; k < request.inputs_size(); ++k) {
+    const InputTensor& input = request.inputs(k);
+    CHORUS_ASSIGN_OR_RETURN(in_memory[k],
+                            SharedMemoryRefOf(input.parameters(), "input " + input.name()));
+    in_memory_count += in_memory[k].has_value();
+  }
+  const int raw_count = request.raw_input_contents_size();
+  const bool raw_for_every = raw_count == request.inputs_size();
+  if (raw_count > 0 && !raw_for_every && raw_count != request.inputs_size() - in_memory_count) {
+    return InvalidArgumentError(std::to_string(raw_count) + " raw_input_contents for " +
+                                std::to_string(request.inputs_size()) + " inputs");
   }
   std::map<std::string, size_t> position;
   for (size_t i = 0; i < manifest.inputs.size(); ++i) position[manifest.inputs[i].name] = i;
   std::vector<c10::IValue> values(manifest.inputs.size());
+  int next_raw = 0;
   for (int k = 0; k < request.inputs_size(); ++k) {
     const InputTensor& input = request.inputs(k);
     auto it = position.find(input.name());
@@ -353,9 +381,14 @@ StatusOr<std::vector<c10::IValue>> DecodeInputs(const inference::ModelInferReque
     const DtypeInfo* dtype = DtypeByName(spec.dtype);
     CHORUS_ASSIGN_OR_RETURN(std::vector<int64_t> shape,
                             CheckInput(input, spec, dtype, manifest.batching));
-    CHORUS_ASSIGN_OR_RETURN(
-        values[it->second],
-        DecodeInput(input, raw ? &request.raw_input_contents(k) : nullptr, *dtype, shape));
+    if (in_memory[k]) {
+      CHORUS_ASSIGN_OR_RETURN(values[it->second],
+                              FromSharedMemory(input, *in_memory[k], shared_memory, *dtype, shape));
+      continue;
+    }
+    const std::string* raw = nullptr;
+    if (raw_count > 0) raw = &request.raw_input_contents(raw_for_every ? k : next_raw++);
+    CHORUS_ASSIGN_OR_RETURN(values[it->second], DecodeInput(input, raw, *dtype, shape));
   }
   for (size_t i = 0; i < values.size(); ++i) {
     if (values[i].isNone()) {
@@ -363,99 +396,6 @@ StatusOr<std::vector<c10::IValue>> DecodeInputs(const inference::ModelInferReque
     }
   }
   return CheckBatchRows(std::move(values), manifest);
-}
-
-Status CheckRequestedOutputs(const inference::ModelInferRequest& request,
-                             const Manifest& manifest) {
-  for (const auto& requested : request.outputs()) {
-    const TensorSpec* spec = nullptr;
-    for (const TensorSpec& output : manifest.outputs) {
-      if (output.name == requested.name()) spec = &output;
-    }
-    if (spec == nullptr) {
-      return InvalidArgumentError("output \"" + requested.name() +
-                                  "\": the model has no such output");
-    }
-    CHORUS_ASSIGN_OR_RETURN(std::optional<int64_t> classes, ClassCount(requested));
-    if (classes && spec->dtype == InfoOf(Dtype::kString).name) {
-      return InvalidArgumentError("output \"" + requested.name() +
-                                  "\": classification needs a numeric output, not BYTES");
-    }
-  }
-  return OkStatus();
-}
-
-namespace {
-
-// `tensor` as output `spec` of `response`: its values, or its classes when
-// the request asked for them.
-Status EncodeTensor(const at::Tensor& tensor, const TensorSpec& spec, const Manifest& manifest,
-                    std::optional<int64_t> classes, const OutputLabelsMap& labels,
-                    inference::ModelInferResponse* response) {
-  auto* out = response->add_outputs();
-  out->set_name(spec.name);
-  if (classes) {
-    auto found = labels.find(spec.name);
-    static const std::vector<std::string> kNoLabels;
-    const bool batched = manifest.batching.batchable && manifest.batching.batch_dim == 0;
-    CHORUS_ASSIGN_OR_RETURN(StringTensor top,
-                            Classify(tensor, *classes, batched,
-                                     found == labels.end() ? kNoLabels : found->second.labels));
-    out->set_datatype(InfoOf(Dtype::kString).wire);
-    for (int64_t size : top.shape) out->add_shape(size);
-    response->add_raw_output_contents(StringsToRaw(top.elements));
-    return OkStatus();
-  }
-  out->set_datatype(WireDatatype(spec.dtype));
-  const at::Tensor contiguous = tensor.contiguous();
-  for (int64_t size : contiguous.sizes()) out->add_shape(size);
-  response->add_raw_output_contents(static_cast<const char*>(contiguous.data_ptr()),
-                                    contiguous.numel() * contiguous.element_size());
-  return OkStatus();
-}
-
-}  // namespace
-
-Status EncodeOutputs(const std::vector<c10::IValue>& outputs, const Manifest& manifest,
-                     const inference::ModelInferRequest& request,
-                     inference::ModelInferResponse* response, const OutputLabelsMap& labels) {
-  CHORUS_RETURN_IF_ERROR(CheckRequestedOutputs(request, manifest));
-  std::map<std::string, std::optional<int64_t>> wanted;  // output -> classes asked for
-  for (const auto& requested : request.outputs()) {
-    wanted[requested.name()] = ClassCount(requested).value();
-  }
-  // What the model returned must be what its signature (and ModelMetadata)
-  // says: a client trusts the metadata (as Triton does, a mismatch fails).
-  if (outputs.size() != manifest.outputs.size()) {
-    return InternalError("the model returned " + std::to_string(outputs.size()) +
-                         " outputs; its signature declares " +
-                         std::to_string(manifest.outputs.size()));
-  }
-  for (size_t i = 0; i < outputs.size(); ++i) {
-    CHORUS_RETURN_IF_ERROR(CheckOutputDtype(outputs[i], manifest.outputs[i]));
-  }
-  for (size_t i = 0; i < outputs.size(); ++i) {
-    const TensorSpec& spec = manifest.outputs[i];
-    auto asked = wanted.find(spec.name);
-    if (!wanted.empty() && asked == wanted.end()) continue;
-    if (outputs[i].isTensor()) {
-      CHORUS_RETURN_IF_ERROR(EncodeTensor(outputs[i].toTensor(), spec, manifest,
-                                          wanted.empty() ? std::nullopt : asked->second, labels,
-                                          response));
-      continue;
-    }
-    StatusOr<StringTensor> strings = StringTensorFromIValue(outputs[i]);
-    if (!strings.ok()) {
-      return InternalError("output \"" + spec.name +
-                           "\": " + std::string(strings.status().message()));
-    }
-    auto* out = response->add_outputs();
-    out->set_name(spec.name);
-    out->set_datatype(WireDatatype(spec.dtype));
-    for (int64_t size : strings->shape) out->add_shape(size);
-    response->add_raw_output_contents(StringsToRaw(strings->elements));
-  }
-  return OkStatus();
 }
 
 }  // namespace chorus

@@ -234,4 +234,55 @@ grpc::ServerUnaryReactor* InferenceService::RepositoryModelUnload(
   return reactor;
 }
 
+grpc::ServerUnaryReactor* InferenceService::SystemSharedMemoryStatus(
+    grpc::CallbackServerContext* ctx, const inference::SystemSharedMemoryStatusRequest* request,
+    inference::SystemSharedMemoryStatusResponse* response) {
+  CHORUS_FINISH_CALL_IF_ERROR(ctx, AuthorizeCall(*authorizer_, *ctx));
+  return FinishCall(ctx, core_->shared_memory().GetStatus(request->name(), response));
+}
+
+grpc::ServerUnaryReactor* InferenceService::SystemSharedMemoryRegister(
+    grpc::CallbackServerContext* ctx, const inference::SystemSharedMemoryRegisterRequest* request,
+    inference::SystemSharedMemoryRegisterResponse*) {
+  CHORUS_FINISH_CALL_IF_ERROR(ctx, AuthorizeCall(*authorizer_, *ctx));
+  return FinishCall(ctx, core_->shared_memory().Register(request->name(), request->key(),
+                                                         request->offset(), request->byte_size()));
+}
+
+grpc::ServerUnaryReactor* InferenceService::SystemSharedMemoryUnregister(
+    grpc::CallbackServerContext* ctx, const inference::SystemSharedMemoryUnregisterRequest* request,
+    inference::SystemSharedMemoryUnregisterResponse*) {
+  CHORUS_FINISH_CALL_IF_ERROR(ctx, AuthorizeCall(*authorizer_, *ctx));
+  core_->shared_memory().Unregister(request->name());
+  return FinishCall(ctx, OkStatus());
+}
+
+namespace {
+
+Status NoCudaSharedMemory() {
+  return UnimplementedError(
+      "CUDA shared memory is not served: chorus serves no GPU tensors over shared memory yet "
+      "(system shared memory is served)");
+}
+
+}  // namespace
+
+grpc::ServerUnaryReactor* InferenceService::CudaSharedMemoryStatus(
+    grpc::CallbackServerContext* ctx, const inference::CudaSharedMemoryStatusRequest*,
+    inference::CudaSharedMemoryStatusResponse*) {
+  return FinishCall(ctx, NoCudaSharedMemory());
+}
+
+grpc::ServerUnaryReactor* InferenceService::CudaSharedMemoryRegister(
+    grpc::CallbackServerContext* ctx, const inference::CudaSharedMemoryRegisterRequest*,
+    inference::CudaSharedMemoryRegisterResponse*) {
+  return FinishCall(ctx, NoCudaSharedMemory());
+}
+
+grpc::ServerUnaryReactor* InferenceService::CudaSharedMemoryUnregister(
+    grpc::CallbackServerContext* ctx, const inference::CudaSharedMemoryUnregisterRequest*,
+    inference::CudaSharedMemoryUnregisterResponse*) {
+  return FinishCall(ctx, NoCudaSharedMemory());
+}
+
 }  // namespace chorus

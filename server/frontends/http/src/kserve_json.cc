@@ -258,6 +258,11 @@ Status ParseInput(const Json& input, inference::ModelInferRequest::InferInputTen
     elements *= size;
   }
   const Json* parameters = Member(input, "parameters");
+  if (parameters != nullptr && parameters->is_object() &&
+      Member(*parameters, "shared_memory_region") != nullptr) {
+    // Its bytes are in shared memory: the core reads them there.
+    return ReadParameters(*parameters, tensor->mutable_parameters());
+  }
   const Json* binary_size = parameters != nullptr && parameters->is_object()
                                 ? Member(*parameters, "binary_data_size")
                                 : nullptr;
@@ -428,7 +433,12 @@ RestBody RenderInferResponse(const inference::ModelInferRequest& request,
     Json out{{"name", tensor.name()},
              {"datatype", tensor.datatype()},
              {"shape", std::vector<int64_t>(tensor.shape().begin(), tensor.shape().end())}};
-    if (all_binary || binary_outputs.count(tensor.name())) {
+    if (auto region = tensor.parameters().find("shared_memory_region");
+        region != tensor.parameters().end()) {  // written into shared memory: no data here
+      out["parameters"] = Json{{"shared_memory_region", region->second.string_param()},
+                               {"shared_memory_byte_size",
+                                tensor.parameters().at("shared_memory_byte_size").int64_param()}};
+    } else if (all_binary || binary_outputs.count(tensor.name())) {
       out["parameters"] = Json{{"binary_data_size", raw.size()}};
       binary += raw;
       any_binary = true;
@@ -526,6 +536,43 @@ std::string RenderRepositoryIndex(const inference::RepositoryIndexResponse& inde
 
 std::string RenderError(const Status& status) {
   return Dump(Json{{"error", std::string(status.message())}});
+}
+
+StatusOr<inference::SystemSharedMemoryRegisterRequest> ParseSharedMemoryRegister(
+    std::string_view body, const std::string& name) {
+  const Json doc = Json::parse(body, nullptr, /*allow_exceptions=*/false);
+  if (doc.is_discarded() || !doc.is_object()) {
+    return InvalidArgumentError("the register body is not a JSON object");
+  }
+  inference::SystemSharedMemoryRegisterRequest request;
+  request.set_name(name);
+  const Json* key = Member(doc, "key");
+  if (key == nullptr || !key->is_string()) return InvalidArgumentError("no \"key\" string");
+  request.set_key(key->get<std::string>());
+  for (const char* field : {"offset", "byte_size"}) {
+    const Json* value = Member(doc, field);
+    if (value == nullptr && std::string(field) == "offset") continue;
+    if (value == nullptr || !value->is_number_unsigned()) {
+      return InvalidArgumentError("\"" + std::string(field) + "\" must be an integer >= 0");
+    }
+    if (std::string(field) == "offset") {
+      request.set_offset(value->get<uint64_t>());
+    } else {
+      request.set_byte_size(value->get<uint64_t>());
+    }
+  }
+  return request;
+}
+
+std::string RenderSharedMemoryStatus(const inference::SystemSharedMemoryStatusResponse& status) {
+  Json regions = Json::array();
+  for (const auto& [name, region] : status.regions()) {
+    regions.push_back({{"name", region.name()},
+                       {"key", region.key()},
+                       {"offset", region.offset()},
+                       {"byte_size", region.byte_size()}});
+  }
+  return Dump(regions);
 }
 
 }  // namespace chorus

@@ -63,6 +63,7 @@ void RestService::Register(HttpEndpoint* endpoint) {
   RegisterModelRoutes(server);
   RegisterInferenceRoutes(server);
   RegisterRepositoryRoutes(server);
+  RegisterSharedMemoryRoutes(server);
 }
 
 void RestService::RegisterServerRoutes(httplib::Server* server) {
@@ -142,6 +143,42 @@ void RestService::RegisterRepositoryRoutes(httplib::Server* server) {
                [this](const httplib::Request& request, httplib::Response& response) {
                  Repository(request, response);
                });
+}
+
+void RestService::RegisterSharedMemoryRoutes(httplib::Server* server) {
+  auto status = [this](const std::string& name, httplib::Response& response) {
+    inference::SystemSharedMemoryStatusResponse regions;
+    Status found = core_->shared_memory().GetStatus(name, &regions);
+    Reply(response, found, RenderSharedMemoryStatus(regions));
+  };
+  server->Get(
+      "/v2/systemsharedmemory/status",
+      [status](const httplib::Request&, httplib::Response& response) { status("", response); });
+  server->Get(R"(/v2/systemsharedmemory/region/([^/]+)/status)",
+              [status](const httplib::Request& request, httplib::Response& response) {
+                status(request.matches[1].str(), response);
+              });
+  AddPostRoute(server, R"(/v2/systemsharedmemory/region/([^/]+)/register)",
+               [this](const httplib::Request& request, httplib::Response& response) {
+                 StatusOr<inference::SystemSharedMemoryRegisterRequest> region =
+                     ParseSharedMemoryRegister(request.body, request.matches[1].str());
+                 if (!region.ok()) return ReplyError(response, region.status());
+                 Reply(response,
+                       core_->shared_memory().Register(region->name(), region->key(),
+                                                       region->offset(), region->byte_size()),
+                       "{}");
+               });
+  AddPostRoute(server, R"(/v2/systemsharedmemory(/region/([^/]+))?/unregister)",
+               [this](const httplib::Request& request, httplib::Response& response) {
+                 core_->shared_memory().Unregister(request.matches[2].str());
+                 Reply(response, OkStatus(), "{}");
+               });
+  auto no_cuda = [](const httplib::Request&, httplib::Response& response) {
+    ReplyError(response, UnimplementedError("CUDA shared memory is not served (system shared "
+                                            "memory is: /v2/systemsharedmemory/...)"));
+  };
+  server->Get(R"(/v2/cudasharedmemory(/region/[^/]+)?/status)", no_cuda);
+  AddPostRoute(server, R"(/v2/cudasharedmemory(/region/[^/]+)?/(register|unregister))", no_cuda);
 }
 
 void RestService::Infer(const httplib::Request& http_request, httplib::Response& http_response) {

@@ -24,6 +24,7 @@
 #include "chorus/common/status.h"
 #include "chorus/inference/grpc_service.pb.h"
 #include "chorus/server/models/model_repository.h"
+#include "chorus/server/models/shared_memory.h"
 
 namespace chorus {
 
@@ -110,6 +111,11 @@ class InferenceCore {
   // The generative models that serve now, by name (OpenAI's model list).
   std::vector<std::shared_ptr<LoadedModel>> GenerativeModels() const;
 
+  // The system shared memory regions requests may name (Triton's extension);
+  // registered and unregistered by the transports' calls, all unmapped with
+  // the core. Thread-safe.
+  SharedMemoryRegistry& shared_memory() { return shared_memory_; }
+
  private:
   // The model `request` names, if the server serves and has it loaded.
   StatusOr<std::shared_ptr<LoadedModel>> ServingModel(
@@ -149,6 +155,7 @@ class InferenceCore {
   BackgroundRunner* const background_;
   const InferenceCoreOptions options_;
   std::atomic<bool> accepting_{false};
+  SharedMemoryRegistry shared_memory_;
 };
 
 }  // namespace chorus

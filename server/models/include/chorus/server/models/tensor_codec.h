@@ -15,6 +15,7 @@
 #include "chorus/inference/grpc_service.pb.h"
 #include "chorus/package/manifest.h"
 #include "chorus/server/models/classification.h"
+#include "chorus/server/models/shared_memory.h"
 #include "chorus/serving/model_values.h"
 
 namespace chorus {
@@ -33,8 +34,13 @@ StatusOr<at::Tensor> TensorFromRaw(const std::string& datatype, const std::vecto
 // or shape that does not match the signature (or a batch over the model's
 // maximum); raw and typed contents together; raw contents of the wrong size;
 // typed contents of the wrong kind or count.
-StatusOr<std::vector<c10::IValue>> DecodeInputs(const inference::ModelInferRequest& request,
-                                                const Manifest& manifest);
+// An input whose parameters name a shared memory region (shared_memory.h)
+// takes its bytes from there, from `shared_memory` (INVALID_ARGUMENT naming
+// the input without one, or for a region not registered, out of bounds, or
+// of the wrong size); raw contents then come for every input or for the others.
+StatusOr<std::vector<c10::IValue>> DecodeInputs(
+    const inference::ModelInferRequest& request, const Manifest& manifest,
+    const SharedMemoryRegistry* shared_memory = nullptr);
 
 // The string tensor of `shape` that `raw` holds in BYTES' raw layout.
 // INVALID_ARGUMENT for a length running past the end, bytes left over, or an
@@ -52,12 +58,16 @@ Status CheckRequestedOutputs(const inference::ModelInferRequest& request, const 
 // Fills `response` with `outputs` (manifest order) as raw contents, keeping
 // only those the request asked for (all when it asked for none); an output
 // asked for with "classification" comes back as its classes
-// (classification.h), labelled from `labels`. INVALID_ARGUMENT as
-// CheckRequestedOutputs; INTERNAL when the outputs' count or dtypes differ
-// from the manifest's, or a string output is not a well-formed string tensor.
+// (classification.h), labelled from `labels`; one asked for with a shared
+// memory region is written there (its raw contents left empty, its
+// parameters naming the region and the bytes written). INVALID_ARGUMENT as
+// CheckRequestedOutputs, or for an output that does not fit its region;
+// INTERNAL when the outputs' count or dtypes differ from the manifest's, or
+// a string output is not a well-formed string tensor.
 Status EncodeOutputs(const std::vector<c10::IValue>& outputs, const Manifest& manifest,
                      const inference::ModelInferRequest& request,
-                     inference::ModelInferResponse* response, const OutputLabelsMap& labels = {});
+                     inference::ModelInferResponse* response, const OutputLabelsMap& labels = {},
+                     const SharedMemoryRegistry* shared_memory = nullptr);
 
 }  // namespace chorus
 

@@ -56,6 +56,27 @@ class InferenceService final : public inference::GRPCInferenceService::CallbackS
       grpc::CallbackServerContext* ctx, const inference::RepositoryModelUnloadRequest* request,
       inference::RepositoryModelUnloadResponse* response) override;
 
+  grpc::ServerUnaryReactor* SystemSharedMemoryStatus(
+      grpc::CallbackServerContext* ctx, const inference::SystemSharedMemoryStatusRequest* request,
+      inference::SystemSharedMemoryStatusResponse* response) override;
+  grpc::ServerUnaryReactor* SystemSharedMemoryRegister(
+      grpc::CallbackServerContext* ctx, const inference::SystemSharedMemoryRegisterRequest* request,
+      inference::SystemSharedMemoryRegisterResponse* response) override;
+  grpc::ServerUnaryReactor* SystemSharedMemoryUnregister(
+      grpc::CallbackServerContext* ctx,
+      const inference::SystemSharedMemoryUnregisterRequest* request,
+      inference::SystemSharedMemoryUnregisterResponse* response) override;
+  // CUDA shared memory: UNIMPLEMENTED, saying why.
+  grpc::ServerUnaryReactor* CudaSharedMemoryStatus(
+      grpc::CallbackServerContext* ctx, const inference::CudaSharedMemoryStatusRequest* request,
+      inference::CudaSharedMemoryStatusResponse* response) override;
+  grpc::ServerUnaryReactor* CudaSharedMemoryRegister(
+      grpc::CallbackServerContext* ctx, const inference::CudaSharedMemoryRegisterRequest* request,
+      inference::CudaSharedMemoryRegisterResponse* response) override;
+  grpc::ServerUnaryReactor* CudaSharedMemoryUnregister(
+      grpc::CallbackServerContext* ctx, const inference::CudaSharedMemoryUnregisterRequest* request,
+      inference::CudaSharedMemoryUnregisterResponse* response) override;
+
  private:
   const Authorizer* const authorizer_;
   InferenceCore* const core_;

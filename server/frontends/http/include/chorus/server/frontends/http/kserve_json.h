@@ -63,6 +63,12 @@ std::string RenderModelMetadata(const inference::ModelMetadataResponse& metadata
 std::string RenderModelConfig(const inference::ModelConfigResponse& config);
 std::string RenderStatistics(const inference::ModelStatisticsResponse& statistics);
 std::string RenderRepositoryIndex(const inference::RepositoryIndexResponse& index);
+// Triton's shared-memory REST bodies: the register body ({"key", "offset",
+// "byte_size"}) into the gRPC request for region `name` (INVALID_ARGUMENT
+// naming what is wrong), and the status as a list of regions.
+StatusOr<inference::SystemSharedMemoryRegisterRequest> ParseSharedMemoryRegister(
+    std::string_view body, const std::string& name);
+std::string RenderSharedMemoryStatus(const inference::SystemSharedMemoryStatusResponse& status);
 
 // {"error": message}: every failed REST call's body.
 std::string RenderError(const Status& status);

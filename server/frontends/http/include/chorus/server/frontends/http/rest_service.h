@@ -38,6 +38,8 @@ class RestService {
   void RegisterInferenceRoutes(httplib::Server* server);
   // The repository's index, loads and unloads.
   void RegisterRepositoryRoutes(httplib::Server* server);
+  // Triton's system shared memory extension (CUDA's answers 501, saying why).
+  void RegisterSharedMemoryRoutes(httplib::Server* server);
   void Infer(const httplib::Request& request, httplib::Response& response);
   // Triton's generate extension: the whole text, or (`stream`) server-sent
   // events of each step's text.
