@@ -12,6 +12,8 @@
 //                           errors and server RSS growth
 //   restart_to_ready_s      a SIGSEGV of the supervised serving process until
 //                           it is ready and answers again
+//   cache_hit_p50_us        p50 of the trivial model's answer from the
+//                           response cache (the same request again), concurrency 1
 //   chaos                   the chaos run (server/tests/chaos.py, bin/bench_chaos):
 //                           requests, lost (0), restarts (2), RSS change
 //   shm_vs_wire_throughput  4 MiB inputs (a model summing their rows) through
@@ -62,7 +64,7 @@ class ServerProcess {
       std::freopen((repository + "/../server.log").c_str(), "a", stderr);
       execl(server.c_str(), server.c_str(), "--model-repository", repository.c_str(), "--host",
             "127.0.0.1", "--port", "0", "--metrics-port", "-1", "--http-port", "-1",
-            "--interpreters", n.c_str(), "--max-queue", "100000",
+            "--interpreters", n.c_str(), "--max-queue", "100000", "--cache-size-bytes", "67108864",
             supervised ? "--strict-readiness" : "--no-supervisor", supervised ? "true" : nullptr,
             nullptr);
       _exit(127);
@@ -284,6 +286,7 @@ class RowSums(torch.nn.Module):
         return x.sum(dim=1)
 
 def trivial(): return Trivial()
+def trivial_cached(): return Trivial()
 def row_sums(): return RowSums()
 def big_inputs(): return (torch.zeros(1024, 1024),)
 def heavy(): return PythonHeavy()
@@ -302,10 +305,12 @@ std::string MakeRepository(const std::string& relative) {
     const char* extra;
     const char* examples;
   };
-  for (auto [name, extra, examples] : {Packaged{"trivial", "--no-batching", "example_inputs"},
-                                       Packaged{"heavy", "--no-batching", "example_inputs"},
-                                       Packaged{"mlp", "--max-batch-size 64", "example_inputs"},
-                                       Packaged{"row_sums", "--no-batching", "big_inputs"}}) {
+  for (auto [name, extra, examples] :
+       {Packaged{"trivial", "--no-batching", "example_inputs"},
+        Packaged{"heavy", "--no-batching", "example_inputs"},
+        Packaged{"trivial_cached", "--no-batching", "example_inputs"},
+        Packaged{"mlp", "--max-batch-size 64", "example_inputs"},
+        Packaged{"row_sums", "--no-batching", "big_inputs"}}) {
     std::string folder = dir + "/repo/" + name + "/1";
     std::string command = "mkdir -p '" + folder + "' && cd '" + dir + "' && " + g_bin +
                           "/chorus-package create '" + folder +
@@ -315,6 +320,8 @@ std::string MakeRepository(const std::string& relative) {
     if (std::system(command.c_str()) != 0) throw std::runtime_error("packaging failed: " + command);
   }
   std::ofstream(dir + "/repo/mlp/config.json") << R"({"max_queue_delay_us": 2000})";
+  std::ofstream(dir + "/repo/trivial_cached/config.json")
+      << R"({"response_cache": {"enable": true}})";
   return dir + "/repo";
 }
 
@@ -336,6 +343,11 @@ nlohmann::json MeasureOverheadAndSweep(const std::string& repository, const Opti
   LoadResult overhead = Load(two.port(), "trivial", 1, options.seconds);
   result["overhead_us_p50"] = overhead.p50_us;
   result["grpc_floor_us_p50"] = GrpcFloorUs(two.port(), 3000);
+  // The same request again and again to a model whose answers are cached: all hits but the first.
+  Load(two.port(), "trivial_cached", 1, 0.5);
+  result["cache_hit_p50_us"] = Load(two.port(), "trivial_cached", 1, options.seconds).p50_us;
+  std::printf("response cache hit, concurrency 1: p50 %.0f us\n",
+              result["cache_hit_p50_us"].get<double>());
   const double perf_analyzer_p50 = PerfAnalyzerP50Us(two.port(), "trivial", options.data);
   result["overhead_us_p50_perf_analyzer"] =
       perf_analyzer_p50 < 0 ? nlohmann::json() : nlohmann::json(perf_analyzer_p50);

@@ -32,6 +32,8 @@ void FillStatistics(const LoadedModel& model, inference::ModelStatistics* out) {
   FillDuration(stats.fail, infer->mutable_fail());
   FillDuration(stats.queue, infer->mutable_queue());
   FillDuration(stats.compute_infer, infer->mutable_compute_infer());
+  FillDuration(stats.cache_hit, infer->mutable_cache_hit());
+  FillDuration(stats.cache_miss, infer->mutable_cache_miss());
   // Decoding and encoding tensors are not timed apart from the model's run:
   // Triton's tools require the three compute counts to agree.
   infer->mutable_compute_input()->set_count(stats.compute_infer.count);
@@ -303,6 +305,21 @@ void InferenceCore::Infer(const inference::ModelInferRequest* request,
   InferOnce(std::move(*model), request, response, deadline, std::move(cancelled), std::move(done));
 }
 
+InferenceCore::CacheLookup InferenceCore::LookUpCache(
+    const LoadedModel& model, const inference::ModelInferRequest& request,
+    const std::vector<c10::IValue>& inputs, inference::ModelInferResponse* response) const {
+  CacheLookup lookup;
+  if (cache_ == nullptr || !model.response_cache()) return lookup;
+  for (const auto& output : request.outputs()) {  // answers written into shared memory
+    if (output.parameters().count("shared_memory_region")) return lookup;
+  }
+  const Clock::time_point start = Clock::now();
+  lookup.key = ResponseCache::Key(model.serial(), model.manifest(), request, inputs);
+  lookup.hit = cache_->Lookup(lookup.key, response);
+  lookup.spent = Clock::now() - start;
+  return lookup;
+}
+
 void InferenceCore::InferOnce(std::shared_ptr<LoadedModel> model,
                               const inference::ModelInferRequest* request,
                               inference::ModelInferResponse* response, Clock::time_point deadline,
@@ -312,14 +329,26 @@ void InferenceCore::InferOnce(std::shared_ptr<LoadedModel> model,
   StatusOr<InferenceRequest> call =
       PrepareCall(*model, *request, deadline, std::move(cancelled), start);
   if (!call.ok()) return done(call.status());
+  CacheLookup cached = LookUpCache(*model, *request, call->inputs, response);
+  if (cached.hit) {
+    FillResponseHeader(*model, *request, response);
+    model->RecordCache(true, cached.spent);
+    model->RecordRequest(InferenceResult(), Clock::now() - start);
+    return done(OkStatus());
+  }
   SequenceBatcher* sequences = model->sequences();
-  auto answer = [this, model, request, response, start,
+  auto answer = [this, model, request, response, start, cached = std::move(cached),
                  done = std::move(done)](InferenceResult result) {
     Status status = result.status;
     if (status.ok()) {
       FillResponseHeader(*model, *request, response);
       status = EncodeOutputs(result.outputs, model->manifest(), *request, response,
                              model->annotations().output_labels, &shared_memory_);
+    }
+    if (status.ok() && !cached.key.empty()) {
+      const Clock::time_point keeping = Clock::now();
+      cache_->Insert(cached.key, *response);
+      model->RecordCache(false, cached.spent + (Clock::now() - keeping));
     }
     model->RecordRequest(result, Clock::now() - start);
     done(status);

@@ -1,5 +1,6 @@
 #include "chorus/server/models/loaded_model.h"
 
+#include <atomic>
 #include <utility>
 
 #include "chorus/common/logging.h"
@@ -7,6 +8,11 @@
 namespace chorus {
 
 namespace {
+
+uint64_t NextSerial() {
+  static std::atomic<uint64_t> next{1};
+  return next.fetch_add(1);
+}
 
 Manifest ServedManifest(const Model& model, const std::optional<SequenceBatching>& sequences) {
   if (!sequences) return *model.manifest();
@@ -23,6 +29,8 @@ LoadedModel::LoadedModel(std::string name, std::string version, std::shared_ptr<
       scheduling_(options),
       annotations_(std::move(parts.annotations)),
       manifest_(ServedManifest(*model_, parts.sequences)),
+      response_cache_(parts.response_cache),
+      serial_(NextSerial()),
       generation_(std::move(parts.generation)) {
   auto record = [this](const ExecutionStats& stats) { RecordExecution(stats); };
   if (parts.sequences) {
@@ -68,6 +76,13 @@ void LoadedModel::RecordRequest(const InferenceResult& result, std::chrono::nano
   stats_.last_inference_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
                                  std::chrono::system_clock::now().time_since_epoch())
                                  .count();
+}
+
+void LoadedModel::RecordCache(bool hit, std::chrono::nanoseconds spent) {
+  MutexLock lock(&mu_);
+  auto& bucket = hit ? stats_.cache_hit : stats_.cache_miss;
+  bucket.count += 1;
+  bucket.ns += spent.count();
 }
 
 ModelStatsSnapshot LoadedModel::Snapshot() const {

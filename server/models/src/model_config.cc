@@ -313,7 +313,7 @@ StatusOr<ModelConfig> ParseModelConfig(std::string_view json) {
       config, "",
       {"format", "default_model_filename", "entry_point", "inputs", "outputs", "max_batch_size",
        "dynamic_batching", "max_queue_delay_us", "preferred_batch_sizes", "max_queue", "decoupled",
-       "generation", "device", "devices", "tensors", "sequence_batching"}));
+       "generation", "device", "devices", "tensors", "sequence_batching", "response_cache"}));
   ModelConfig out;
   if (config.contains("format")) {
     CHORUS_ASSIGN_OR_RETURN(out.format, FormatAt(config["format"]));
@@ -334,6 +334,15 @@ StatusOr<ModelConfig> ParseModelConfig(std::string_view json) {
   if (config.contains("outputs")) {
     if (!config.contains("inputs")) return KeyError("outputs", "given without inputs");
     CHORUS_ASSIGN_OR_RETURN(out.outputs, TensorsAt(config["outputs"], "outputs"));
+  }
+  if (config.contains("response_cache")) {
+    const Json& cache = config["response_cache"];
+    if (!cache.is_object()) return KeyError("response_cache", "must be an object");
+    CHORUS_RETURN_IF_ERROR(CheckKeys(cache, "response_cache.", {"enable"}));
+    if (!cache.contains("enable") || !cache["enable"].is_boolean()) {
+      return KeyError("response_cache.enable", "must be true or false");
+    }
+    out.response_cache = cache["enable"].get<bool>();
   }
   if (config.contains("sequence_batching")) {
     CHORUS_ASSIGN_OR_RETURN(out.sequence_batching, SequenceBatchingAt(config["sequence_batching"]));

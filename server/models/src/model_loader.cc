@@ -199,6 +199,12 @@ StatusOr<std::shared_ptr<LoadedModel>> ModelLoader::LoadNewest(const std::string
   CHORUS_ASSIGN_OR_RETURN(TensorAnnotations annotations,
                           ResolveAnnotations(config, *model->manifest(), layout_->ModelDir(name)));
   if (config.sequence_batching) CHORUS_RETURN_IF_ERROR(CheckStateful(config, *model));
+  if (config.response_cache &&
+      (config.decoupled || config.generation || config.sequence_batching)) {
+    return InvalidArgumentError(
+        "config.json: response_cache: only a model that answers each request once, alone, "
+        "can be cached (not a decoupled, generative or stateful one)");
+  }
   SchedulerOptions scheduling = SchedulingFor(config, *model->manifest(), options_);
   scheduling.label = CrashLabel::Model(name, version);
   std::unique_ptr<GenerationEngines> generation;
@@ -207,7 +213,8 @@ StatusOr<std::shared_ptr<LoadedModel>> ModelLoader::LoadNewest(const std::string
     engines.label = scheduling.label;
     CHORUS_ASSIGN_OR_RETURN(generation, GenerationEngines::Start(model, placement_, engines));
   }
-  LoadedModelParts parts{std::move(generation), std::move(annotations), config.sequence_batching};
+  LoadedModelParts parts{std::move(generation), std::move(annotations), config.sequence_batching,
+                         config.response_cache};
   return std::make_shared<LoadedModel>(name, version, std::move(model), scheduling,
                                        std::move(parts));
 }

@@ -103,6 +103,17 @@ void AppendRequestMetrics(std::ostream& out, const LoadedModels& models,
             [](S s) { return s.compute_infer.ns / 1000; });
   per_model("nv_inference_pending_request_count", "gauge", "Requests queued or running",
             [](S s) { return s.pending; });
+  per_model("nv_cache_num_hits_per_model", "counter", "Requests answered from the response cache",
+            [](S s) { return s.cache_hit.count; });
+  per_model("nv_cache_num_misses_per_model", "counter",
+            "Requests of a cached model not found in the response cache",
+            [](S s) { return s.cache_miss.count; });
+  per_model("nv_cache_hit_duration_per_model", "counter",
+            "Cumulative time of response cache hits, microseconds",
+            [](S s) { return s.cache_hit.ns / 1000; });
+  per_model("nv_cache_miss_duration_per_model", "counter",
+            "Cumulative time of response cache misses (lookup and insertion), microseconds",
+            [](S s) { return s.cache_miss.ns / 1000; });
 }
 
 void AppendBatchSizeHistogram(std::ostream& out, const LoadedModels& models,

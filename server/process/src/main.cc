@@ -119,6 +119,9 @@ void CommandLine::AddServingOptions(CLI::App& app) {
       "import all of torch in every interpreter at start, as `import torch` does, instead of "
       "importing the parts a serving interpreter rarely uses (torch._dynamo, "
       "torch.distributions, torch.utils.data...) on their first use");
+  app.add_option("--cache-size-bytes", options.cache_size_bytes,
+                 "the response cache's size; models opt in with config.json's "
+                 "\"response_cache\": {\"enable\": true} (0: no cache)");
   app.add_option("--strict-readiness", options.strict_readiness,
                  "ready only while every repository model serves (true, Triton's default) or "
                  "whenever serving (false)");

@@ -144,6 +144,7 @@ void ServerImpl::StartServices(const ServerOptions& options) {
   InferenceCoreOptions core;
   core.request_timeout = options.request_timeout;
   core.strict_readiness = options.strict_readiness;
+  core.cache_size_bytes = options.cache_size_bytes;
   core_ = std::make_unique<InferenceCore>(repository_.get(), background_.get(), core);
   service_ = std::make_unique<InferenceService>(authorizer_.get(), core_.get());
   rest_ = std::make_unique<RestService>(core_.get());

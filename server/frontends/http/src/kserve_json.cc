@@ -517,7 +517,9 @@ std::string RenderStatistics(const inference::ModelStatisticsResponse& statistic
                             {"queue", DurationJson(infer.queue())},
                             {"compute_input", DurationJson(infer.compute_input())},
                             {"compute_infer", DurationJson(infer.compute_infer())},
-                            {"compute_output", DurationJson(infer.compute_output())}}},
+                            {"compute_output", DurationJson(infer.compute_output())},
+                            {"cache_hit", DurationJson(infer.cache_hit())},
+                            {"cache_miss", DurationJson(infer.cache_miss())}}},
                           {"batch_stats", std::move(batches)}});
   }
   return Json{{"model_stats", std::move(models)}}.dump();

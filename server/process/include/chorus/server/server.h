@@ -60,6 +60,9 @@ struct ServerOptions {
   // ServerReady and /v2/health/ready: true only while every repository model
   // that should serve does (Triton's strict readiness); false: while serving.
   bool strict_readiness = true;
+  // The response cache's budget in bytes (models opt in with config.json's
+  // "response_cache"); 0: no cache.
+  size_t cache_size_bytes = 0;
   // Set by chorus-server's supervisor (metrics): serving processes that died
   // before this one, and how the last one ended ("signal SIGSEGV").
   int restarts = 0;

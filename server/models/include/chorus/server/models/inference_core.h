@@ -24,6 +24,7 @@
 #include "chorus/common/status.h"
 #include "chorus/inference/grpc_service.pb.h"
 #include "chorus/server/models/model_repository.h"
+#include "chorus/server/models/response_cache.h"
 #include "chorus/server/models/shared_memory.h"
 
 namespace chorus {
@@ -34,6 +35,8 @@ struct InferenceCoreOptions {
   // Triton's strict readiness: the server is ready only while every model of
   // the repository that should serve does (quarantined ones aside).
   bool strict_readiness = true;
+  // The response cache's budget (response_cache.h); 0: no cache.
+  size_t cache_size_bytes = 0;
 };
 
 class InferenceCore {
@@ -43,7 +46,12 @@ class InferenceCore {
   // Both outlive the core; `background` runs repository loads and unloads.
   InferenceCore(ModelRepository* repository, BackgroundRunner* background,
                 InferenceCoreOptions options)
-      : repository_(repository), background_(background), options_(options) {}
+      : repository_(repository),
+        background_(background),
+        options_(options),
+        cache_(options.cache_size_bytes > 0
+                   ? std::make_unique<ResponseCache>(options.cache_size_bytes)
+                   : nullptr) {}
 
   // Whether calls are taken: false until the server has started and again
   // once it drains. Any thread.
@@ -128,6 +136,17 @@ class InferenceCore {
                                          Clock::time_point deadline,
                                          std::shared_ptr<std::atomic<bool>> cancelled,
                                          Clock::time_point start) const;
+  // What the response cache had for a request: nothing to look up (empty
+  // key: no cache, or the model does not use it), a hit (`response` filled
+  // with its outputs), or a miss whose answer is to be kept under `key`.
+  struct CacheLookup {
+    std::string key;
+    bool hit = false;
+    Clock::duration spent{0};
+  };
+  CacheLookup LookUpCache(const LoadedModel& model, const inference::ModelInferRequest& request,
+                          const std::vector<c10::IValue>& inputs,
+                          inference::ModelInferResponse* response) const;
   // Infer, on a model already found and not decoupled.
   void InferOnce(std::shared_ptr<LoadedModel> model, const inference::ModelInferRequest* request,
                  inference::ModelInferResponse* response, Clock::time_point deadline,
@@ -156,6 +175,7 @@ class InferenceCore {
   const InferenceCoreOptions options_;
   std::atomic<bool> accepting_{false};
   SharedMemoryRegistry shared_memory_;
+  const std::unique_ptr<ResponseCache> cache_;  // null without --cache-size-bytes
 };
 
 }  // namespace chorus

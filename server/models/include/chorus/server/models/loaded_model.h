@@ -28,8 +28,9 @@ struct ModelStatsSnapshot {
     uint64_t ns = 0;
   };
   Duration success, fail, queue, compute_infer;
-  uint64_t inference_count = 0;  // samples
-  uint64_t execution_count = 0;  // model runs
+  Duration cache_hit, cache_miss;  // requests answered from / not found in the response cache
+  uint64_t inference_count = 0;    // samples
+  uint64_t execution_count = 0;    // model runs
   uint64_t last_inference_ms = 0;
   std::map<int64_t, Duration> batches;  // by batch size: executions and their compute
   size_t pending = 0;
@@ -50,6 +51,8 @@ struct LoadedModelParts {
   // A stateful model: its requests go through a sequence batcher (checked
   // with SequenceBatcher::ClientSignature before).
   std::optional<SequenceBatching> sequences;
+  // Its answers go to the server's response cache (config "response_cache").
+  bool response_cache = false;
 };
 
 class LoadedModel {
@@ -71,6 +74,10 @@ class LoadedModel {
   const SchedulerOptions& scheduling() const { return scheduling_; }
   // Input formats and output labels, as loaded.
   const TensorAnnotations& annotations() const { return annotations_; }
+  // Whether its answers may come from the response cache.
+  bool response_cache() const { return response_cache_; }
+  // Unique to this load in the process (response cache keys never outlive it).
+  uint64_t serial() const { return serial_; }
   // Where requests go: the scheduler, or for a stateful model the sequence
   // batcher (sequences() non-null, scheduler() then unusable).
   ModelScheduler& scheduler() { return *scheduler_; }
@@ -85,6 +92,9 @@ class LoadedModel {
   void RecordRequest(const InferenceResult& result, std::chrono::nanoseconds total)
       CHORUS_EXCLUDES(mu_);
   ModelStatsSnapshot Snapshot() const CHORUS_EXCLUDES(mu_);
+  // Records a request answered from the response cache (`hit`; also a
+  // success) or one not found there, with the cache's time on it.
+  void RecordCache(bool hit, std::chrono::nanoseconds spent) CHORUS_EXCLUDES(mu_);
 
  private:
   void RecordExecution(const ExecutionStats& stats) CHORUS_EXCLUDES(mu_);
@@ -95,6 +105,8 @@ class LoadedModel {
   const SchedulerOptions scheduling_;
   const TensorAnnotations annotations_;
   const Manifest manifest_;
+  const bool response_cache_;
+  const uint64_t serial_;
   mutable Mutex mu_;
   ModelStatsSnapshot stats_ CHORUS_GUARDED_BY(mu_);
   std::unique_ptr<ModelScheduler> scheduler_;   // its workers record into stats_

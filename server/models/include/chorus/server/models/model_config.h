@@ -69,6 +69,9 @@ struct ModelConfig {
   // "CONTROL_SEQUENCE_START" | _END | _READY | _CORRID}], "state":
   // [{"input_name", "output_name"}]}): Triton's sequence batcher.
   std::optional<SequenceBatching> sequence_batching;
+  // "response_cache": {"enable": true}: answers are kept in the server's
+  // response cache (response_cache.h); declares the model deterministic.
+  bool response_cache = false;
 
   // Where the model runs ("device": "cuda:1", or "devices": [...] to spread
   // its interpreters' replicas over them); empty: the package's device, else

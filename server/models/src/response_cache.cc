@@ -1,0 +1,125 @@
+#include "chorus/server/models/response_cache.h"
+
+#include <openssl/evp.h>
+
+#include <algorithm>
+#include <map>
+#include <memory>
+
+#include "chorus/serving/model_values.h"
+
+namespace chorus {
+namespace {
+
+// An incremental SHA-256 whose fields are length-prefixed, so that no two
+// different sequences of fields digest alike.
+class KeyDigest {
+ public:
+  KeyDigest() : context_(EVP_MD_CTX_new(), EVP_MD_CTX_free) {
+    EVP_DigestInit_ex(context_.get(), EVP_sha256(), nullptr);
+  }
+  void Add(const void* data, size_t size) {
+    const uint64_t length = size;
+    EVP_DigestUpdate(context_.get(), &length, sizeof(length));
+    EVP_DigestUpdate(context_.get(), data, size);
+  }
+  void Add(const std::string& text) { Add(text.data(), text.size()); }
+  void Add(uint64_t number) { Add(&number, sizeof(number)); }
+  std::string Finish() {
+    unsigned char digest[EVP_MAX_MD_SIZE];
+    unsigned int size = 0;
+    EVP_DigestFinal_ex(context_.get(), digest, &size);
+    return std::string(reinterpret_cast<const char*>(digest), size);
+  }
+
+ private:
+  std::unique_ptr<EVP_MD_CTX, void (*)(EVP_MD_CTX*)> context_;
+};
+
+void AddValue(KeyDigest& digest, const c10::IValue& value) {
+  if (value.isTensor()) {
+    const at::Tensor tensor = value.toTensor().contiguous();
+    digest.Add(std::string(c10::toString(tensor.scalar_type())));
+    digest.Add(static_cast<uint64_t>(tensor.dim()));
+    for (int64_t size : tensor.sizes()) digest.Add(static_cast<uint64_t>(size));
+    digest.Add(tensor.data_ptr(), tensor.numel() * tensor.element_size());
+    return;
+  }
+  StatusOr<StringTensor> strings = StringTensorFromIValue(value);
+  digest.Add(std::string("string"));
+  if (!strings.ok()) return;  // decoded inputs are well-formed
+  for (int64_t size : strings->shape) digest.Add(static_cast<uint64_t>(size));
+  for (const std::string& element : strings->elements) digest.Add(element);
+}
+
+size_t SizeOf(const inference::ModelInferResponse& outputs, const std::string& key) {
+  size_t bytes = key.size() + outputs.ByteSizeLong();
+  return bytes + 256;  // bookkeeping: list node, map entry
+}
+
+}  // namespace
+
+std::string ResponseCache::Key(uint64_t model_serial, const Manifest& manifest,
+                               const inference::ModelInferRequest& request,
+                               const std::vector<c10::IValue>& inputs) {
+  KeyDigest digest;
+  digest.Add(model_serial);
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    digest.Add(manifest.inputs.at(i).name);
+    AddValue(digest, inputs[i]);
+  }
+  // The outputs asked for, by name, with what was asked of each (classes).
+  std::map<std::string, std::string> outputs;
+  for (const auto& output : request.outputs()) {
+    std::string parameters;
+    std::map<std::string, std::string> sorted;
+    for (const auto& [name, value] : output.parameters()) {
+      sorted[name] = value.SerializeAsString();
+    }
+    for (const auto& [name, value] : sorted) parameters += name + '\0' + value + '\0';
+    outputs[output.name()] = parameters;
+  }
+  digest.Add(static_cast<uint64_t>(outputs.size()));
+  for (const auto& [name, parameters] : outputs) {
+    digest.Add(name);
+    digest.Add(parameters);
+  }
+  return digest.Finish();
+}
+
+bool ResponseCache::Lookup(const std::string& key, inference::ModelInferResponse* response) {
+  MutexLock lock(&mu_);
+  auto it = by_key_.find(key);
+  if (it == by_key_.end()) return false;
+  entries_.splice(entries_.begin(), entries_, it->second);  // most recently used
+  const inference::ModelInferResponse& kept = it->second->outputs;
+  *response->mutable_outputs() = kept.outputs();
+  *response->mutable_raw_output_contents() = kept.raw_output_contents();
+  return true;
+}
+
+void ResponseCache::Insert(const std::string& key, const inference::ModelInferResponse& response) {
+  Entry entry;
+  entry.key = key;
+  *entry.outputs.mutable_outputs() = response.outputs();
+  *entry.outputs.mutable_raw_output_contents() = response.raw_output_contents();
+  entry.bytes = SizeOf(entry.outputs, key);
+  if (entry.bytes > capacity_) return;
+  MutexLock lock(&mu_);
+  if (by_key_.count(key)) return;  // answered twice at once: one is enough
+  while (bytes_ + entry.bytes > capacity_ && !entries_.empty()) {
+    bytes_ -= entries_.back().bytes;
+    by_key_.erase(entries_.back().key);
+    entries_.pop_back();
+  }
+  bytes_ += entry.bytes;
+  entries_.push_front(std::move(entry));
+  by_key_[key] = entries_.begin();
+}
+
+size_t ResponseCache::bytes() const {
+  MutexLock lock(&mu_);
+  return bytes_;
+}
+
+}  // namespace chorus
