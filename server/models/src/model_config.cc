@@ -190,6 +190,69 @@ StatusOr<SequenceBatching> SequenceBatchingAt(const Json& value) {
   return sequences;
 }
 
+StatusOr<WarmupInput> WarmupInputAt(const Json& value, const std::string& key) {
+  if (!value.is_object()) return KeyError(key, "must be an object");
+  CHORUS_RETURN_IF_ERROR(
+      CheckKeys(value, key + ".", {"zero_data", "random_data", "input_data_file", "dims"}));
+  WarmupInput input;
+  const int kinds = value.contains("zero_data") + value.contains("random_data") +
+                    value.contains("input_data_file");
+  if (kinds != 1) {
+    return KeyError(key, "needs one of zero_data, random_data and input_data_file");
+  }
+  if (value.contains("random_data")) input.kind = WarmupInput::kRandom;
+  if (value.contains("input_data_file")) {
+    input.kind = WarmupInput::kFile;
+    CHORUS_ASSIGN_OR_RETURN(input.file,
+                            StringAt(value["input_data_file"], key + ".input_data_file"));
+    if (input.file.find('/') != std::string::npos) {
+      return KeyError(key + ".input_data_file", "must be a file name in the model's warmup/");
+    }
+  }
+  if (value.contains("dims")) {
+    if (!value["dims"].is_array()) return KeyError(key + ".dims", "must be a list of sizes");
+    std::vector<int64_t> dims;
+    for (size_t d = 0; d < value["dims"].size(); ++d) {
+      CHORUS_ASSIGN_OR_RETURN(int64_t size,
+                              IntAt(value["dims"][d], key + ".dims[" + std::to_string(d) + "]", 0));
+      dims.push_back(size);
+    }
+    input.dims = std::move(dims);
+  }
+  return input;
+}
+
+StatusOr<std::vector<WarmupSample>> WarmupAt(const Json& list) {
+  if (!list.is_array()) return KeyError("model_warmup", "must be a list");
+  std::vector<WarmupSample> samples;
+  for (size_t i = 0; i < list.size(); ++i) {
+    const std::string at = "model_warmup[" + std::to_string(i) + "]";
+    const Json& item = list[i];
+    if (!item.is_object()) return KeyError(at, "must be an object");
+    CHORUS_RETURN_IF_ERROR(CheckKeys(item, at + ".", {"name", "batch_size", "count", "inputs"}));
+    WarmupSample sample;
+    sample.name = "sample " + std::to_string(i);
+    if (item.contains("name")) {
+      CHORUS_ASSIGN_OR_RETURN(sample.name, StringAt(item["name"], at + ".name"));
+    }
+    if (item.contains("batch_size")) {
+      CHORUS_ASSIGN_OR_RETURN(sample.batch_size, IntAt(item["batch_size"], at + ".batch_size", 1));
+    }
+    if (item.contains("count")) {
+      CHORUS_ASSIGN_OR_RETURN(int64_t count, IntAt(item["count"], at + ".count", 1));
+      sample.count = static_cast<int>(std::min<int64_t>(count, 1000));
+    }
+    if (item.contains("inputs")) {
+      if (!item["inputs"].is_object()) return KeyError(at + ".inputs", "must be an object");
+      for (const auto& [name, value] : item["inputs"].items()) {
+        CHORUS_ASSIGN_OR_RETURN(sample.inputs[name], WarmupInputAt(value, at + ".inputs." + name));
+      }
+    }
+    samples.push_back(std::move(sample));
+  }
+  return samples;
+}
+
 StatusOr<EntryPoint> EntryPointAt(const Json& value) {
   if (!value.is_object()) return KeyError("entry_point", "must be an object");
   CHORUS_RETURN_IF_ERROR(
@@ -309,11 +372,12 @@ StatusOr<ModelConfig> ParseModelConfig(std::string_view json) {
   if (config.is_discarded() || !config.is_object()) {
     return InvalidArgumentError("config.json is not a JSON object");
   }
-  CHORUS_RETURN_IF_ERROR(CheckKeys(
-      config, "",
-      {"format", "default_model_filename", "entry_point", "inputs", "outputs", "max_batch_size",
-       "dynamic_batching", "max_queue_delay_us", "preferred_batch_sizes", "max_queue", "decoupled",
-       "generation", "device", "devices", "tensors", "sequence_batching", "response_cache"}));
+  CHORUS_RETURN_IF_ERROR(
+      CheckKeys(config, "",
+                {"format", "default_model_filename", "entry_point", "inputs", "outputs",
+                 "max_batch_size", "dynamic_batching", "max_queue_delay_us",
+                 "preferred_batch_sizes", "max_queue", "decoupled", "generation", "device",
+                 "devices", "tensors", "sequence_batching", "response_cache", "model_warmup"}));
   ModelConfig out;
   if (config.contains("format")) {
     CHORUS_ASSIGN_OR_RETURN(out.format, FormatAt(config["format"]));
@@ -334,6 +398,9 @@ StatusOr<ModelConfig> ParseModelConfig(std::string_view json) {
   if (config.contains("outputs")) {
     if (!config.contains("inputs")) return KeyError("outputs", "given without inputs");
     CHORUS_ASSIGN_OR_RETURN(out.outputs, TensorsAt(config["outputs"], "outputs"));
+  }
+  if (config.contains("model_warmup")) {
+    CHORUS_ASSIGN_OR_RETURN(out.warmup, WarmupAt(config["model_warmup"]));
   }
   if (config.contains("response_cache")) {
     const Json& cache = config["response_cache"];

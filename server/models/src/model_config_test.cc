@@ -74,6 +74,13 @@ TEST(ModelConfigTest, EveryWrongKeyOrValueIsNamed) {
       {R"({"preferred_batch_sizes": [4, 0]})", "config.json: preferred_batch_sizes[1]"},
       {R"([1, 2])", "config.json is not a JSON object"},
       {R"({"tensors": [1]})", "config.json: tensors: must be an object"},
+      {R"({"model_warmup": [{"inputs": {"x": {}}}]})",
+       "config.json: model_warmup[0].inputs.x: needs one of zero_data, random_data and "
+       "input_data_file"},
+      {R"({"model_warmup": [{"count": 0}]})",
+       "config.json: model_warmup[0].count: must be an integer >= 1"},
+      {R"({"model_warmup": [{"inputs": {"x": {"input_data_file": "../x.bin"}}}]})",
+       "config.json: model_warmup[0].inputs.x.input_data_file: must be a file name"},
       {R"({"sequence_batching": {"strategy": "newest"}})",
        "config.json: sequence_batching.strategy: must be \"direct\" or \"oldest\""},
       {R"({"sequence_batching": {"control_inputs": [{"name": "S", "kind": "START"}]}})",

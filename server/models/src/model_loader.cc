@@ -196,6 +196,11 @@ StatusOr<std::shared_ptr<LoadedModel>> ModelLoader::LoadNewest(const std::string
   CHORUS_ASSIGN_OR_RETURN(std::string path,
                           layout_->ModelFile(name, version, config.default_model_filename));
   CHORUS_ASSIGN_OR_RETURN(std::shared_ptr<Model> model, LoadModel(path, config, name, version));
+  if (!config.warmup.empty()) {
+    Status warm = WarmUp(*model, *model->manifest(), config.warmup, layout_->ModelDir(name),
+                         placement_->manager()->size());
+    if (!warm.ok()) return Status(warm.code(), "config.json: " + warm.message());
+  }
   CHORUS_ASSIGN_OR_RETURN(TensorAnnotations annotations,
                           ResolveAnnotations(config, *model->manifest(), layout_->ModelDir(name)));
   if (config.sequence_batching) CHORUS_RETURN_IF_ERROR(CheckStateful(config, *model));

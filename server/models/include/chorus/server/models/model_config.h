@@ -16,6 +16,7 @@
 #include "chorus/common/status.h"
 #include "chorus/package/manifest.h"
 #include "chorus/package/model_format.h"
+#include "chorus/server/models/model_warmup.h"
 #include "chorus/serving/generation_engines.h"
 #include "chorus/serving/sequence_batcher.h"
 
@@ -72,6 +73,10 @@ struct ModelConfig {
   // "response_cache": {"enable": true}: answers are kept in the server's
   // response cache (response_cache.h); declares the model deterministic.
   bool response_cache = false;
+  // "model_warmup": [{"name", "batch_size", "count", "inputs": {"x": {"zero_data":
+  // true} | {"random_data": true} | {"input_data_file": "f"}, "dims": [...]}}]:
+  // samples run before the model is ready (model_warmup.h).
+  std::vector<WarmupSample> warmup;
 
   // Where the model runs ("device": "cuda:1", or "devices": [...] to spread
   // its interpreters' replicas over them); empty: the package's device, else

@@ -1,0 +1,108 @@
+#include "chorus/server/models/model_warmup.h"
+
+#include <ATen/ATen.h>
+
+#include "chorus/common/file_util.h"
+#include "chorus/package/dtype.h"
+#include "chorus/package/torch_dtype.h"
+#include "chorus/server/models/tensor_codec.h"
+
+namespace chorus {
+namespace {
+
+// The shape of input `spec` in `sample`: its dims (or the signature's, with
+// any-size dimensions as 1), the batch dimension set to the sample's size.
+StatusOr<std::vector<int64_t>> SampleShape(const TensorSpec& spec, const WarmupInput& input,
+                                           const WarmupSample& sample, const Batching& batching,
+                                           const std::string& what) {
+  std::vector<int64_t> shape = spec.shape;
+  const bool batched =
+      batching.batchable && static_cast<int64_t>(shape.size()) > batching.batch_dim;
+  if (input.dims) {
+    std::vector<int64_t> dims = *input.dims;
+    if (batched) dims.insert(dims.begin() + batching.batch_dim, -1);
+    if (dims.size() != shape.size()) {
+      return InvalidArgumentError(what + ": dims do not match the signature's " +
+                                  std::to_string(shape.size() - (batched ? 1 : 0)) + " dimensions");
+    }
+    shape = dims;
+  }
+  for (int64_t& size : shape) size = size < 0 ? 1 : size;
+  if (batched) shape[batching.batch_dim] = sample.batch_size;
+  return shape;
+}
+
+// The value of input `spec` for `sample`.
+StatusOr<c10::IValue> SampleValue(const TensorSpec& spec, const WarmupSample& sample,
+                                  const Manifest& manifest, const std::string& model_dir) {
+  const std::string what = "model_warmup \"" + sample.name + "\": input \"" + spec.name + "\"";
+  auto given = sample.inputs.find(spec.name);
+  const WarmupInput input = given == sample.inputs.end() ? WarmupInput{} : given->second;
+  CHORUS_ASSIGN_OR_RETURN(std::vector<int64_t> shape,
+                          SampleShape(spec, input, sample, manifest.batching, what));
+  const DtypeInfo& dtype = *DtypeByName(spec.dtype);
+  if (input.kind == WarmupInput::kFile) {
+    StatusOr<std::string> raw = ReadFile(model_dir + "/warmup/" + input.file);
+    if (!raw.ok()) return InvalidArgumentError(what + ": cannot read warmup/" + input.file);
+    if (dtype.dtype == Dtype::kString) {
+      StatusOr<StringTensor> strings = StringTensorFromRaw(shape, *raw);
+      if (!strings.ok()) return InvalidArgumentError(what + ": " + strings.status().message());
+      return StringTensorToIValue(std::move(*strings));
+    }
+    StatusOr<at::Tensor> tensor = TensorFromRaw(dtype.wire, shape, *raw);
+    if (!tensor.ok()) return InvalidArgumentError(what + ": " + tensor.status().message());
+    return c10::IValue(std::move(*tensor));
+  }
+  if (dtype.dtype == Dtype::kString) {
+    int64_t elements = 1;
+    for (int64_t size : shape) elements *= size;
+    return StringTensorToIValue(StringTensor{shape, std::vector<std::string>(elements)});
+  }
+  const auto options = at::TensorOptions().dtype(ScalarTypeOf(dtype.dtype));
+  if (input.kind == WarmupInput::kZero) return c10::IValue(at::zeros(shape, options));
+  // Random: uniform in [0, 1) for floats, small integers otherwise (valid indices too).
+  at::Tensor random =
+      c10::isFloatingType(options.dtype().toScalarType())
+          ? at::rand(shape, options)
+          : at::randint(0, 2, shape, at::TensorOptions().dtype(at::kLong)).to(options);
+  return c10::IValue(std::move(random));
+}
+
+}  // namespace
+
+Status WarmUp(Model& model, const Manifest& manifest, const std::vector<WarmupSample>& samples,
+              const std::string& model_dir, int interpreters) {
+  for (const WarmupSample& sample : samples) {
+    for (const auto& [name, input] : sample.inputs) {
+      bool known = false;
+      for (const TensorSpec& spec : manifest.inputs) known = known || spec.name == name;
+      if (!known) {
+        return InvalidArgumentError("model_warmup \"" + sample.name +
+                                    "\": the model has no input \"" + name + "\"");
+      }
+    }
+    std::vector<c10::IValue> inputs;
+    for (const TensorSpec& spec : manifest.inputs) {
+      CHORUS_ASSIGN_OR_RETURN(c10::IValue value, SampleValue(spec, sample, manifest, model_dir));
+      inputs.push_back(std::move(value));
+    }
+    const bool on_interpreters = FormatInfo(model.format()).runs_on_interpreters;
+    for (int interpreter = 0; interpreter < (on_interpreters ? interpreters : 1); ++interpreter) {
+      for (int run = 0; run < sample.count; ++run) {
+        CallOptions options;
+        options.interpreter = on_interpreters ? interpreter : -1;
+        // Each response of a decoupled model is read to its end.
+        Status status = on_interpreters ? model.ForwardEach(inputs, options,
+                                                            [](const c10::IValue&) { return true; })
+                                        : model.Forward(inputs, options).status();
+        if (!status.ok()) {
+          return Status(status.code(), "model_warmup \"" + sample.name +
+                                           "\": the model failed: " + status.message());
+        }
+      }
+    }
+  }
+  return OkStatus();
+}
+
+}  // namespace chorus
