@@ -223,6 +223,10 @@ void InferenceCore::RepositoryIndex(bool ready_only,
 
 void InferenceCore::LoadModel(std::string name, std::function<void(Status)> done,
                               const std::vector<std::string>& parameters) {
+  if (!options_.repository_calls_refused.empty()) {
+    return done(
+        FailedPreconditionError("cannot load " + name + ": " + options_.repository_calls_refused));
+  }
   if (!parameters.empty()) {
     return done(InvalidArgumentError(
         "load parameter \"" + parameters.front() + "\" of model " + name +
@@ -235,6 +239,10 @@ void InferenceCore::LoadModel(std::string name, std::function<void(Status)> done
 }
 
 void InferenceCore::UnloadModel(std::string name, std::function<void(Status)> done) {
+  if (!options_.repository_calls_refused.empty()) {
+    return done(FailedPreconditionError("cannot unload " + name + ": " +
+                                        options_.repository_calls_refused));
+  }
   ModelRepository* repository = repository_;
   ChangeRepository([repository, name = std::move(name)] { return repository->Unload(name); },
                    std::move(done));

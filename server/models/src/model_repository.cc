@@ -1,5 +1,6 @@
 #include "chorus/server/models/model_repository.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <string>
 #include <system_error>
@@ -81,14 +82,61 @@ Status ModelRepository::Load(const std::string& name) {
     }
     if (record.state != ModelState::kReady) record.state = ModelState::kLoading;
   }
+  const std::string files = Fingerprint(name);
   StatusOr<std::shared_ptr<LoadedModel>> loaded = loader_.LoadNewest(name);
   std::shared_ptr<LoadedModel> replaced = Settle(name, loaded);
+  {
+    MutexLock lock(&mu_);
+    records_[name].files = files;
+  }
   if (!loaded.ok()) {
     return Status(loaded.status().code(), WithoutRoot(loaded.status().message(), layout_.root()));
   }
   Log().info("model {} version {} loaded", name, (*loaded)->version());
   if (replaced) replaced->Drain(Clock::now() + options_.drain_timeout);
   return OkStatus();
+}
+
+std::string ModelRepository::Fingerprint(const std::string& name) const {
+  namespace fs = std::filesystem;
+  std::vector<std::string> entries;
+  std::error_code error;
+  for (fs::recursive_directory_iterator it(layout_.ModelDir(name), error), end; !error && it != end;
+       it.increment(error)) {
+    if (!it->is_regular_file(error)) continue;
+    const auto written = fs::last_write_time(it->path(), error).time_since_epoch().count();
+    entries.push_back(it->path().string() + ":" + std::to_string(it->file_size(error)) + ":" +
+                      std::to_string(written));
+  }
+  std::sort(entries.begin(), entries.end());
+  std::string fingerprint;
+  for (const std::string& entry : entries) fingerprint += entry + "\n";
+  return fingerprint;
+}
+
+void ModelRepository::Poll() {
+  std::vector<std::string> present = layout_.ModelNames();
+  std::vector<std::string> files;  // read before the lock: file system calls
+  for (const std::string& name : present) files.push_back(Fingerprint(name));
+  std::vector<std::string> changed, gone;
+  {
+    MutexLock lock(&mu_);
+    for (size_t i = 0; i < present.size(); ++i) {
+      auto it = records_.find(present[i]);
+      if (it != records_.end() && !it->second.quarantine.empty()) continue;
+      if (it == records_.end() || it->second.files != files[i]) changed.push_back(present[i]);
+    }
+    for (const auto& [name, record] : records_) {
+      if (std::find(present.begin(), present.end(), name) == present.end()) gone.push_back(name);
+    }
+  }
+  for (const std::string& name : gone) {
+    Log().info("model {}: its folder is gone from the repository; unloading it", name);
+    Unload(name).IgnoreError();
+    MutexLock lock(&mu_);
+    records_.erase(name);
+  }
+  for (const std::string& name : changed) Load(name).IgnoreError();  // Load logs failures
 }
 
 std::shared_ptr<LoadedModel> ModelRepository::Settle(

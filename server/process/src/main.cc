@@ -87,6 +87,7 @@ int FreePort(const std::string& host) {
 struct CommandLine {
   chorus::ServerOptions options;
   int64_t timeout_ms = 0, drain_ms = 30000, load_timeout_ms = 120000, idle_release_ms = 1000;
+  int64_t poll_secs = 15;
   bool no_supervisor = false;
   bool eager_imports = false;
 
@@ -98,6 +99,7 @@ struct CommandLine {
     options.model_load_timeout = std::chrono::milliseconds(load_timeout_ms);
     options.idle_memory_release = std::chrono::milliseconds(idle_release_ms);
     options.defer_imports = !eager_imports;
+    options.repository_poll = std::chrono::seconds(std::max<int64_t>(1, poll_secs));
   }
 };
 
@@ -114,6 +116,20 @@ void CommandLine::AddServingOptions(CLI::App& app) {
   app.add_option("--metrics-port", options.metrics_port,
                  "HTTP port for Prometheus /metrics (0: any free port, -1: off)");
   app.add_option("--cache-dir", options.cache_dir, "library cache for the interpreters");
+  using Control = chorus::ServerOptions::ModelControl;
+  app.add_option("--model-control-mode", options.model_control,
+                 "none: serve every model, refuse repository load/unload calls; explicit: serve "
+                 "the --load-model ones, load/unload on request; poll: serve every model and "
+                 "follow the repository's changes (default: every model, load/unload on request)")
+      ->transform(CLI::CheckedTransformer(
+          std::map<std::string, Control>{
+              {"none", Control::kNone}, {"explicit", Control::kExplicit}, {"poll", Control::kPoll}},
+          CLI::ignore_case));
+  app.add_option(
+      "--load-model", options.load_models,
+      "with --model-control-mode explicit: a model to serve at start (repeat; '*': all)");
+  app.add_option("--repository-poll-secs", poll_secs,
+                 "with --model-control-mode poll: seconds between reads of the repository");
   app.add_flag(
       "--eager-imports", eager_imports,
       "import all of torch in every interpreter at start, as `import torch` does, instead of "

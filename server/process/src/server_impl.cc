@@ -9,6 +9,7 @@
 
 #include "chorus/common/file_util.h"
 #include "chorus/common/logging.h"
+#include "chorus/common/periodic_task.h"
 #include "chorus/common/process_stats.h"
 #include "chorus/interpreter/gpu_host.h"
 #include "chorus/server/frontends/grpc/inference_service.h"
@@ -39,6 +40,8 @@ class ServerImpl final : public Server {
  private:
   // The interpreters and the repository's models, loaded.
   Status StartModels(const ServerOptions& options);
+  // The models to serve at start, as the model control mode says.
+  Status LoadStartupModels(const ServerOptions& options);
   // The cores and services over them (not yet listening).
   void StartServices(const ServerOptions& options);
   Status StartGrpc(const ServerOptions& options);
@@ -64,6 +67,7 @@ class ServerImpl final : public Server {
   std::unique_ptr<HttpEndpoint> metrics_;
   std::unique_ptr<HttpEndpoint> http_;
   std::unique_ptr<IdleMemoryReleaser> memory_releaser_;
+  std::unique_ptr<PeriodicTask> poller_;  // --model-control-mode poll
   int port_ = 0;
   std::once_flag shutdown_once_;
 };
@@ -125,7 +129,7 @@ Status ServerImpl::StartModels(const ServerOptions& options) {
   trusted_keys_ = repository.trusted_keys;
   repository_ =
       std::make_unique<ModelRepository>(options.model_repository, placement_.get(), repository);
-  CHORUS_RETURN_IF_ERROR(repository_->LoadAll());
+  CHORUS_RETURN_IF_ERROR(LoadStartupModels(options));
   if (options.idle_memory_release.count() > 0) {
     // Without a GPU, the pages loading torch's CUDA libraries touched are
     // never used again (140 MiB with torch 2.14's CUDA wheels).
@@ -138,6 +142,28 @@ Status ServerImpl::StartModels(const ServerOptions& options) {
   return OkStatus();
 }
 
+Status ServerImpl::LoadStartupModels(const ServerOptions& options) {
+  using Control = ServerOptions::ModelControl;
+  const bool some = options.model_control == Control::kExplicit &&
+                    std::find(options.load_models.begin(), options.load_models.end(), "*") ==
+                        options.load_models.end();
+  if (!some) CHORUS_RETURN_IF_ERROR(repository_->LoadAll());
+  if (some) {
+    CHORUS_RETURN_IF_ERROR(repository_->layout().CheckRoot());
+    for (const std::string& name : options.load_models) {
+      if (!repository_->layout().HasModel(name)) {
+        return NotFoundError("--load-model " + name + ": no such model in the repository");
+      }
+      repository_->Load(name).IgnoreError();  // logged; listed UNAVAILABLE with why
+    }
+  }
+  if (options.model_control == Control::kPoll) {
+    poller_ = std::make_unique<PeriodicTask>(
+        options.repository_poll, [repository = repository_.get()] { repository->Poll(); });
+  }
+  return OkStatus();
+}
+
 void ServerImpl::StartServices(const ServerOptions& options) {
   background_ = std::make_unique<BackgroundRunner>();
   authorizer_ = std::make_unique<Authorizer>(options.auth_token);
@@ -145,6 +171,15 @@ void ServerImpl::StartServices(const ServerOptions& options) {
   core.request_timeout = options.request_timeout;
   core.strict_readiness = options.strict_readiness;
   core.cache_size_bytes = options.cache_size_bytes;
+  using Control = ServerOptions::ModelControl;
+  if (options.model_control == Control::kNone || options.model_control == Control::kPoll) {
+    core.repository_calls_refused =
+        options.model_control == Control::kNone
+            ? "the server's model control mode is none: every repository model serves from the "
+              "start (--model-control-mode explicit loads and unloads on request)"
+            : "the server's model control mode is poll: it follows the repository's changes "
+              "itself (--model-control-mode explicit loads and unloads on request)";
+  }
   core_ = std::make_unique<InferenceCore>(repository_.get(), background_.get(), core);
   service_ = std::make_unique<InferenceService>(authorizer_.get(), core_.get());
   rest_ = std::make_unique<RestService>(core_.get());
@@ -227,6 +262,7 @@ void ServerImpl::Shutdown() {
   std::call_once(shutdown_once_, [this] {
     const auto drain_deadline = std::chrono::steady_clock::now() + options_.drain_timeout;
     if (core_) core_->SetAccepting(false);
+    poller_.reset();  // no load starts during the drain
     if (grpc_) {
       grpc_->GetHealthCheckService()->SetServingStatus(false);
       // Stops accepting; waits for in-flight calls (their models keep running)

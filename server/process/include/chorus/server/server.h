@@ -60,6 +60,17 @@ struct ServerOptions {
   // ServerReady and /v2/health/ready: true only while every repository model
   // that should serve does (Triton's strict readiness); false: while serving.
   bool strict_readiness = true;
+  // Which models serve, and who changes that (Triton's --model-control-mode):
+  //   kAll (chorus' default): every repository model at start; the repository
+  //        calls load and unload;
+  //   kNone: every model at start; the repository calls are refused;
+  //   kExplicit: only `load_models` at start ("*": all); the calls load and unload;
+  //   kPoll: every model at start, then the repository is read again every
+  //        `repository_poll` (new, changed, removed models); the calls are refused.
+  enum class ModelControl { kAll, kNone, kExplicit, kPoll };
+  ModelControl model_control = ModelControl::kAll;
+  std::vector<std::string> load_models;
+  std::chrono::seconds repository_poll{15};
   // The response cache's budget in bytes (models opt in with config.json's
   // "response_cache"); 0: no cache.
   size_t cache_size_bytes = 0;

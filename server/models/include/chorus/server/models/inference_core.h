@@ -37,6 +37,9 @@ struct InferenceCoreOptions {
   bool strict_readiness = true;
   // The response cache's budget (response_cache.h); 0: no cache.
   size_t cache_size_bytes = 0;
+  // Non-empty: why LoadModel and UnloadModel are refused (FAILED_PRECONDITION):
+  // the server's model control mode leaves the repository to itself.
+  std::string repository_calls_refused;
 };
 
 class InferenceCore {

@@ -57,6 +57,11 @@ class ModelRepository {
   // was quarantined. On failure whatever was serving keeps serving. Blocks
   // while the model loads: not for reactors.
   Status Load(const std::string& name) CHORUS_EXCLUDES(mu_);
+  // One pass of repository polling (Triton's poll mode): loads a model folder
+  // that is new or whose files changed since its last load (a new version, a
+  // new config.json, a replaced file), unloads one whose folder is gone.
+  // Quarantined models are left alone. Blocks while models load.
+  void Poll() CHORUS_EXCLUDES(mu_);
   // Stops serving `name`: new requests get NOT_FOUND, queued and running ones
   // finish (up to the drain timeout). NOT_FOUND if it is not loaded. Blocks.
   Status Unload(const std::string& name) CHORUS_EXCLUDES(mu_);
@@ -87,7 +92,10 @@ class ModelRepository {
     std::shared_ptr<LoadedModel> serving;  // set when kReady
     std::string failure;                   // why its last load failed, while nothing serves
     std::string quarantine;                // the supervisor's why; Load re-admits
+    std::string files;                     // the folder's fingerprint at its last load
   };
+  // What Poll compares: every file under the model's folder, with its size and time.
+  std::string Fingerprint(const std::string& name) const;
   // Records `loaded` (or its failure) as `name`'s outcome; returns the
   // version it replaced, which the caller drains.
   std::shared_ptr<LoadedModel> Settle(const std::string& name,
