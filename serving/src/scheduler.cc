@@ -3,6 +3,7 @@
 #include <ATen/core/ivalue.h>
 
 #include <algorithm>
+#include <limits>
 
 #include "chorus/common/logging.h"
 #include "chorus/common/process_stats.h"
@@ -61,14 +62,7 @@ void ModelScheduler::Submit(InferenceRequest request, Done done) {
   Status refused;
   {
     MutexLock lock(&mu_);
-    if (!accepting_) {
-      refused = UnavailableError("the model is being unloaded or the server is draining");
-    } else if (queue_.size() >= options_.max_queue) {
-      refused = UnavailableError("the model's queue is full (" +
-                                 std::to_string(options_.max_queue) + " requests); retry later");
-    } else {
-      queue_.push_back(Pending{std::move(request), std::move(done), Clock::now(), batch_size});
-    }
+    refused = Enqueue(request, done, batch_size);
   }
   if (refused.ok()) {
     changed_.Signal();
@@ -77,6 +71,67 @@ void ModelScheduler::Submit(InferenceRequest request, Done done) {
   InferenceResult result;
   result.status = std::move(refused);
   done(std::move(result));
+}
+
+Status ModelScheduler::Enqueue(InferenceRequest& request, Done& done, int64_t batch_size) {
+  if (!accepting_) return UnavailableError("the model is being unloaded or the server is draining");
+  if (queue_.size() >= options_.max_queue) {
+    return UnavailableError("the model's queue is full (" + std::to_string(options_.max_queue) +
+                            " requests); retry later");
+  }
+  const PriorityOptions& priorities = options_.priorities;
+  const int level = priorities.levels == 0  ? 0
+                    : request.priority == 0 ? priorities.default_level
+                                            : request.priority;
+  const QueuePolicy& policy = priorities.PolicyOf(level);
+  if (policy.max_queue_size > 0 && queued_by_level_[level] >= policy.max_queue_size) {
+    return UnavailableError("the model's queue for priority level " + std::to_string(level) +
+                            " is full (" + std::to_string(policy.max_queue_size) +
+                            " requests); retry later");
+  }
+  const Clock::time_point now = Clock::now();
+  Pending pending{std::move(request), std::move(done), now, batch_size, level};
+  std::chrono::microseconds timeout = policy.default_timeout;
+  if (policy.allow_timeout_override && pending.request.timeout.count() > 0) {
+    timeout = pending.request.timeout;
+  }
+  if (timeout.count() > 0) pending.expires = now + timeout;
+  // Ordered by level, then arrival: after every request of its level or a higher one.
+  auto at = std::upper_bound(queue_.begin(), queue_.end(), level,
+                             [](int value, const Pending& queued) { return value < queued.level; });
+  queue_.insert(at, std::move(pending));
+  ++queued_by_level_[level];
+  return OkStatus();
+}
+
+void ModelScheduler::ApplyQueueTimeouts(std::vector<Pending>* rejected) {
+  auto times_out = [](const QueuePolicy& policy) {
+    return policy.default_timeout.count() > 0 || policy.allow_timeout_override;
+  };
+  const PriorityOptions& priorities = options_.priorities;
+  bool any = times_out(priorities.default_policy);
+  for (const auto& [level, policy] : priorities.policies) any = any || times_out(policy);
+  if (!any) return;  // the common case: no scan of the queue
+  const Clock::time_point now = Clock::now();
+  std::vector<Pending> delayed;
+  for (auto it = queue_.begin(); it != queue_.end();) {
+    if (it->expires > now) {
+      ++it;
+      continue;
+    }
+    const QueuePolicy& policy = options_.priorities.PolicyOf(it->level);
+    --queued_by_level_[it->level];
+    it->expires = Clock::time_point::max();  // delayed once
+    if (policy.timeout_action == QueuePolicy::TimeoutAction::kReject) {
+      rejected->push_back(std::move(*it));
+    } else {
+      it->level = std::numeric_limits<int>::max();  // behind all that have not timed out
+      ++queued_by_level_[it->level];
+      delayed.push_back(std::move(*it));
+    }
+    it = queue_.erase(it);
+  }
+  for (Pending& pending : delayed) queue_.push_back(std::move(pending));
 }
 
 void ModelScheduler::Drain(Clock::time_point deadline) {
@@ -88,6 +143,7 @@ void ModelScheduler::Drain(Clock::time_point deadline) {
       changed_.WaitUntil(&mu_, std::min(deadline, Clock::now() + std::chrono::milliseconds(50)));
     }
     abandoned.swap(queue_);
+    queued_by_level_.clear();
   }
   for (Pending& pending : abandoned) {
     InferenceResult result;
@@ -159,6 +215,7 @@ bool ModelScheduler::Compatible(const Pending& a, const Pending& b) const {
 
 std::vector<ModelScheduler::Pending> ModelScheduler::NextBatch() {
   std::vector<Pending> batch;
+  --queued_by_level_[queue_.front().level];
   batch.push_back(std::move(queue_.front()));
   queue_.pop_front();
   const BatchingOptions& batching = options_.batching;
@@ -174,6 +231,7 @@ std::vector<ModelScheduler::Pending> ModelScheduler::NextBatch() {
     for (auto it = queue_.begin(); it != queue_.end() && size < batching.max_batch_size;) {
       if (size + it->batch_size <= batching.max_batch_size && Compatible(batch.front(), *it)) {
         size += it->batch_size;
+        --queued_by_level_[it->level];
         batch.push_back(std::move(*it));
         it = queue_.erase(it);
         if (preferred(size)) break;
@@ -193,14 +251,23 @@ void ModelScheduler::WorkerLoop() {
   bool destroyed = false;
   t_destroyed_by_this_worker = &destroyed;
   while (true) {
-    std::vector<Pending> batch;
+    std::vector<Pending> batch, rejected;
     {
       MutexLock lock(&mu_);
       while (queue_.empty() && !stopping_) changed_.Wait(&mu_);
       if (queue_.empty() && stopping_) return;
-      batch = NextBatch();
+      ApplyQueueTimeouts(&rejected);
+      if (!queue_.empty()) batch = NextBatch();
       running_ += batch.size();
     }
+    for (Pending& pending : rejected) {
+      InferenceResult result;
+      result.status = UnavailableError("the request timed out in the model's queue");
+      result.queue_time = Clock::now() - pending.enqueued;
+      pending.done(std::move(result));
+    }
+    if (destroyed) return;  // a callback released what owns `this`
+    if (batch.empty()) continue;
     const size_t taken = batch.size();
     Execute(std::move(batch));  // the batch's callbacks are destroyed with it
     if (destroyed) return;      // `this` is gone

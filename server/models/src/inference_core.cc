@@ -126,6 +126,33 @@ StatusOr<SequenceRequest> SequenceOf(const inference::ModelInferRequest& request
   return in_sequence;
 }
 
+// The request's "priority" (checked against the model's levels; none given:
+// 0) and "timeout" (microseconds in the queue; the model's policy decides) parameters.
+Status ReadQueueParameters(const inference::ModelInferRequest& request,
+                           const PriorityOptions& priorities, InferenceRequest* call) {
+  const auto& parameters = request.parameters();
+  auto number = [&](const char* key) -> std::optional<int64_t> {
+    auto it = parameters.find(key);
+    if (it == parameters.end()) return std::nullopt;
+    if (it->second.parameter_choice_case() == inference::InferParameter::kUint64Param) {
+      return static_cast<int64_t>(std::min<uint64_t>(it->second.uint64_param(), INT64_MAX));
+    }
+    return it->second.int64_param();
+  };
+  if (std::optional<int64_t> priority = number("priority"); priority && priorities.levels > 0) {
+    if (*priority < 0 || *priority > priorities.levels) {
+      return InvalidArgumentError("priority " + std::to_string(*priority) +
+                                  " is out of range: the model's levels are 1 (first) to " +
+                                  std::to_string(priorities.levels) + ", 0 for its default");
+    }
+    call->priority = static_cast<int>(*priority);
+  }
+  if (std::optional<int64_t> timeout = number("timeout"); timeout && *timeout > 0) {
+    call->timeout = std::chrono::microseconds(*timeout);
+  }
+  return OkStatus();
+}
+
 // The one prompt of a generate request (its string input, Triton's text_input).
 StatusOr<std::string> PromptOf(const LoadedModel& model,
                                const inference::ModelInferRequest& request) {
@@ -268,11 +295,15 @@ StatusOr<InferenceRequest> InferenceCore::PrepareCall(LoadedModel& model,
                                                       Clock::time_point deadline,
                                                       std::shared_ptr<std::atomic<bool>> cancelled,
                                                       Clock::time_point start) const {
+  InferenceRequest call;
   StatusOr<std::vector<c10::IValue>> inputs =
       DecodeInputs(request, model.manifest(), &shared_memory_);
   if (inputs.ok()) {
     if (Status outputs = CheckRequestedOutputs(request, model.manifest()); !outputs.ok()) {
       inputs = outputs;
+    } else if (Status queue = ReadQueueParameters(request, model.scheduling().priorities, &call);
+               !queue.ok()) {
+      inputs = queue;
     }
   }
   if (!inputs.ok()) {
@@ -281,7 +312,6 @@ StatusOr<InferenceRequest> InferenceCore::PrepareCall(LoadedModel& model,
     model.RecordRequest(rejected, Clock::now() - start);
     return inputs.status();
   }
-  InferenceRequest call;
   call.id = request.id();
   call.inputs = std::move(*inputs);
   call.deadline = deadline;

@@ -304,7 +304,100 @@ StatusOr<ModelFormat> FormatAt(const Json& value) {
   return KeyError("format", "unknown format \"" + name + "\" (" + FormatConfigNames() + ")");
 }
 
+StatusOr<GenerationOptions> GenerationAt(const Json& generation) {
+  if (!generation.is_object()) return KeyError("generation", "must be an object");
+  CHORUS_RETURN_IF_ERROR(CheckKeys(generation, "generation.",
+                                   {"cache_blocks", "block_size", "max_running", "max_step_tokens",
+                                    "prefill_chunk", "engines"}));
+  GenerationOptions options;
+  options.engines = 0;  // one per interpreter unless given
+  for (auto [key, field] : {std::pair{"cache_blocks", &options.cache_blocks},
+                            std::pair{"block_size", &options.block_size},
+                            std::pair{"max_running", &options.max_running},
+                            std::pair{"max_step_tokens", &options.max_step_tokens},
+                            std::pair{"prefill_chunk", &options.prefill_chunk},
+                            std::pair{"engines", &options.engines}}) {
+    if (!generation.contains(key)) continue;
+    CHORUS_ASSIGN_OR_RETURN(int64_t value,
+                            IntAt(generation[key], std::string("generation.") + key, 1));
+    *field = static_cast<int>(std::min<int64_t>(value, 1 << 30));
+  }
+  return options;
+}
+
+StatusOr<QueuePolicy> QueuePolicyAt(const Json& value, const std::string& key) {
+  if (!value.is_object()) return KeyError(key, "must be an object");
+  CHORUS_RETURN_IF_ERROR(CheckKeys(value, key + ".",
+                                   {"timeout_action", "default_timeout_microseconds",
+                                    "allow_timeout_override", "max_queue_size"}));
+  QueuePolicy policy;
+  if (value.contains("timeout_action")) {
+    CHORUS_ASSIGN_OR_RETURN(std::string action,
+                            StringAt(value["timeout_action"], key + ".timeout_action"));
+    if (action != "REJECT" && action != "DELAY") {
+      return KeyError(key + ".timeout_action", "must be \"REJECT\" or \"DELAY\"");
+    }
+    policy.timeout_action = action == "REJECT" ? QueuePolicy::TimeoutAction::kReject
+                                               : QueuePolicy::TimeoutAction::kDelay;
+  }
+  if (value.contains("default_timeout_microseconds")) {
+    CHORUS_ASSIGN_OR_RETURN(int64_t us, IntAt(value["default_timeout_microseconds"],
+                                              key + ".default_timeout_microseconds", 0));
+    policy.default_timeout = std::chrono::microseconds(us);
+  }
+  if (value.contains("allow_timeout_override")) {
+    if (!value["allow_timeout_override"].is_boolean()) {
+      return KeyError(key + ".allow_timeout_override", "must be true or false");
+    }
+    policy.allow_timeout_override = value["allow_timeout_override"].get<bool>();
+  }
+  if (value.contains("max_queue_size")) {
+    CHORUS_ASSIGN_OR_RETURN(int64_t size,
+                            IntAt(value["max_queue_size"], key + ".max_queue_size", 0));
+    policy.max_queue_size = static_cast<size_t>(size);
+  }
+  return policy;
+}
+
+Status ParsePriorities(const Json& config, PriorityOptions* out) {
+  if (config.contains("priority_levels")) {
+    CHORUS_ASSIGN_OR_RETURN(int64_t levels, IntAt(config["priority_levels"], "priority_levels", 1));
+    out->levels = static_cast<int>(std::min<int64_t>(levels, 1 << 20));
+    if (!config.contains("default_priority_level")) {
+      return KeyError("default_priority_level", "is required with priority_levels");
+    }
+    CHORUS_ASSIGN_OR_RETURN(int64_t level,
+                            IntAt(config["default_priority_level"], "default_priority_level", 1));
+    if (level > out->levels) {
+      return KeyError("default_priority_level", "must be within 1 and priority_levels");
+    }
+    out->default_level = static_cast<int>(level);
+  } else if (config.contains("default_priority_level") ||
+             config.contains("priority_queue_policy")) {
+    return KeyError(config.contains("default_priority_level") ? "default_priority_level"
+                                                              : "priority_queue_policy",
+                    "needs priority_levels");
+  }
+  if (config.contains("queue_policy")) {
+    CHORUS_ASSIGN_OR_RETURN(out->default_policy,
+                            QueuePolicyAt(config["queue_policy"], "queue_policy"));
+  }
+  if (!config.contains("priority_queue_policy")) return OkStatus();
+  const Json& policies = config["priority_queue_policy"];
+  if (!policies.is_object()) return KeyError("priority_queue_policy", "must be an object");
+  for (const auto& [name, value] : policies.items()) {
+    const std::string key = "priority_queue_policy." + name;
+    const int level = std::atoi(name.c_str());
+    if (level < 1 || level > out->levels || std::to_string(level) != name) {
+      return KeyError(key, "is not a priority level (1 to priority_levels)");
+    }
+    CHORUS_ASSIGN_OR_RETURN(out->policies[level], QueuePolicyAt(value, key));
+  }
+  return OkStatus();
+}
+
 Status ParseScheduling(const Json& config, ModelConfig* out) {
+  CHORUS_RETURN_IF_ERROR(ParsePriorities(config, &out->priorities));
   if (config.contains("max_batch_size")) {
     CHORUS_ASSIGN_OR_RETURN(out->max_batch_size,
                             IntAt(config["max_batch_size"], "max_batch_size", 0));
@@ -336,25 +429,7 @@ Status ParseScheduling(const Json& config, ModelConfig* out) {
     out->decoupled = config["decoupled"].get<bool>();
   }
   if (config.contains("generation")) {
-    const Json& generation = config["generation"];
-    if (!generation.is_object()) return KeyError("generation", "must be an object");
-    CHORUS_RETURN_IF_ERROR(CheckKeys(generation, "generation.",
-                                     {"cache_blocks", "block_size", "max_running",
-                                      "max_step_tokens", "prefill_chunk", "engines"}));
-    GenerationOptions options;
-    options.engines = 0;  // one per interpreter unless given
-    for (auto [key, field] : {std::pair{"cache_blocks", &options.cache_blocks},
-                              std::pair{"block_size", &options.block_size},
-                              std::pair{"max_running", &options.max_running},
-                              std::pair{"max_step_tokens", &options.max_step_tokens},
-                              std::pair{"prefill_chunk", &options.prefill_chunk},
-                              std::pair{"engines", &options.engines}}) {
-      if (!generation.contains(key)) continue;
-      CHORUS_ASSIGN_OR_RETURN(int64_t value,
-                              IntAt(generation[key], std::string("generation.") + key, 1));
-      *field = static_cast<int>(std::min<int64_t>(value, 1 << 30));
-    }
-    out->generation = options;
+    CHORUS_ASSIGN_OR_RETURN(out->generation, GenerationAt(config["generation"]));
     out->decoupled = true;
   }
   if (config.contains("max_queue")) {
@@ -367,40 +442,61 @@ Status ParseScheduling(const Json& config, ModelConfig* out) {
 
 }  // namespace
 
-StatusOr<ModelConfig> ParseModelConfig(std::string_view json) {
-  const Json config = Json::parse(json, nullptr, /*allow_exceptions=*/false);
-  if (config.is_discarded() || !config.is_object()) {
-    return InvalidArgumentError("config.json is not a JSON object");
-  }
-  CHORUS_RETURN_IF_ERROR(
-      CheckKeys(config, "",
-                {"format", "default_model_filename", "entry_point", "inputs", "outputs",
-                 "max_batch_size", "dynamic_batching", "max_queue_delay_us",
-                 "preferred_batch_sizes", "max_queue", "decoupled", "generation", "device",
-                 "devices", "tensors", "sequence_batching", "response_cache", "model_warmup"}));
-  ModelConfig out;
+namespace {
+
+// Every key config.json may have.
+const std::initializer_list<const char*> kConfigKeys = {"format",
+                                                        "default_model_filename",
+                                                        "entry_point",
+                                                        "inputs",
+                                                        "outputs",
+                                                        "max_batch_size",
+                                                        "dynamic_batching",
+                                                        "max_queue_delay_us",
+                                                        "preferred_batch_sizes",
+                                                        "max_queue",
+                                                        "decoupled",
+                                                        "generation",
+                                                        "device",
+                                                        "devices",
+                                                        "tensors",
+                                                        "sequence_batching",
+                                                        "response_cache",
+                                                        "model_warmup",
+                                                        "priority_levels",
+                                                        "default_priority_level",
+                                                        "queue_policy",
+                                                        "priority_queue_policy"};
+
+// What to serve: the file, its entry point and signature.
+Status ParseFile(const Json& config, ModelConfig* out) {
   if (config.contains("format")) {
-    CHORUS_ASSIGN_OR_RETURN(out.format, FormatAt(config["format"]));
+    CHORUS_ASSIGN_OR_RETURN(out->format, FormatAt(config["format"]));
   }
   if (config.contains("default_model_filename")) {
-    CHORUS_ASSIGN_OR_RETURN(out.default_model_filename,
+    CHORUS_ASSIGN_OR_RETURN(out->default_model_filename,
                             StringAt(config["default_model_filename"], "default_model_filename"));
-    if (out.default_model_filename.find('/') != std::string::npos) {
+    if (out->default_model_filename.find('/') != std::string::npos) {
       return KeyError("default_model_filename", "must be a file name, not a path");
     }
   }
   if (config.contains("entry_point")) {
-    CHORUS_ASSIGN_OR_RETURN(out.entry_point, EntryPointAt(config["entry_point"]));
+    CHORUS_ASSIGN_OR_RETURN(out->entry_point, EntryPointAt(config["entry_point"]));
   }
   if (config.contains("inputs")) {
-    CHORUS_ASSIGN_OR_RETURN(out.inputs, TensorsAt(config["inputs"], "inputs"));
+    CHORUS_ASSIGN_OR_RETURN(out->inputs, TensorsAt(config["inputs"], "inputs"));
   }
   if (config.contains("outputs")) {
     if (!config.contains("inputs")) return KeyError("outputs", "given without inputs");
-    CHORUS_ASSIGN_OR_RETURN(out.outputs, TensorsAt(config["outputs"], "outputs"));
+    CHORUS_ASSIGN_OR_RETURN(out->outputs, TensorsAt(config["outputs"], "outputs"));
   }
+  return OkStatus();
+}
+
+// Triton's serving features: warm-up, response cache, sequences, tensor annotations.
+Status ParseServingFeatures(const Json& config, ModelConfig* out) {
   if (config.contains("model_warmup")) {
-    CHORUS_ASSIGN_OR_RETURN(out.warmup, WarmupAt(config["model_warmup"]));
+    CHORUS_ASSIGN_OR_RETURN(out->warmup, WarmupAt(config["model_warmup"]));
   }
   if (config.contains("response_cache")) {
     const Json& cache = config["response_cache"];
@@ -409,14 +505,29 @@ StatusOr<ModelConfig> ParseModelConfig(std::string_view json) {
     if (!cache.contains("enable") || !cache["enable"].is_boolean()) {
       return KeyError("response_cache.enable", "must be true or false");
     }
-    out.response_cache = cache["enable"].get<bool>();
+    out->response_cache = cache["enable"].get<bool>();
   }
   if (config.contains("sequence_batching")) {
-    CHORUS_ASSIGN_OR_RETURN(out.sequence_batching, SequenceBatchingAt(config["sequence_batching"]));
+    CHORUS_ASSIGN_OR_RETURN(out->sequence_batching,
+                            SequenceBatchingAt(config["sequence_batching"]));
   }
   if (config.contains("tensors")) {
-    CHORUS_ASSIGN_OR_RETURN(out.tensors, TensorAnnotationsAt(config["tensors"]));
+    CHORUS_ASSIGN_OR_RETURN(out->tensors, TensorAnnotationsAt(config["tensors"]));
   }
+  return OkStatus();
+}
+
+}  // namespace
+
+StatusOr<ModelConfig> ParseModelConfig(std::string_view json) {
+  const Json config = Json::parse(json, nullptr, /*allow_exceptions=*/false);
+  if (config.is_discarded() || !config.is_object()) {
+    return InvalidArgumentError("config.json is not a JSON object");
+  }
+  CHORUS_RETURN_IF_ERROR(CheckKeys(config, "", kConfigKeys));
+  ModelConfig out;
+  CHORUS_RETURN_IF_ERROR(ParseFile(config, &out));
+  CHORUS_RETURN_IF_ERROR(ParseServingFeatures(config, &out));
   CHORUS_RETURN_IF_ERROR(ParseScheduling(config, &out));
   CHORUS_ASSIGN_OR_RETURN(out.devices, DevicesAt(config));
   return out;

@@ -73,7 +73,27 @@ TEST(ModelConfigTest, EveryWrongKeyOrValueIsNamed) {
       {R"({"default_model_filename": "../model.pt"})", "default_model_filename"},
       {R"({"preferred_batch_sizes": [4, 0]})", "config.json: preferred_batch_sizes[1]"},
       {R"([1, 2])", "config.json is not a JSON object"},
+  };
+  for (const auto& [json, message] : cases) {
+    EXPECT_THAT(ParseModelConfig(json).status(),
+                StatusIs(StatusCode::kInvalidArgument, HasSubstr(message)))
+        << json;
+  }
+}
+
+TEST(ModelConfigTest, EveryWrongServingFeatureIsNamed) {
+  const std::pair<const char*, const char*> cases[] = {
       {R"({"tensors": [1]})", "config.json: tensors: must be an object"},
+      {R"({"priority_levels": 2})",
+       "config.json: default_priority_level: is required with priority_levels"},
+      {R"({"priority_levels": 2, "default_priority_level": 3})",
+       "config.json: default_priority_level: must be within 1 and priority_levels"},
+      {R"({"default_priority_level": 1})", "config.json: default_priority_level: needs"},
+      {R"({"priority_levels": 2, "default_priority_level": 1,
+           "priority_queue_policy": {"3": {}}})",
+       "config.json: priority_queue_policy.3: is not a priority level"},
+      {R"({"queue_policy": {"timeout_action": "DROP"}})",
+       "config.json: queue_policy.timeout_action: must be \"REJECT\" or \"DELAY\""},
       {R"({"model_warmup": [{"inputs": {"x": {}}}]})",
        "config.json: model_warmup[0].inputs.x: needs one of zero_data, random_data and "
        "input_data_file"},

@@ -23,6 +23,7 @@ SchedulerOptions SchedulingFor(const ModelConfig& config, const Manifest& manife
       std::max<int64_t>(1, config.max_batch_size.value_or(hint.max_batch_size));
   if (config.max_queue_delay) scheduling.batching.max_queue_delay = *config.max_queue_delay;
   scheduling.decoupled = config.decoupled;
+  scheduling.priorities = config.priorities;
   if (config.decoupled) scheduling.batching.enabled = false;  // a stream runs alone
   if (config.preferred_batch_sizes) {
     scheduling.batching.preferred_batch_sizes = *config.preferred_batch_sizes;

@@ -24,6 +24,7 @@
 #include <chrono>
 #include <deque>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <thread>
@@ -48,6 +49,31 @@ struct BatchingOptions {
   std::vector<int64_t> preferred_batch_sizes;  // stop gathering at any of these
 };
 
+// What happens to requests of one priority level in the queue (Triton's
+// ModelQueuePolicy).
+struct QueuePolicy {
+  enum class TimeoutAction { kReject, kDelay };
+  // A request queued longer than its timeout is answered UNAVAILABLE (kReject)
+  // or put behind every request that has not timed out (kDelay).
+  TimeoutAction timeout_action = TimeoutAction::kReject;
+  std::chrono::microseconds default_timeout{0};  // 0: none
+  bool allow_timeout_override = false;           // a request's "timeout" parameter applies
+  size_t max_queue_size = 0;                     // requests of the level queued; 0: no limit
+};
+
+// Request priorities (Triton's dynamic_batching.priority_levels): level 1 is
+// served first; requests without one get `default_level`.
+struct PriorityOptions {
+  int levels = 0;  // 0: one level, no priorities
+  int default_level = 0;
+  QueuePolicy default_policy;
+  std::map<int, QueuePolicy> policies;  // by level, where not the default
+  const QueuePolicy& PolicyOf(int level) const {
+    auto it = policies.find(level);
+    return it == policies.end() ? default_policy : it->second;
+  }
+};
+
 struct SchedulerOptions {
   BatchingOptions batching;
   size_t max_queue = 1024;  // queued requests beyond which Submit answers UNAVAILABLE
@@ -57,6 +83,7 @@ struct SchedulerOptions {
   // >= 0: every execution runs on this interpreter (a sequence batcher's
   // lane, whose sequences keep state there); -1: on an idle one.
   int interpreter = -1;
+  PriorityOptions priorities;
 };
 
 struct InferenceRequest {
@@ -70,6 +97,8 @@ struct InferenceRequest {
   // model yields them; returning false stops the model. The Done callback
   // then reports how it ended, with no outputs.
   std::function<bool(std::vector<c10::IValue>)> on_response;
+  int priority = 0;                      // 1 (first) .. levels; 0: the model's default level
+  std::chrono::microseconds timeout{0};  // queue timeout asked for (the policy decides)
 };
 
 struct InferenceResult {
@@ -118,6 +147,8 @@ class ModelScheduler {
     Done done;
     std::chrono::steady_clock::time_point enqueued;
     int64_t batch_size;  // along batch_dim (1 when not batching)
+    int level = 0;       // the queue is ordered by it, then by arrival
+    std::chrono::steady_clock::time_point expires = std::chrono::steady_clock::time_point::max();
   };
 
   void WorkerLoop() CHORUS_EXCLUDES(mu_);
@@ -138,6 +169,11 @@ class ModelScheduler {
   void ExecuteDecoupled(Pending& pending, std::chrono::steady_clock::time_point start);
   // Answers requests that expired or were cancelled while queued.
   bool Answered(Pending& pending);
+  // `request` placed in the queue by its priority, or why it is refused.
+  Status Enqueue(InferenceRequest& request, Done& done, int64_t batch_size) CHORUS_REQUIRES(mu_);
+  // Requests past their queue timeout: rejected ones taken out (into
+  // `rejected`), delayed ones moved behind all others.
+  void ApplyQueueTimeouts(std::vector<Pending>* rejected) CHORUS_REQUIRES(mu_);
 
   const std::shared_ptr<Model> model_;
   const SchedulerOptions options_;
@@ -146,6 +182,7 @@ class ModelScheduler {
   mutable Mutex mu_;
   CondVar changed_;  // queue grew, or stopping
   std::deque<Pending> queue_ CHORUS_GUARDED_BY(mu_);
+  std::map<int, size_t> queued_by_level_ CHORUS_GUARDED_BY(mu_);
   size_t running_ CHORUS_GUARDED_BY(mu_) = 0;
   bool accepting_ CHORUS_GUARDED_BY(mu_) = true;
   bool stopping_ CHORUS_GUARDED_BY(mu_) = false;

@@ -57,6 +57,11 @@ struct ModelConfig {
   std::optional<std::chrono::microseconds> max_queue_delay;
   std::optional<std::vector<int64_t>> preferred_batch_sizes;
   std::optional<size_t> max_queue;
+  // Request priorities and queue policies ("priority_levels",
+  // "default_priority_level", "queue_policy": {"timeout_action": "REJECT" |
+  // "DELAY", "default_timeout_microseconds", "allow_timeout_override",
+  // "max_queue_size"}, "priority_queue_policy": {"1": {...}}): Triton's.
+  PriorityOptions priorities;
   // The model streams (its call returns a generator): served by
   // ModelStreamInfer only, each request alone, zero or more responses each.
   bool decoupled = false;
