@@ -78,7 +78,9 @@ def test_a_first_priority_request_overtakes_a_full_queue(server):
     calls.send("urgent", priority=1)
     calls.wait(6)
     order = [tag for tag in calls.answered if tag != "refused"]
-    assert order == ["running", "urgent", "low0", "low1", "low2"]
+    # (the three low ones go out on concurrent streams: they arrive in any order)
+    assert order[:2] == ["running", "urgent"]
+    assert sorted(order[2:]) == ["low0", "low1", "low2"]
     assert set(calls.errors) == {"refused"}
     client.close()
 
