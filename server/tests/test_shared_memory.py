@@ -3,6 +3,7 @@ over gRPC and HTTP (tritonclient.utils.shared_memory makes them), inputs read fr
 outputs written into them, every bad reference refused by name, and perf_analyzer's
 `--shared-memory system` mode against chorus unmodified."""
 
+import os
 import subprocess
 
 import numpy as np
@@ -13,6 +14,11 @@ import tritonclient.http as triton_http
 import tritonclient.utils.shared_memory as shm
 from test_perf_analyzer import perf_analyzer  # noqa: F401 - a fixture
 from tritonclient.utils import InferenceServerException
+
+
+def key(name):
+    """A shared memory key of this test process's own (runs on one host never clash)."""
+    return f"/chorus_test_{os.getpid()}_{name}"
 
 
 @pytest.fixture
@@ -40,12 +46,11 @@ def test_inputs_and_outputs_travel_through_registered_regions(server, regions, t
     (module, client) = dict(zip(("grpc", "http"), clients(server)))[transport]
     x = np.random.default_rng(3).standard_normal((5, 4)).astype(np.float32)
     expected = client.infer("mlp", [infer_input(module, x)]).as_numpy(mlp_output(client))
-    inputs = regions(f"in_{transport}", f"/chorus_test_in_{transport}", 64 + x.nbytes)
-    outputs = regions(f"out_{transport}", f"/chorus_test_out_{transport}", 256)
+    inputs = regions(f"in_{transport}", key(f"in_{transport}"), 64 + x.nbytes)
+    outputs = regions(f"out_{transport}", key(f"out_{transport}"), 256)
     shm.set_shared_memory_region(inputs, [x], offset=64)
-    client.register_system_shared_memory(f"in_{transport}", f"/chorus_test_in_{transport}",
-                                         64 + x.nbytes)
-    client.register_system_shared_memory(f"out_{transport}", f"/chorus_test_out_{transport}", 256)
+    client.register_system_shared_memory(f"in_{transport}", key(f"in_{transport}"), 64 + x.nbytes)
+    client.register_system_shared_memory(f"out_{transport}", key(f"out_{transport}"), 256)
     tensor = module.InferInput("x", list(x.shape), "FP32")
     tensor.set_shared_memory(f"in_{transport}", x.nbytes, offset=64)
     requested = module.InferRequestedOutput(mlp_output(client))
@@ -80,14 +85,14 @@ def infer_input(module, x):
 
 def test_every_bad_region_reference_is_refused_by_name(server, regions):
     (_, grpc_client), (_, http_client) = clients(server)
-    regions("small", "/chorus_test_small", 16)
-    grpc_client.register_system_shared_memory("small", "/chorus_test_small", 16)
+    regions("small", key("small"), 16)
+    grpc_client.register_system_shared_memory("small", key("small"), 16)
     with pytest.raises(InferenceServerException, match='"small" is already registered'):
-        grpc_client.register_system_shared_memory("small", "/chorus_test_small", 16)
+        grpc_client.register_system_shared_memory("small", key("small"), 16)
     with pytest.raises(InferenceServerException, match="cannot open the shared memory object"):
-        http_client.register_system_shared_memory("ghost", "/chorus_test_no_such_key", 16)
+        http_client.register_system_shared_memory("ghost", key("no_such_key"), 16)
     with pytest.raises(InferenceServerException, match="the object holds 16 bytes"):
-        grpc_client.register_system_shared_memory("big", "/chorus_test_small", 4096)
+        grpc_client.register_system_shared_memory("big", key("small"), 4096)
     for client, module in ((grpc_client, triton_grpc), (http_client, triton_http)):
         tensor = module.InferInput("x", [2, 4], "FP32")
         tensor.set_shared_memory("small", 32)
