@@ -19,7 +19,7 @@ TEST(DtypeTest, TableIsIndexedByTheEnumAndNamesAreUnique) {
     // Only strings vary in size.
     EXPECT_EQ(info.element_size == 0, info.dtype == Dtype::kString) << info.name;
   }
-  EXPECT_EQ(index, 11);
+  EXPECT_EQ(index, 14);
 }
 
 TEST(DtypeTest, LooksUpManifestAndWireNames) {
