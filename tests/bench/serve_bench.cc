@@ -2,6 +2,9 @@
 //
 //   overhead_us_p50         p50 latency of a trivial (identity) model at
 //                           concurrency 1 over loopback: the server's own cost
+//   grpc_floor_us_p50       p50 of ServerLive, gRPC's own cost (and
+//                           grpc_floor_with_deadline_us_p50: each call with a
+//                           deadline, as the load generator's calls have)
 //   overhead_us_p50_perf_analyzer  the same, measured by Triton's perf_analyzer
 //                           (its gRPC client and its p50), beside ours
 //   sweep                   throughput and p50/p90/p99 latency for the trivial
@@ -159,13 +162,17 @@ double RestartToReadySeconds(const ServerProcess& server, const std::string& mod
   throw std::runtime_error("the server was not ready 120 s after its serving process crashed");
 }
 
-// p50 latency of ServerLive (no model): gRPC's own floor on this machine.
-double GrpcFloorUs(int port, int calls) {
+// p50 latency of ServerLive (no model): gRPC's own floor on this machine;
+// `with_deadline`: each call carries a deadline, as the load generator's do.
+double GrpcFloorUs(int port, int calls, bool with_deadline = false) {
   auto stub = inference::GRPCInferenceService::NewStub(
       grpc::CreateChannel("127.0.0.1:" + std::to_string(port), grpc::InsecureChannelCredentials()));
   std::vector<double> latencies;
   for (int i = 0; i < calls; ++i) {
     grpc::ClientContext context;
+    if (with_deadline) {
+      context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
+    }
     inference::ServerLiveRequest request;
     inference::ServerLiveResponse response;
     auto sent = Clock::now();
@@ -343,6 +350,7 @@ nlohmann::json MeasureOverheadAndSweep(const std::string& repository, const Opti
   LoadResult overhead = Load(two.port(), "trivial", 1, options.seconds);
   result["overhead_us_p50"] = overhead.p50_us;
   result["grpc_floor_us_p50"] = GrpcFloorUs(two.port(), 3000);
+  result["grpc_floor_with_deadline_us_p50"] = GrpcFloorUs(two.port(), 3000, true);
   // The same request again and again to a model whose answers are cached: all hits but the first.
   Load(two.port(), "trivial_cached", 1, 0.5);
   result["cache_hit_p50_us"] = Load(two.port(), "trivial_cached", 1, options.seconds).p50_us;
