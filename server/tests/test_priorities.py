@@ -87,6 +87,9 @@ def test_a_first_priority_request_overtakes_a_full_queue(server):
 
 def test_a_priority_out_of_range_is_refused_by_name(server):
     client = triton_grpc.InferenceServerClient(server.address)
+    batching = client.get_model_config("ranked").config.dynamic_batching
+    assert (batching.priority_levels, batching.default_priority_level) == (2, 2)
+    assert batching.priority_queue_policy[2].max_queue_size == 3
     tensor = triton_grpc.InferInput("x", [1, 4], "FP32")
     tensor.set_data_from_numpy(np.ones((1, 4), np.float32))
     with pytest.raises(InferenceServerException,

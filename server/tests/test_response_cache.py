@@ -75,6 +75,8 @@ def test_a_repeated_request_is_answered_from_the_cache(server):
         infer(triton_grpc, grpc_client, "uncached", x)
     plain = stats(grpc_client, "uncached")
     assert plain.execution_count == 2 and plain.inference_stats.cache_hit.count == 0
+    assert grpc_client.get_model_config("cached").config.response_cache.enable
+    assert not grpc_client.get_model_config("uncached").config.response_cache.enable
     rest_stats = http_client.get_inference_statistics("cached")["model_stats"][0]
     assert rest_stats["inference_stats"]["cache_hit"]["count"] == 2
     with urllib.request.urlopen(f"http://127.0.0.1:{server.metrics_port}/metrics") as answer:

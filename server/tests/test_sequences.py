@@ -75,7 +75,22 @@ def test_clients_see_only_their_own_inputs_and_outputs(server):
     metadata = client.get_model_metadata("accumulator_direct")
     assert [t.name for t in metadata.inputs] == ["INPUT"]
     assert [t.name for t in metadata.outputs] == ["OUTPUT"]
+    # The model config says how it is batched, as Triton's does.
+    config = client.get_model_config("accumulator_direct").config
+    assert [i.name for i in config.input] == ["INPUT"]
+    sequences = config.sequence_batching
+    assert sequences.HasField("direct") and sequences.max_sequence_idle_microseconds == 1000000
+    assert [(c.name, c.control[0].kind, list(c.control[0].int32_false_true))
+            for c in sequences.control_input] == [("START", 0, [0, 1]), ("READY", 1, [0, 1])]
+    assert [(s.input_name, s.output_name) for s in sequences.state] == [
+        ("INPUT_STATE", "OUTPUT_STATE")]
+    assert client.get_model_config("accumulator_oldest").config.sequence_batching.HasField(
+        "oldest")
     client.close()
+    rest = triton_http.InferenceServerClient(f"127.0.0.1:{server.http_port}")
+    assert rest.get_model_config("forgetful")["sequence_batching"][
+        "max_sequence_idle_microseconds"] == 300000
+    rest.close()
 
 
 @pytest.mark.parametrize("model", ["accumulator_direct", "accumulator_oldest", "python_sum"])

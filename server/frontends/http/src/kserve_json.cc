@@ -301,8 +301,13 @@ Json DurationJson(const inference::StatisticDuration& duration) {
 
 // protobuf's JSON writes 64-bit integers as strings; Triton's as numbers.
 void Int64FieldsAsNumbers(Json& value) {
-  static const std::set<std::string> kInt64Fields = {
-      "dims", "versions", "default_timeout_microseconds", "max_queue_delay_microseconds"};
+  static const std::set<std::string> kInt64Fields = {"dims",
+                                                     "versions",
+                                                     "default_timeout_microseconds",
+                                                     "max_queue_delay_microseconds",
+                                                     "max_sequence_idle_microseconds",
+                                                     "priority_levels",
+                                                     "default_priority_level"};
   if (value.is_array()) {
     for (Json& item : value) Int64FieldsAsNumbers(item);
     return;

@@ -91,6 +91,8 @@ class SequenceBatcher {
   size_t pending() const CHORUS_EXCLUDES(mu_);
   // Sequences started and not yet ended (by END or idleness).
   size_t active_sequences() const CHORUS_EXCLUDES(mu_);
+  // How it batches, as configured.
+  const SequenceBatching& config() const { return sequences_config_; }
 
  private:
   // Where one input of the model comes from.

@@ -82,6 +82,7 @@ class LoadedModel {
   // batcher (sequences() non-null, scheduler() then unusable).
   ModelScheduler& scheduler() { return *scheduler_; }
   SequenceBatcher* sequences() { return sequences_.get(); }
+  const SequenceBatcher* sequences() const { return sequences_.get(); }
   // The generation engines of a generative model; nullptr for others.
   GenerationEngines* generation() { return generation_.get(); }
   // Takes no new requests and waits for those queued or running (model calls
