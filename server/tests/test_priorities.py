@@ -29,7 +29,7 @@ def server(tmp_path_factory):
     }
     for name, config in configs.items():
         (repo / name / "1").mkdir(parents=True)
-        package(repo / name / "1" / "model.pt", servable_models.Sleeper(0.3), torch.zeros(1, 4),
+        package(repo / name / "1" / "model.pt", servable_models.Sleeper(1.0), torch.zeros(1, 4),
                 name)
         (repo / name / "config.json").write_text(json.dumps(config))
     process = ServerProcess(repo, interpreters=1)
@@ -68,10 +68,10 @@ def test_a_first_priority_request_overtakes_a_full_queue(server):
     client = triton_grpc.InferenceServerClient(server.address)
     calls = Calls(client, "ranked")
     calls.send("running")
-    time.sleep(0.1)  # it runs; the next ones queue behind it
+    time.sleep(0.5)  # it runs (1 s); the next ones queue behind it
     for i in range(3):
         calls.send(f"low{i}")
-    time.sleep(0.1)
+    time.sleep(0.3)
     calls.send("refused")  # level 2's queue holds 3
     calls.wait(1)
     assert "level 2 is full" in calls.errors["refused"]
@@ -103,8 +103,8 @@ def test_requests_past_their_queue_timeout_are_rejected(server):
     calls = Calls(client, "impatient")
     calls.send("running")
     time.sleep(0.05)
-    calls.send("expires")                  # default: 0.1 s in the queue, behind 0.3 s of work
-    calls.send("waits", timeout=2_000_000)  # its own timeout (allowed): 2 s
+    calls.send("expires")  # default: 0.1 s in the queue, behind 1 s of work
+    calls.send("waits", timeout=30_000_000)  # its own timeout (allowed): 30 s
     calls.wait(3)
     assert "timed out in the model's queue" in calls.errors["expires"]
     assert "running" not in calls.errors and "waits" not in calls.errors

@@ -52,7 +52,7 @@ def server(tmp_path_factory):
                     {"name": n, "kind": CONTROLS[n]} for n in ("START", "END", "CORRID")]})
     write_model(repo, "forgetful", servable_models.Accumulator(),
                 ["INPUT", "START", "READY", "INPUT_STATE"], ["OUTPUT", "OUTPUT_STATE"],
-                {"max_sequence_idle_microseconds": 300000, "state": state,
+                {"max_sequence_idle_microseconds": 1500000, "state": state,
                  "control_inputs": [{"name": n, "kind": CONTROLS[n]} for n in ("START", "READY")]})
     write_model(repo, "misconfigured", servable_models.Accumulator(),
                 ["INPUT", "START", "READY", "INPUT_STATE"], ["OUTPUT", "OUTPUT_STATE"],
@@ -89,7 +89,7 @@ def test_clients_see_only_their_own_inputs_and_outputs(server):
     client.close()
     rest = triton_http.InferenceServerClient(f"127.0.0.1:{server.http_port}")
     assert rest.get_model_config("forgetful")["sequence_batching"][
-        "max_sequence_idle_microseconds"] == 300000
+        "max_sequence_idle_microseconds"] == 1500000
     rest.close()
 
 
@@ -150,7 +150,7 @@ def test_unknown_ended_and_idle_sequences_are_refused_by_name(server):
         send(client, triton_grpc, "accumulator_direct", 1, 0)
     assert send(client, triton_grpc, "forgetful", 3, 5, start=True) == 3
     assert send(client, triton_grpc, "forgetful", 3, 5) == 6
-    time.sleep(1.0)  # past max_sequence_idle_microseconds (0.3 s): ended, its state freed
+    time.sleep(4.0)  # past max_sequence_idle_microseconds (1.5 s): ended, its state freed
     with pytest.raises(InferenceServerException, match="sequence 5 is not active"):
         send(client, triton_grpc, "forgetful", 3, 5)
     (index,) = [m for m in client.get_model_repository_index().models if m.name == "misconfigured"]
