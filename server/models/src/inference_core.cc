@@ -205,7 +205,7 @@ Status InferenceCore::ModelMetadata(const std::string& name, const std::string& 
   const Manifest& manifest = model->manifest();
   response->set_name(model->name());
   response->add_versions(model->version());
-  response->set_platform(FormatInfo(model->model().format()).platform);
+  response->set_platform(model->platform());
   auto fill = [](const TensorSpec& spec, inference::ModelMetadataResponse::TensorMetadata* out) {
     out->set_name(spec.name);
     out->set_datatype(WireDatatype(spec.dtype));
@@ -375,6 +375,7 @@ void InferenceCore::InferOnce(std::shared_ptr<LoadedModel> model,
     return done(OkStatus());
   }
   SequenceBatcher* sequences = model->sequences();
+  const bool ensemble = model->ensemble() != nullptr;
   auto answer = [this, model, request, response, start, cached = std::move(cached),
                  done = std::move(done)](InferenceResult result) {
     Status status = result.status;
@@ -391,6 +392,7 @@ void InferenceCore::InferOnce(std::shared_ptr<LoadedModel> model,
     model->RecordRequest(result, Clock::now() - start);
     done(status);
   };
+  if (ensemble) return RunEnsemble(*model, std::move(*call), std::move(answer));
   if (sequences == nullptr) return model->scheduler().Submit(std::move(*call), std::move(answer));
   StatusOr<SequenceRequest> in_sequence = SequenceOf(*request, std::move(*call));
   if (!in_sequence.ok()) {

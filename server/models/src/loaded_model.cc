@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "chorus/common/logging.h"
+#include "chorus/package/format.h"
 
 namespace chorus {
 
@@ -40,6 +41,21 @@ LoadedModel::LoadedModel(std::string name, std::string version, std::shared_ptr<
   }
 }
 
+LoadedModel::LoadedModel(std::string name, std::string version,
+                         std::shared_ptr<const Ensemble> ensemble, Manifest signature,
+                         const SchedulerOptions& options)
+    : name_(std::move(name)),
+      version_(std::move(version)),
+      ensemble_(std::move(ensemble)),
+      scheduling_(options),
+      manifest_(std::move(signature)),
+      response_cache_(false),
+      serial_(NextSerial()) {}
+
+std::string LoadedModel::platform() const {
+  return ensemble_ ? "ensemble" : FormatInfo(model_->format()).platform;
+}
+
 LoadedModel::~LoadedModel() {
   generation_.reset();
   sequences_.reset();
@@ -67,6 +83,9 @@ void LoadedModel::RecordExecution(const ExecutionStats& stats) {
 }
 
 void LoadedModel::RecordRequest(const InferenceResult& result, std::chrono::nanoseconds total) {
+  if (ensemble_ && result.status.ok()) {  // an ensemble run is its one execution
+    RecordExecution({result.batch_size, 1, result.compute_time, true});
+  }
   MutexLock lock(&mu_);
   auto& bucket = result.status.ok() ? stats_.success : stats_.fail;
   bucket.count += 1;
@@ -91,7 +110,9 @@ ModelStatsSnapshot LoadedModel::Snapshot() const {
     MutexLock lock(&mu_);
     snapshot = stats_;
   }
-  snapshot.pending = sequences_ ? sequences_->pending() : scheduler_->pending();
+  snapshot.pending = sequences_   ? sequences_->pending()
+                     : scheduler_ ? scheduler_->pending()
+                                  : 0;  // an ensemble's requests wait in its steps' models
   return snapshot;
 }
 

@@ -7,42 +7,17 @@
 #include "chorus/common/file_util.h"
 #include "chorus/package/dtype.h"
 #include "chorus/package/format.h"
+#include "server/models/src/config_json.h"
 
 namespace chorus {
 namespace {
 
-using Json = nlohmann::json;
-
-Status KeyError(const std::string& key, const std::string& why) {
-  return InvalidArgumentError("config.json: " + key + ": " + why);
-}
-
-// INVALID_ARGUMENT naming the first key of `object` not in `known`.
-Status CheckKeys(const Json& object, const std::string& prefix,
-                 std::initializer_list<const char*> known) {
-  for (const auto& item : object.items()) {
-    if (std::none_of(known.begin(), known.end(), [&](const char* k) { return item.key() == k; })) {
-      std::string names;
-      for (const char* k : known) names += (names.empty() ? "" : ", ") + std::string(k);
-      return KeyError(prefix + item.key(), "unknown key (known: " + names + ")");
-    }
-  }
-  return OkStatus();
-}
-
-StatusOr<std::string> StringAt(const Json& value, const std::string& key) {
-  if (!value.is_string() || value.get<std::string>().empty()) {
-    return KeyError(key, "must be a non-empty string");
-  }
-  return value.get<std::string>();
-}
-
-StatusOr<int64_t> IntAt(const Json& value, const std::string& key, int64_t minimum) {
-  if (!value.is_number_integer() || value.get<int64_t>() < minimum) {
-    return KeyError(key, "must be an integer >= " + std::to_string(minimum));
-  }
-  return value.get<int64_t>();
-}
+using config_json::CheckKeys;
+using config_json::IntAt;
+using config_json::Json;
+using config_json::KeyError;
+using config_json::ObjectsAt;
+using config_json::StringAt;
 
 // "FP32" (the protocol's), "TYPE_FP32" (Triton's config) or "float32" (torch's);
 // strings: "BYTES", "TYPE_STRING" or "string".
@@ -130,26 +105,6 @@ StatusOr<SequenceControl> ControlKindAt(const Json& value, const std::string& ke
   }
   return KeyError(
       key, "unknown kind \"" + kind + "\" (CONTROL_SEQUENCE_START, _END, _READY or _CORRID)");
-}
-
-// Each item of the list at `key`, an object of `fields` (all required), as strings.
-StatusOr<std::vector<std::vector<std::string>>> ObjectsAt(
-    const Json& list, const std::string& key, std::initializer_list<const char*> fields) {
-  if (!list.is_array()) return KeyError(key, "must be a list");
-  std::vector<std::vector<std::string>> items;
-  for (size_t i = 0; i < list.size(); ++i) {
-    const std::string at = key + "[" + std::to_string(i) + "]";
-    if (!list[i].is_object()) return KeyError(at, "must be an object");
-    CHORUS_RETURN_IF_ERROR(CheckKeys(list[i], at + ".", fields));
-    std::vector<std::string> values;
-    for (const char* field : fields) {
-      if (!list[i].contains(field)) return KeyError(at + "." + field, "is required");
-      CHORUS_ASSIGN_OR_RETURN(std::string value, StringAt(list[i][field], at + "." + field));
-      values.push_back(std::move(value));
-    }
-    items.push_back(std::move(values));
-  }
-  return items;
 }
 
 StatusOr<SequenceBatching> SequenceBatchingAt(const Json& value) {
@@ -466,7 +421,9 @@ const std::initializer_list<const char*> kConfigKeys = {"format",
                                                         "priority_levels",
                                                         "default_priority_level",
                                                         "queue_policy",
-                                                        "priority_queue_policy"};
+                                                        "priority_queue_policy",
+                                                        "platform",
+                                                        "ensemble_scheduling"};
 
 // What to serve: the file, its entry point and signature.
 Status ParseFile(const Json& config, ModelConfig* out) {
@@ -530,6 +487,7 @@ StatusOr<ModelConfig> ParseModelConfig(std::string_view json) {
   CHORUS_RETURN_IF_ERROR(ParseServingFeatures(config, &out));
   CHORUS_RETURN_IF_ERROR(ParseScheduling(config, &out));
   CHORUS_ASSIGN_OR_RETURN(out.devices, DevicesAt(config));
+  CHORUS_RETURN_IF_ERROR(ParseEnsembleConfig(config, &out));
   return out;
 }
 

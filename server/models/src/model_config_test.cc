@@ -153,6 +153,48 @@ TEST(ModelConfigTest, SequenceBatchingNamesControlsAndStates) {
   EXPECT_EQ(config.sequence_batching->max_idle.count(), 1000000);
 }
 
+TEST(ModelConfigTest, EveryWrongEnsembleKeyIsNamed) {
+  const std::string signature =
+      R"("inputs": [{"name": "x", "datatype": "FP32", "dims": [4]}],
+         "outputs": [{"name": "y", "datatype": "FP32", "dims": [4]}])";
+  const std::string step = R"({"model_name": "m", "input_map": {"x": "x"},
+                               "output_map": {"y": "y"}})";
+  const std::pair<std::string, const char*> cases[] = {
+      {R"({"platform": "pytorch_libtorch"})", "config.json: platform: only \"ensemble\""},
+      {R"({"platform": "ensemble"})", "config.json: ensemble_scheduling: is required"},
+      {R"({"ensemble_scheduling": {"step": [)" + step + "]}}",
+       "config.json: ensemble_scheduling: given without \"platform\": \"ensemble\""},
+      {R"({"platform": "ensemble", "ensemble_scheduling": {"step": []}, )" + signature + "}",
+       "config.json: ensemble_scheduling.step: must be a non-empty list"},
+      {R"({"platform": "ensemble", "ensemble_scheduling": {"step": [)" + step + "]}}",
+       "config.json: inputs: an ensemble gives its inputs and outputs"},
+      {R"({"platform": "ensemble", "decoupled": true, "ensemble_scheduling": {"step": [)" + step +
+           "]}, " + signature + "}",
+       "config.json: decoupled: not for an ensemble"},
+      {R"({"platform": "ensemble", "ensemble_scheduling": {"step": [{"model_name": "m",
+           "model_version": "latest", "input_map": {"x": "x"}, "output_map": {"y": "y"}}]}, )" +
+           signature + "}",
+       "config.json: ensemble_scheduling.step[0].model_version: must be a version number"},
+      {R"({"platform": "ensemble", "ensemble_scheduling": {"step": [{"model_name": "m",
+           "input_map": {}, "output_map": {"y": "y"}}]}, )" +
+           signature + "}",
+       "config.json: ensemble_scheduling.step[0].input_map: must be a non-empty object"},
+  };
+  for (const auto& [json, message] : cases) {
+    EXPECT_THAT(ParseModelConfig(json).status(),
+                StatusIs(StatusCode::kInvalidArgument, HasSubstr(message)))
+        << json;
+  }
+  ASSERT_OK_AND_ASSIGN(
+      ModelConfig config, ParseModelConfig(R"({"platform": "ensemble", "ensemble_scheduling":
+                           {"step": [)" + step +
+                                           "]}, " + signature + "}"));
+  ASSERT_TRUE(config.ensemble.has_value());
+  EXPECT_EQ(config.ensemble->front().model_name, "m");
+  EXPECT_EQ(config.ensemble->front().model_version, "");
+  EXPECT_EQ(config.ensemble->front().output_map.at("y"), "y");
+}
+
 TEST(ModelConfigTest, NoSignatureIsFailedPrecondition) {
   ASSERT_OK_AND_ASSIGN(ModelConfig config, ParseModelConfig(R"({"max_batch_size": 4})"));
   EXPECT_THAT(SignatureManifest(config, "m", "1").status(),

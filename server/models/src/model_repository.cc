@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <map>
 #include <string>
 #include <system_error>
 #include <utility>
@@ -17,7 +18,10 @@ ModelRepository::ModelRepository(std::string root, InterpreterPlacement* placeme
                                  RepositoryOptions options)
     : layout_(std::move(root)),
       options_(std::move(options)),
-      loader_(&layout_, placement, options_) {
+      loader_(&layout_, placement, options_,
+              [this](const std::string& name, const std::string& version) {
+                return Find(name, version);
+              }) {
   MutexLock lock(&mu_);
   for (const auto& [name, why] : options_.quarantined) records_[name].quarantine = why;
 }
@@ -32,18 +36,46 @@ ModelRepository::~ModelRepository() {
 
 Status ModelRepository::LoadAll() {
   CHORUS_RETURN_IF_ERROR(layout_.CheckRoot());
+  std::vector<std::string> names;
   for (const std::string& name : layout_.ModelNames()) {
-    {
-      MutexLock lock(&mu_);
-      auto it = records_.find(name);
-      if (it != records_.end() && !it->second.quarantine.empty()) {
-        Log().error("model {} not loaded: {}", name, it->second.quarantine);
-        continue;
+    MutexLock lock(&mu_);
+    auto it = records_.find(name);
+    if (it != records_.end() && !it->second.quarantine.empty()) {
+      Log().error("model {} not loaded: {}", name, it->second.quarantine);
+      continue;
+    }
+    names.push_back(name);
+  }
+  LoadInOrder(names);
+  return OkStatus();
+}
+
+void ModelRepository::LoadInOrder(const std::vector<std::string>& names) {
+  std::map<std::string, std::vector<std::string>> ensembles;  // -> its steps' models
+  for (const std::string& name : names) {
+    StatusOr<ModelConfig> config = ReadModelConfig(layout_.ModelDir(name));
+    if (!config.ok() || !config->ensemble) {
+      Load(name).IgnoreError();  // Load logs it; the model is listed UNAVAILABLE
+      continue;
+    }
+    for (const EnsembleStep& step : *config->ensemble) ensembles[name].push_back(step.model_name);
+  }
+  // An ensemble loads once the ensembles among its steps have been tried
+  // (all at once if they wait on each other).
+  while (!ensembles.empty()) {
+    std::vector<std::string> ready;
+    for (const auto& [name, steps] : ensembles) {
+      if (std::none_of(steps.begin(), steps.end(),
+                       [&](const std::string& step) { return ensembles.count(step) > 0; })) {
+        ready.push_back(name);
       }
     }
-    Load(name).IgnoreError();  // Load logs it; the model is listed UNAVAILABLE
+    if (ready.empty()) ready.push_back(ensembles.begin()->first);
+    for (const std::string& name : ready) {
+      Load(name).IgnoreError();
+      ensembles.erase(name);
+    }
   }
-  return OkStatus();
 }
 
 namespace {
@@ -136,7 +168,7 @@ void ModelRepository::Poll() {
     MutexLock lock(&mu_);
     records_.erase(name);
   }
-  for (const std::string& name : changed) Load(name).IgnoreError();  // Load logs failures
+  LoadInOrder(changed);  // Load logs failures
 }
 
 std::shared_ptr<LoadedModel> ModelRepository::Settle(

@@ -123,17 +123,29 @@ void FillSequenceBatching(const SequenceBatching& sequences, const Manifest& mod
   }
 }
 
+void FillEnsembleScheduling(const Ensemble& ensemble, inference::ModelEnsembling* out) {
+  for (const EnsembleStep& plan : ensemble.steps()) {
+    auto* step = out->add_step();
+    step->set_model_name(plan.model_name);
+    step->set_model_version(plan.model_version.empty() ? -1 : std::stoll(plan.model_version));
+    step->mutable_input_map()->insert(plan.input_map.begin(), plan.input_map.end());
+    step->mutable_output_map()->insert(plan.output_map.begin(), plan.output_map.end());
+  }
+}
+
 }  // namespace
 
 void FillTritonModelConfig(const LoadedModel& model, inference::ModelConfig* config) {
   const Manifest& manifest = model.manifest();
   const SchedulerOptions& scheduling = model.scheduling();
   config->set_name(model.name());
-  config->set_platform(FormatInfo(model.model().format()).platform);
-  config->set_backend("chorus");
+  config->set_platform(model.platform());
+  config->set_backend(model.ensemble() ? "" : "chorus");
   config->mutable_version_policy()->mutable_latest()->set_num_versions(1);
-  const std::string& path = model.model().archive()->path();
-  config->set_default_model_filename(path.substr(path.rfind('/') + 1));
+  if (const Model* file = model.model()) {
+    const std::string& path = file->archive()->path();
+    config->set_default_model_filename(path.substr(path.rfind('/') + 1));
+  }
   // Triton can only say "batches along dimension 0"; other batch dims are
   // announced as whole shapes.
   const bool batches = manifest.batching.batchable && manifest.batching.batch_dim == 0;
@@ -155,8 +167,10 @@ void FillTritonModelConfig(const LoadedModel& model, inference::ModelConfig* con
     }
   }
   if (const SequenceBatcher* sequences = model.sequences()) {
-    FillSequenceBatching(sequences->config(), *model.model().manifest(), batches, scheduling,
+    FillSequenceBatching(sequences->config(), *model.model()->manifest(), batches, scheduling,
                          config->mutable_sequence_batching());
+  } else if (model.ensemble()) {
+    FillEnsembleScheduling(*model.ensemble(), config->mutable_ensemble_scheduling());
   } else if (scheduling.batching.enabled || scheduling.priorities.levels > 0) {
     FillDynamicBatching(scheduling, config->mutable_dynamic_batching());
   }

@@ -97,6 +97,9 @@ struct InferenceRequest {
   // model yields them; returning false stops the model. The Done callback
   // then reports how it ended, with no outputs.
   std::function<bool(std::vector<c10::IValue>)> on_response;
+  // The models whose calls led to this one, outermost first (ensembles and
+  // in-process model calls): a call to one of them again is a cycle, refused.
+  std::vector<std::string> call_path;
   int priority = 0;                      // 1 (first) .. levels; 0: the model's default level
   std::chrono::microseconds timeout{0};  // queue timeout asked for (the policy decides)
 };

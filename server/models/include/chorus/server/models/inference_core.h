@@ -150,6 +150,15 @@ class InferenceCore {
   CacheLookup LookUpCache(const LoadedModel& model, const inference::ModelInferRequest& request,
                           const std::vector<c10::IValue>& inputs,
                           inference::ModelInferResponse* response) const;
+  // `call` on `model` (one with a scheduler, or an ensemble) for an
+  // ensemble's step or an in-process model call, recorded in the model's
+  // statistics; `done` exactly once. A call to a model already on
+  // call.call_path (a cycle), or one that streams or keeps sequences, is refused.
+  void CallModel(std::shared_ptr<LoadedModel> model, InferenceRequest call,
+                 ModelScheduler::Done done) const;
+  // `call` through the steps of ensemble `model`; `done` exactly once.
+  void RunEnsemble(const LoadedModel& model, InferenceRequest call,
+                   ModelScheduler::Done done) const;
   // Infer, on a model already found and not decoupled.
   void InferOnce(std::shared_ptr<LoadedModel> model, const inference::ModelInferRequest* request,
                  inference::ModelInferResponse* response, Clock::time_point deadline,

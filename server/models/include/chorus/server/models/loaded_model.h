@@ -14,6 +14,7 @@
 #include "chorus/common/thread_annotations.h"
 #include "chorus/package/model.h"
 #include "chorus/server/models/classification.h"
+#include "chorus/server/models/ensemble.h"
 #include "chorus/server/models/model_config.h"
 #include "chorus/serving/generation_engines.h"
 #include "chorus/serving/scheduler.h"
@@ -59,6 +60,10 @@ class LoadedModel {
  public:
   LoadedModel(std::string name, std::string version, std::shared_ptr<Model> model,
               const SchedulerOptions& options, LoadedModelParts parts = {});
+  // An ensemble of signature `signature`: its requests run through `ensemble`'s
+  // steps; no model file, no scheduler of its own.
+  LoadedModel(std::string name, std::string version, std::shared_ptr<const Ensemble> ensemble,
+              Manifest signature, const SchedulerOptions& options);
   // Fails what is queued, lets what runs finish.
   ~LoadedModel();
   LoadedModel(const LoadedModel&) = delete;
@@ -66,7 +71,12 @@ class LoadedModel {
 
   const std::string& name() const { return name_; }
   const std::string& version() const { return version_; }
-  const Model& model() const { return *model_; }
+  // The model its file holds; nullptr for an ensemble.
+  const Model* model() const { return model_.get(); }
+  // The ensemble it is; nullptr for a model with a file.
+  const std::shared_ptr<const Ensemble>& ensemble() const { return ensemble_; }
+  // Triton's platform name ("pytorch_libtorch", "ensemble", ...).
+  std::string platform() const;
   // The signature clients see: the model's, less a stateful model's control
   // and state tensors (which chorus fills in).
   const Manifest& manifest() const { return manifest_; }
@@ -79,7 +89,8 @@ class LoadedModel {
   // Unique to this load in the process (response cache keys never outlive it).
   uint64_t serial() const { return serial_; }
   // Where requests go: the scheduler, or for a stateful model the sequence
-  // batcher (sequences() non-null, scheduler() then unusable).
+  // batcher (sequences() non-null, scheduler() then unusable), or for an
+  // ensemble its steps (ensemble() non-null, no scheduler).
   ModelScheduler& scheduler() { return *scheduler_; }
   SequenceBatcher* sequences() { return sequences_.get(); }
   const SequenceBatcher* sequences() const { return sequences_.get(); }
@@ -103,6 +114,7 @@ class LoadedModel {
   const std::string name_;
   const std::string version_;
   const std::shared_ptr<Model> model_;
+  const std::shared_ptr<const Ensemble> ensemble_;
   const SchedulerOptions scheduling_;
   const TensorAnnotations annotations_;
   const Manifest manifest_;

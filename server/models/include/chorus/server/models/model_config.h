@@ -33,6 +33,15 @@ struct TensorAnnotation {
   std::string label_filename;         // outputs only: one label per line, in the model folder
 };
 
+// One step of an ensemble (Triton's ModelEnsembling.Step): a model, and
+// which of the ensemble's tensors its inputs take and its outputs become.
+struct EnsembleStep {
+  std::string model_name;
+  std::string model_version;                      // "": the version serving
+  std::map<std::string, std::string> input_map;   // the model's input -> ensemble tensor
+  std::map<std::string, std::string> output_map;  // the model's output -> ensemble tensor
+};
+
 struct ModelConfig {
   // What the version folder holds; nullopt: whatever the file is.
   std::optional<ModelFormat> format;
@@ -87,6 +96,12 @@ struct ModelConfig {
   // its interpreters' replicas over them); empty: the package's device, else
   // the CPU. A Python model's weights are held once per device and process.
   std::vector<std::string> devices;
+
+  // An ensemble ("platform": "ensemble", "ensemble_scheduling": {"step":
+  // [{"model_name", "model_version", "input_map", "output_map"}]}): no file,
+  // a request runs through the steps' models (ensemble.h); its signature is
+  // the config's inputs and outputs.
+  std::optional<std::vector<EnsembleStep>> ensemble;
 
   // True when the config gives a signature (inputs).
   bool has_signature() const { return !inputs.empty(); }

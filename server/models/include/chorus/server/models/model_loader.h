@@ -35,10 +35,13 @@ struct ModelLoaderOptions {
 
 class ModelLoader {
  public:
-  // Both outlive the loader.
+  // Both outlive the loader. `find` gives the models an ensemble's steps name.
   ModelLoader(const RepositoryLayout* layout, InterpreterPlacement* placement,
-              ModelLoaderOptions options)
-      : layout_(layout), placement_(placement), options_(std::move(options)) {}
+              ModelLoaderOptions options, Ensemble::FindModel find)
+      : layout_(layout),
+        placement_(placement),
+        options_(std::move(options)),
+        find_(std::move(find)) {}
 
   // The newest version of model `name`, ready to serve. Errors say what is
   // wrong with the folder, its config.json or its file (a file that needs a
@@ -47,6 +50,9 @@ class ModelLoader {
   StatusOr<std::shared_ptr<LoadedModel>> LoadNewest(const std::string& name) const;
 
  private:
+  // Ensemble `name` of `config`, planned over the step models serving now.
+  StatusOr<std::shared_ptr<LoadedModel>> LoadEnsemble(const std::string& name,
+                                                      const ModelConfig& config) const;
   // The model at `path`, in the form `config` says.
   StatusOr<std::shared_ptr<Model>> LoadModel(const std::string& path, const ModelConfig& config,
                                              const std::string& name,
@@ -59,6 +65,7 @@ class ModelLoader {
   const RepositoryLayout* const layout_;
   InterpreterPlacement* const placement_;
   const ModelLoaderOptions options_;
+  const Ensemble::FindModel find_;
 };
 
 }  // namespace chorus

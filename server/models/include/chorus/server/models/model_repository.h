@@ -94,6 +94,8 @@ class ModelRepository {
     std::string quarantine;                // the supervisor's why; Load re-admits
     std::string files;                     // the folder's fingerprint at its last load
   };
+  // Loads `names`, ensembles after the models their steps name.
+  void LoadInOrder(const std::vector<std::string>& names) CHORUS_EXCLUDES(mu_);
   // What Poll compares: every file under the model's folder, with its size and time.
   std::string Fingerprint(const std::string& name) const;
   // Records `loaded` (or its failure) as `name`'s outcome; returns the
