@@ -1,9 +1,13 @@
 #include "interpreter/pyside/native_module.h"
 
+#include <algorithm>
 #include <atomic>
+#include <chrono>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "interpreter/pyside/convert.h"
 #include "interpreter/pyside/dispatch_library.h"
 
 namespace chorus::pyside {
@@ -15,6 +19,7 @@ HostServices* g_host = nullptr;
 int g_slot = -1;
 int g_index = -1;
 PyObject* g_deadline_exceeded = nullptr;
+PyObject* g_call_failed = nullptr;  // _chorus.ModelCallFailed(message, code)
 
 PyObject* PrepareExtension(PyObject* /*self*/, PyObject* arg) {
   const char* path = PyUnicode_AsUTF8(arg);
@@ -127,6 +132,100 @@ PyObject* LibraryFallbackFn(PyObject* /*self*/, PyObject* args) {
 
 PyObject* LibraryResetFn(PyObject* /*self*/, PyObject* library) { return LibraryReset(library); }
 
+// Raises _chorus.ModelCallFailed(message, code name) for `status`.
+PyObject* RaiseCallFailed(const Status& status) {
+  PyObject* args = Py_BuildValue("(ss)", status.message().c_str(), StatusCodeName(status.code()));
+  if (args != nullptr) PyErr_SetObject(g_call_failed, args);
+  Py_XDECREF(args);
+  return nullptr;
+}
+
+// `dict` (name -> tensor or string tensor) as named values; false with an
+// exception set for anything else.
+bool NamedValuesFrom(PyObject* dict, NamedValues* out) {
+  if (!PyDict_Check(dict)) {
+    PyErr_SetString(PyExc_TypeError, "inputs must be a dict: input name -> tensor");
+    return false;
+  }
+  PyObject *key, *value;
+  for (Py_ssize_t at = 0; PyDict_Next(dict, &at, &key, &value);) {
+    const char* name = PyUnicode_Check(key) ? PyUnicode_AsUTF8(key) : nullptr;
+    if (name == nullptr) {
+      if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "input names must be str");
+      return false;
+    }
+    c10::IValue converted;
+    if (!PythonToIValue(value, &converted)) return false;
+    out->emplace_back(name, std::move(converted));
+  }
+  return true;
+}
+
+bool StringsFrom(PyObject* list, std::vector<std::string>* out) {
+  if (list == Py_None) return true;
+  PyObject* seq = PySequence_Fast(list, "outputs must be a list of output names");
+  if (seq == nullptr) return false;
+  for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(seq); ++i) {
+    const char* name = PyUnicode_AsUTF8(PySequence_Fast_GET_ITEM(seq, i));
+    if (name == nullptr) break;
+    out->emplace_back(name);
+  }
+  Py_DECREF(seq);
+  return !PyErr_Occurred();
+}
+
+// model_call_start(model, inputs, version, outputs, timeout, stream) -> handle
+PyObject* ModelCallStart(PyObject* /*self*/, PyObject* args) {
+  const char *model, *version = "";
+  PyObject *inputs, *outputs = Py_None;
+  double timeout = 0;
+  int stream = 0;
+  if (!PyArg_ParseTuple(args, "sO|sOdp:model_call_start", &model, &inputs, &version, &outputs,
+                        &timeout, &stream)) {
+    return nullptr;
+  }
+  ModelCall call;
+  call.model = model;
+  call.version = version;
+  if (!NamedValuesFrom(inputs, &call.inputs) || !StringsFrom(outputs, &call.outputs)) {
+    return nullptr;
+  }
+  const auto limit = std::chrono::nanoseconds(static_cast<int64_t>(std::max(0.0, timeout) * 1e9));
+  StatusOr<uint64_t> handle = UnavailableError("");
+  // Starting may take locks other interpreters' threads hold.
+  Py_BEGIN_ALLOW_THREADS handle = g_host->StartModelCall(std::move(call), limit, stream != 0);
+  Py_END_ALLOW_THREADS if (!handle.ok()) return RaiseCallFailed(handle.status());
+  return PyLong_FromUnsignedLongLong(*handle);
+}
+
+// model_call_next(handle) -> {name: tensor} or None at the end
+PyObject* ModelCallNext(PyObject* /*self*/, PyObject* arg) {
+  const uint64_t handle = PyLong_AsUnsignedLongLong(arg);
+  if (PyErr_Occurred()) return nullptr;
+  StatusOr<std::optional<NamedValues>> next = std::optional<NamedValues>();
+  Py_BEGIN_ALLOW_THREADS next = g_host->NextModelResponse(handle);
+  Py_END_ALLOW_THREADS if (!next.ok()) return RaiseCallFailed(next.status());
+  if (!next->has_value()) Py_RETURN_NONE;
+  PyObject* dict = PyDict_New();
+  for (const auto& [name, value] : **next) {
+    PyObject* converted = dict ? IValueToPython(value) : nullptr;
+    if (converted == nullptr || PyDict_SetItemString(dict, name.c_str(), converted) < 0) {
+      Py_XDECREF(converted);
+      Py_XDECREF(dict);
+      return nullptr;
+    }
+    Py_DECREF(converted);
+  }
+  return dict;
+}
+
+PyObject* ModelCallEnd(PyObject* /*self*/, PyObject* arg) {
+  const uint64_t handle = PyLong_AsUnsignedLongLong(arg);
+  if (PyErr_Occurred()) return nullptr;
+  g_host->EndModelCall(handle);
+  Py_RETURN_NONE;
+}
+
 std::atomic<void*> g_autograd_engine{nullptr};
 
 PyObject* BeginExclusive(PyObject* /*self*/, PyObject* /*unused*/) {
@@ -172,6 +271,12 @@ PyMethodDef kMethods[] = {
      "another interpreter registered"},
     {"library_fallback", LibraryFallbackFn, METH_VARARGS,
      "library_fallback(library, dispatch_key, fn, with_keyset=False): register a fallback"},
+    {"model_call_start", ModelCallStart, METH_VARARGS,
+     "model_call_start(model, inputs, version='', outputs=None, timeout=0.0, stream=False) -> "
+     "handle: call a served model (chorus.serving)"},
+    {"model_call_next", ModelCallNext, METH_O,
+     "model_call_next(handle) -> the call's next outputs {name: tensor}, or None at its end"},
+    {"model_call_end", ModelCallEnd, METH_O, "model_call_end(handle): forget (and stop) the call"},
     {"library_reset", LibraryResetFn, METH_O,
      "library_reset(library): remove the library's registrations and close it"},
     {nullptr, nullptr, 0, nullptr},
@@ -193,7 +298,11 @@ PyObject* InitModule() {
   g_deadline_exceeded = PyErr_NewExceptionWithDoc(
       "chorus.DeadlineExceeded", "Raised inside a call that ran past its deadline.",
       PyExc_BaseException, nullptr);
-  if (g_deadline_exceeded == nullptr ||
+  g_call_failed = PyErr_NewExceptionWithDoc(
+      "_chorus.ModelCallFailed", "A call to a served model failed: args (message, status code).",
+      PyExc_RuntimeError, nullptr);
+  if (g_deadline_exceeded == nullptr || g_call_failed == nullptr ||
+      PyModule_AddObjectRef(module, "ModelCallFailed", g_call_failed) < 0 ||
       PyModule_AddObjectRef(module, "DeadlineExceeded", g_deadline_exceeded) < 0 ||
       PyModule_AddIntConstant(module, "index", g_index) < 0) {
     Py_DECREF(module);

@@ -24,6 +24,7 @@
 #include "chorus/common/status.h"
 #include "chorus/common/thread_annotations.h"
 #include "interpreter/libcache/library_cache.h"
+#include "interpreter/src/model_call_table.h"
 #include "interpreter/src/pyside_api.h"
 
 namespace chorus {
@@ -69,6 +70,16 @@ class InterpreterLoader final : public pyside::HostServices {
   void BeginExclusive() override CHORUS_EXCLUDES(exclusive_mu_);
   void EndExclusive() override CHORUS_EXCLUDES(exclusive_mu_);
   void ReportExit(int status) override;
+  StatusOr<uint64_t> StartModelCall(ModelCall call, std::chrono::nanoseconds timeout,
+                                    bool stream) override {
+    return model_calls_.Start(std::move(call), timeout, stream);
+  }
+  StatusOr<std::optional<NamedValues>> NextModelResponse(uint64_t handle) override {
+    return model_calls_.Next(handle);
+  }
+  void EndModelCall(uint64_t handle) override { model_calls_.End(handle); }
+  // Where model code's calls to served models go.
+  ModelCallTable& model_calls() { return model_calls_; }
   void* TakeAutogradEngine() override;
   at::Tensor CrossingAlias(const at::Tensor& tensor) override;
   void EnterSlot(int slot) override;
@@ -112,6 +123,7 @@ class InterpreterLoader final : public pyside::HostServices {
 
   const PythonInstallation installation_;
   LibraryCache cache_;
+  ModelCallTable model_calls_;
   const std::string libpython_soname_;
   const std::string torch_python_soname_;
 

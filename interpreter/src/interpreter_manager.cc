@@ -124,6 +124,10 @@ class InterpreterManagerImpl final : public InterpreterManager {
         ->reserved.store(reserved, std::memory_order_relaxed);
   }
 
+  void SetModelCallHandler(std::shared_ptr<ModelCallHandler> handler) override {
+    loader_->model_calls().SetHandler(std::move(handler));
+  }
+
   std::vector<InterpreterStats> Stats() const override {
     std::vector<InterpreterStats> stats;
     for (const auto& slot : core_->slots) {

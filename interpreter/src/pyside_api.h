@@ -10,12 +10,15 @@
 #ifndef CHORUS_INTERPRETER_PYSIDE_API_H_
 #define CHORUS_INTERPRETER_PYSIDE_API_H_
 
+#include <chrono>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "chorus/common/status.h"
+#include "chorus/interpreter/model_calls.h"
 
 namespace at {
 class Tensor;
@@ -28,7 +31,7 @@ class DispatchKeySet;
 
 namespace chorus::pyside {
 
-inline constexpr uint32_t kAbiVersion = 3;
+inline constexpr uint32_t kAbiVersion = 4;
 inline constexpr char kEntryPoint[] = "chorus_pyside_create";
 
 // A strong reference to a Python object of one interpreter (really a PyObject*).
@@ -90,6 +93,16 @@ class HostServices {
   virtual void LeaveSlot(int slot) = 0;
   // The slot the calling thread works in now, or -1.
   virtual int CurrentSlot() = 0;
+  // Model code calls a served model (chorus.serving; model_calls.h): starts
+  // `call` with the calling thread's context, its deadline capped `timeout`
+  // from now (0: none); `stream` asks for each response. Returns its handle.
+  virtual StatusOr<uint64_t> StartModelCall(ModelCall call, std::chrono::nanoseconds timeout,
+                                            bool stream) = 0;
+  // Waits for the call's next response (call it without holding a GIL):
+  // its outputs, nullopt at its end, or its error.
+  virtual StatusOr<std::optional<NamedValues>> NextModelResponse(uint64_t handle) = 0;
+  // Forgets the call, stopping it if it still runs.
+  virtual void EndModelCall(uint64_t handle) = 0;
   // Model code is ending the process (os._exit(status)): writes the crash
   // report's account of the calling thread (what it runs, its interpreter
   // and Python stack) to the log first.

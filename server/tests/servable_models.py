@@ -1,8 +1,11 @@
 """Small models the server tests package and serve (plain nn.Modules)."""
 
+import asyncio
 import time
 
 import torch
+
+from chorus import serving
 
 
 class TwoLayer(torch.nn.Module):
@@ -202,3 +205,65 @@ class AsInt(torch.nn.Module):
 
     def forward(self, x):
         return x.round().to(torch.int64)
+
+
+class CallsTwo(torch.nn.Module):
+    """Calls "scale", then "twolayer" on its output, in process (chorus.serving)."""
+
+    def forward(self, x):
+        scaled = serving.infer("scale", {"x": x})["output"]
+        return serving.infer("twolayer", {"x": scaled}, outputs=["output"])["output"]
+
+
+class CallsTwoAtOnce(torch.nn.Module):
+    """Calls "scale" and "twolayer" on its input concurrently (infer_async)."""
+
+    def forward(self, x):
+        async def both():
+            return await asyncio.gather(serving.infer_async("scale", {"x": x}),
+                                        serving.infer_async("twolayer", {"x": x}))
+
+        scaled, logits = asyncio.run(both())
+        return scaled["output"], logits["output"]
+
+
+class CallsNamed(torch.nn.Module):
+    """Answers what model `target` answers for its input: a link of a call chain."""
+
+    def __init__(self, target):
+        super().__init__()
+        self.target = target
+
+    def forward(self, x):
+        return serving.infer(self.target, {"x": x})["output"]
+
+
+class Impatient(torch.nn.Module):
+    """Calls "sleeper" with a 0.2 s timeout; answers [seconds waited, 1.0 if the call ran
+    past its deadline else 0.0] per row."""
+
+    def forward(self, x):
+        start = time.monotonic()
+        try:
+            serving.infer("sleeper", {"x": x}, timeout=0.2)
+            late = 0.0
+        except serving.ModelCallError as e:
+            if e.code != "DEADLINE_EXCEEDED":
+                raise
+            late = 1.0
+        return torch.tensor([[time.monotonic() - start, late]] * x.shape[0])
+
+
+class CollectsStream(torch.nn.Module):
+    """Stacks the responses decoupled model "countdown" streams for its input (n = 3)."""
+
+    def forward(self, x):
+        responses = serving.infer_stream("countdown", {"x": x, "n": torch.tensor([3])})
+        return torch.stack([response["output"] for response in responses])
+
+
+class AsksWrongly(torch.nn.Module):
+    """Calls "scale" with an input it does not have; answers nothing."""
+
+    def forward(self, x):
+        return serving.infer("scale", {"y": x})["output"]

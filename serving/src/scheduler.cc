@@ -314,6 +314,23 @@ StatusOr<std::vector<c10::IValue>> ModelScheduler::RunBatch(const std::vector<Pe
   return outputs;
 }
 
+ModelCallContext ModelScheduler::CallContextOf(const std::vector<Pending>& batch) const {
+  ModelCallContext context;
+  context.deadline = Clock::time_point::min();
+  for (const Pending& p : batch) {
+    context.deadline = std::max(context.deadline, p.request.deadline);  // as RunBatch's
+    for (const std::string& caller : p.request.call_path) {
+      if (std::find(context.call_path.begin(), context.call_path.end(), caller) ==
+          context.call_path.end()) {
+        context.call_path.push_back(caller);
+      }
+    }
+  }
+  context.call_path.push_back(options_.label.name());
+  if (batch.size() == 1) context.cancelled = batch.front().request.cancelled;
+  return context;
+}
+
 void ModelScheduler::Execute(std::vector<Pending> batch) {
   // Requests that expired or were cancelled in the queue are answered now.
   batch.erase(std::remove_if(batch.begin(), batch.end(), [&](Pending& p) { return Answered(p); }),
@@ -321,6 +338,8 @@ void ModelScheduler::Execute(std::vector<Pending> batch) {
   if (batch.empty()) return;
   ScopedCrashContext crash_context(options_.label.text());
   DescribeForCrashReport(batch, crash_context);
+  const ModelCallContext call_context = CallContextOf(batch);
+  ScopedModelCallContext calls_made_here(&call_context);
   const Clock::time_point start = Clock::now();
   if (batch.front().request.on_response) return ExecuteDecoupled(batch.front(), start);
   int64_t total = 0;

@@ -19,6 +19,9 @@
 //                           response cache (the same request again), concurrency 1
 //   chaos                   the chaos run (server/tests/chaos.py, bin/bench_chaos):
 //                           requests, lost (0), restarts (2), RSS change
+//   in_process_call_overhead_us  p50 of a model answering through one
+//                           in-process call (chorus.serving.infer) to the
+//                           trivial model, minus the trivial model's p50
 //   shm_vs_wire_throughput  4 MiB inputs (a model summing their rows) through
 //                           system shared memory over the same through the
 //                           gRPC wire, concurrency 1, loopback
@@ -268,6 +271,9 @@ LoadResult Load(int port, const std::string& model, int clients, double seconds)
 const char kModels[] = R"(
 import torch
 
+import chorus
+from chorus import serving
+
 class Trivial(torch.nn.Module):
     def forward(self, x):
         return x
@@ -292,7 +298,15 @@ class RowSums(torch.nn.Module):
     def forward(self, x):
         return x.sum(dim=1)
 
+class CallsTrivial(torch.nn.Module):
+    """Answers what the trivial model answers, through one in-process call."""
+    def forward(self, x):
+        if not chorus.inside_chorus():  # packaging runs it outside the server
+            return x
+        return next(iter(serving.infer("trivial", {"x": x}).values()))
+
 def trivial(): return Trivial()
+def calls_trivial(): return CallsTrivial()
 def trivial_cached(): return Trivial()
 def row_sums(): return RowSums()
 def big_inputs(): return (torch.zeros(1024, 1024),)
@@ -316,6 +330,7 @@ std::string MakeRepository(const std::string& relative) {
        {Packaged{"trivial", "--no-batching", "example_inputs"},
         Packaged{"heavy", "--no-batching", "example_inputs"},
         Packaged{"trivial_cached", "--no-batching", "example_inputs"},
+        Packaged{"calls_trivial", "--no-batching", "example_inputs"},
         Packaged{"mlp", "--max-batch-size 64", "example_inputs"},
         Packaged{"row_sums", "--no-batching", "big_inputs"}}) {
     std::string folder = dir + "/repo/" + name + "/1";
@@ -341,6 +356,19 @@ struct Options {
   int rounds = 3;
 };
 
+// A model whose one in-process call (chorus.serving.infer) reaches the trivial
+// model, against the trivial model called directly, in interleaved rounds.
+nlohmann::json MeasureInProcessCall(int port, const Options& options) {
+  Load(port, "calls_trivial", 1, 0.5);
+  std::vector<double> p50s = InterleavedMedians(
+      options.rounds, {[&] { return Load(port, "calls_trivial", 1, options.seconds).p50_us; },
+                       [&] { return Load(port, "trivial", 1, options.seconds).p50_us; }});
+  std::printf("one in-process model call: p50 %.0f us through it, %.0f us direct (+%.0f us)\n",
+              p50s[0], p50s[1], p50s[0] - p50s[1]);
+  return {{"in_process_call_overhead_us", p50s[0] - p50s[1]},
+          {"in_process_call", {{"through_call_p50_us", p50s[0]}, {"direct_p50_us", p50s[1]}}}};
+}
+
 // The trivial model at concurrency 1 (ours, gRPC alone and perf_analyzer's), then
 // the trivial and the Python-heavy model at concurrency 1..16, on 2 interpreters.
 nlohmann::json MeasureOverheadAndSweep(const std::string& repository, const Options& options) {
@@ -356,6 +384,7 @@ nlohmann::json MeasureOverheadAndSweep(const std::string& repository, const Opti
   result["cache_hit_p50_us"] = Load(two.port(), "trivial_cached", 1, options.seconds).p50_us;
   std::printf("response cache hit, concurrency 1: p50 %.0f us\n",
               result["cache_hit_p50_us"].get<double>());
+  result.update(MeasureInProcessCall(two.port(), options));
   const double perf_analyzer_p50 = PerfAnalyzerP50Us(two.port(), "trivial", options.data);
   result["overhead_us_p50_perf_analyzer"] =
       perf_analyzer_p50 < 0 ? nlohmann::json() : nlohmann::json(perf_analyzer_p50);

@@ -3,10 +3,89 @@
 #include <algorithm>
 
 #include "chorus/server/models/inference_core.h"
+#include "chorus/server/models/tensor_codec.h"
 
 namespace chorus {
+namespace {
 
 using Clock = std::chrono::steady_clock;
+
+class InProcessCalls final : public ModelCallHandler {
+ public:
+  explicit InProcessCalls(const InferenceCore* core) : core_(core) {}
+  void Call(ModelCall call, std::function<void(StatusOr<NamedValues>)> done) override {
+    core_->CallInProcess(std::move(call), std::move(done));
+  }
+
+ private:
+  const InferenceCore* const core_;
+};
+
+// The positions (in `manifest` output order) of the outputs `names` asks
+// for, all when it is empty; INVALID_ARGUMENT for one the model lacks.
+StatusOr<std::vector<size_t>> OutputPositions(const Manifest& manifest,
+                                              const std::vector<std::string>& names) {
+  std::vector<size_t> positions;
+  for (size_t i = 0; i < manifest.outputs.size(); ++i) {
+    if (names.empty()) positions.push_back(i);
+  }
+  for (const std::string& name : names) {
+    auto spec = std::find_if(manifest.outputs.begin(), manifest.outputs.end(),
+                             [&](const TensorSpec& s) { return s.name == name; });
+    if (spec == manifest.outputs.end()) {
+      return InvalidArgumentError("output \"" + name + "\": the model has no such output");
+    }
+    positions.push_back(spec - manifest.outputs.begin());
+  }
+  return positions;
+}
+
+// The outputs at `positions`, by name.
+NamedValues Pick(const Manifest& manifest, const std::vector<size_t>& positions,
+                 std::vector<c10::IValue> outputs) {
+  NamedValues named;
+  for (size_t i : positions) {
+    if (i < outputs.size()) named.emplace_back(manifest.outputs[i].name, std::move(outputs[i]));
+  }
+  return named;
+}
+
+}  // namespace
+
+std::shared_ptr<ModelCallHandler> InferenceCore::ModelCalls() {
+  return std::make_shared<InProcessCalls>(this);
+}
+
+void InferenceCore::CallInProcess(ModelCall call,
+                                  std::function<void(StatusOr<NamedValues>)> done) const {
+  if (!accepting()) return done(UnavailableError("the server is not ready"));
+  StatusOr<std::shared_ptr<LoadedModel>> found = repository_->Find(call.model, call.version);
+  if (!found.ok()) return done(found.status());
+  std::shared_ptr<LoadedModel> model = std::move(*found);
+  const std::string about = "model \"" + model->name() + "\"";
+  StatusOr<std::vector<c10::IValue>> inputs =
+      ArrangeInputs(std::move(call.inputs), model->manifest());
+  if (!inputs.ok()) return done(inputs.status().Annotate(about));
+  StatusOr<std::vector<size_t>> wanted = OutputPositions(model->manifest(), call.outputs);
+  if (!wanted.ok()) return done(wanted.status().Annotate(about));
+  InferenceRequest request;
+  request.inputs = std::move(*inputs);
+  request.deadline = call.context.deadline;
+  request.cancelled = std::move(call.context.cancelled);
+  request.call_path = std::move(call.context.call_path);
+  if (call.on_response && model->scheduling().decoupled) {
+    request.on_response = [model, positions = *wanted,
+                           each = std::move(call.on_response)](std::vector<c10::IValue> outputs) {
+      return each(Pick(model->manifest(), positions, std::move(outputs)));
+    };
+  }
+  CallModel(
+      model, std::move(request),
+      [model, positions = std::move(*wanted), done = std::move(done)](InferenceResult result) {
+        if (!result.status.ok()) return done(result.status);
+        done(Pick(model->manifest(), positions, std::move(result.outputs)));
+      });
+}
 
 void InferenceCore::RunEnsemble(const LoadedModel& model, InferenceRequest call,
                                 ModelScheduler::Done done) const {

@@ -1,5 +1,6 @@
 #include "chorus/server/models/tensor_codec.h"
 
+#include <algorithm>
 #include <cstring>
 #include <limits>
 #include <map>
@@ -262,6 +263,43 @@ namespace {
 
 using InputTensor = inference::ModelInferRequest::InferInputTensor;
 
+// `shape` of input `name` against its spec (any-size dimensions -1) and
+// the model's largest batch.
+Status CheckShape(const std::string& name, const std::vector<int64_t>& shape,
+                  const TensorSpec& spec, const Batching& batching) {
+  bool matches = shape.size() == spec.shape.size();
+  for (size_t d = 0; matches && d < shape.size(); ++d) {
+    matches = shape[d] >= 0 && (spec.shape[d] == -1 || spec.shape[d] == shape[d]);
+  }
+  if (!matches) {
+    return Invalid(
+        name, "shape " + ShapeText(shape) + " does not match the model's " + ShapeText(spec.shape));
+  }
+  if (batching.batchable && batching.max_batch_size > 0 &&
+      static_cast<int64_t>(shape.size()) > batching.batch_dim &&
+      shape[batching.batch_dim] > batching.max_batch_size) {
+    return Invalid(name, "batch of " + std::to_string(shape[batching.batch_dim]) +
+                             " exceeds the model's maximum of " +
+                             std::to_string(batching.max_batch_size));
+  }
+  return OkStatus();
+}
+
+// The dtype name (the manifest's) of a tensor or string tensor `value`.
+StatusOr<std::string> DtypeNameOf(const std::string& name, const c10::IValue& value) {
+  if (value.isTensor()) {
+    std::optional<Dtype> dtype = DtypeOf(value.toTensor().scalar_type());
+    if (!dtype) return Invalid(name, "a tensor of a dtype the model cannot take");
+    return std::string(InfoOf(*dtype).name);
+  }
+  if (IsStringValue(value)) {
+    CHORUS_RETURN_IF_ERROR(
+        StringTensorFromIValue(value).status().Annotate("input \"" + name + "\""));
+    return std::string(InfoOf(Dtype::kString).name);
+  }
+  return Invalid(name, "must be a tensor or a string tensor (a str, or nested lists of str)");
+}
+
 // `input`'s shape, checked against its spec: datatype, shape (any-size
 // dimensions -1) and the model's largest batch.
 StatusOr<std::vector<int64_t>> CheckInput(const InputTensor& input, const TensorSpec& spec,
@@ -271,21 +309,7 @@ StatusOr<std::vector<int64_t>> CheckInput(const InputTensor& input, const Tensor
                                      (input.datatype().empty() ? "none" : input.datatype()));
   }
   std::vector<int64_t> shape(input.shape().begin(), input.shape().end());
-  bool matches = shape.size() == spec.shape.size();
-  for (size_t d = 0; matches && d < shape.size(); ++d) {
-    matches = shape[d] >= 0 && (spec.shape[d] == -1 || spec.shape[d] == shape[d]);
-  }
-  if (!matches) {
-    return Invalid(input.name(), "shape " + ShapeText(shape) + " does not match the model's " +
-                                     ShapeText(spec.shape));
-  }
-  if (batching.batchable && batching.max_batch_size > 0 &&
-      static_cast<int64_t>(shape.size()) > batching.batch_dim &&
-      shape[batching.batch_dim] > batching.max_batch_size) {
-    return Invalid(input.name(), "batch of " + std::to_string(shape[batching.batch_dim]) +
-                                     " exceeds the model's maximum of " +
-                                     std::to_string(batching.max_batch_size));
-  }
+  CHORUS_RETURN_IF_ERROR(CheckShape(input.name(), shape, spec, batching));
   return shape;
 }
 
@@ -349,6 +373,25 @@ StatusOr<c10::IValue> FromSharedMemory(const InputTensor& input, const SharedMem
 }
 
 }  // namespace
+
+StatusOr<std::vector<c10::IValue>> ArrangeInputs(NamedValues named, const Manifest& manifest) {
+  std::vector<c10::IValue> values(manifest.inputs.size());
+  for (auto& [name, value] : named) {
+    auto spec = std::find_if(manifest.inputs.begin(), manifest.inputs.end(),
+                             [&](const TensorSpec& s) { return s.name == name; });
+    if (spec == manifest.inputs.end()) return Invalid(name, "the model has no such input");
+    CHORUS_ASSIGN_OR_RETURN(std::string dtype, DtypeNameOf(name, value));
+    if (dtype != spec->dtype) return Invalid(name, "expected " + spec->dtype + ", got " + dtype);
+    CHORUS_RETURN_IF_ERROR(CheckShape(name, ShapeOf(value), *spec, manifest.batching));
+    values[spec - manifest.inputs.begin()] = std::move(value);
+  }
+  for (size_t i = 0; i < values.size(); ++i) {
+    if (values[i].isNone()) {
+      return Invalid(manifest.inputs[i].name, "missing (the model needs every input)");
+    }
+  }
+  return CheckBatchRows(std::move(values), manifest);
+}
 
 StatusOr<std::vector<c10::IValue>> DecodeInputs(const inference::ModelInferRequest& request,
                                                 const Manifest& manifest,

@@ -181,6 +181,7 @@ void ServerImpl::StartServices(const ServerOptions& options) {
               "itself (--model-control-mode explicit loads and unloads on request)";
   }
   core_ = std::make_unique<InferenceCore>(repository_.get(), background_.get(), core);
+  manager_->SetModelCallHandler(core_->ModelCalls());  // chorus.serving.infer
   service_ = std::make_unique<InferenceService>(authorizer_.get(), core_.get());
   rest_ = std::make_unique<RestService>(core_.get());
   openai_ = std::make_unique<OpenAiService>(core_.get());
@@ -274,6 +275,7 @@ void ServerImpl::Shutdown() {
     // workers: let them, within what is left of the drain time. REST calls
     // in flight are answered by the drain; then the HTTP server stops.
     if (repository_) repository_->DrainAll(drain_deadline);
+    if (manager_) manager_->SetModelCallHandler(nullptr);
     if (http_) http_->Stop();
     if (metrics_) metrics_->Stop();
     // Queued job work (builds, deletions) finishes before the jobs go.

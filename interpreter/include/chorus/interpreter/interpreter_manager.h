@@ -38,6 +38,7 @@
 #include <vector>
 
 #include "chorus/common/status.h"
+#include "chorus/interpreter/model_calls.h"
 
 namespace c10 {
 struct IValue;
@@ -129,6 +130,11 @@ class InterpreterManager {
   // interpreter and may run concurrently on different interpreters.
   virtual ReplicatedObject Replicate(
       std::function<StatusOr<Object>(InterpreterSession&)> factory) = 0;
+
+  // Where model code's calls to served models (chorus.serving.infer) go;
+  // nullptr (the default) fails them UNAVAILABLE. Any thread; calls already
+  // started keep the handler they got.
+  virtual void SetModelCallHandler(std::shared_ptr<ModelCallHandler> handler) = 0;
 
   // Per interpreter: how long sessions have held it, in total, and how many
   // sessions are open on it now. Any thread; a snapshot.

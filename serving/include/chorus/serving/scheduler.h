@@ -34,6 +34,7 @@
 #include "chorus/common/crash_report.h"
 #include "chorus/common/status.h"
 #include "chorus/common/thread_annotations.h"
+#include "chorus/interpreter/model_calls.h"
 #include "chorus/package/model.h"
 #include "chorus/serving/model_values.h"
 
@@ -162,6 +163,10 @@ class ModelScheduler {
   // crash report says this batch was. Allocates nothing (it runs for every execution).
   void DescribeForCrashReport(const std::vector<Pending>& batch, ScopedCrashContext& context) const;
   void Execute(std::vector<Pending> batch);
+  // What calls the model makes to other models while running `batch` carry:
+  // its latest deadline, its call paths and this model, its cancellation
+  // (a batch of one).
+  ModelCallContext CallContextOf(const std::vector<Pending>& batch) const;
   // The batch's inputs joined, the model run once (until the latest of its
   // deadlines) and its outputs checked to hold `total` rows.
   StatusOr<std::vector<c10::IValue>> RunBatch(const std::vector<Pending>& batch,

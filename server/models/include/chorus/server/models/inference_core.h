@@ -23,6 +23,7 @@
 #include "chorus/common/background_runner.h"
 #include "chorus/common/status.h"
 #include "chorus/inference/grpc_service.pb.h"
+#include "chorus/interpreter/model_calls.h"
 #include "chorus/server/models/model_repository.h"
 #include "chorus/server/models/response_cache.h"
 #include "chorus/server/models/shared_memory.h"
@@ -121,6 +122,15 @@ class InferenceCore {
 
   // The generative models that serve now, by name (OpenAI's model list).
   std::vector<std::shared_ptr<LoadedModel>> GenerativeModels() const;
+
+  // Model code's calls to served models (chorus.serving.infer), for the
+  // interpreters (InterpreterManager::SetModelCallHandler); the handler calls
+  // this core, so uninstall it before the core goes.
+  std::shared_ptr<ModelCallHandler> ModelCalls();
+  // One such call: `call.model` found, its inputs checked by name, run
+  // through CallModel with the caller's deadline, cancellation and call path;
+  // `done` gets the outputs asked for (all when none) by name.
+  void CallInProcess(ModelCall call, std::function<void(StatusOr<NamedValues>)> done) const;
 
   // The system shared memory regions requests may name (Triton's extension);
   // registered and unregistered by the transports' calls, all unmapped with

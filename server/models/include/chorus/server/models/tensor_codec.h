@@ -13,6 +13,7 @@
 
 #include "chorus/common/status.h"
 #include "chorus/inference/grpc_service.pb.h"
+#include "chorus/interpreter/model_calls.h"
 #include "chorus/package/manifest.h"
 #include "chorus/server/models/classification.h"
 #include "chorus/server/models/shared_memory.h"
@@ -49,6 +50,11 @@ StatusOr<StringTensor> StringTensorFromRaw(const std::vector<int64_t>& shape,
                                            const std::string& raw);
 // `elements` in BYTES' raw layout.
 std::string StringsToRaw(const std::vector<std::string>& elements);
+
+// Inputs given by name (an in-process model call's), checked as DecodeInputs
+// checks the wire's (dtype, shape, batch rows, every input once) and put in
+// the manifest's order. Errors INVALID_ARGUMENT naming the input.
+StatusOr<std::vector<c10::IValue>> ArrangeInputs(NamedValues named, const Manifest& manifest);
 
 // OK if every output the request asks for is one the model has, and any
 // classification asked for is of a numeric output with K >= 1
