@@ -238,6 +238,16 @@ class CallsNamed(torch.nn.Module):
         return serving.infer(self.target, {"x": x})["output"]
 
 
+class Dawdler(torch.nn.Module):
+    """Takes 3 s in Python (short sleeps, so a deadline can interrupt it between them)."""
+
+    def forward(self, x):
+        end = time.monotonic() + 3.0
+        while time.monotonic() < end:
+            time.sleep(0.01)
+        return x * 2
+
+
 class Impatient(torch.nn.Module):
     """Calls "sleeper" with a 0.2 s timeout; answers [seconds waited, 1.0 if the call ran
     past its deadline else 0.0] per row."""

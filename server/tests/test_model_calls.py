@@ -26,14 +26,15 @@ STAND_INS = {"scale": stand_in(servable_models.Scale(2.0)),
              "countdown": lambda x, n: {"output": x}}
 
 
-@pytest.fixture(scope="module")
-def server(tmp_path_factory):
+@pytest.fixture(scope="module", params=[2, 1], ids=["2_interpreters", "1_interpreter"])
+def server(tmp_path_factory, request):
+    """With one interpreter, a call runs in the caller's own interpreter."""
     from conftest import ServerProcess
     repo = tmp_path_factory.mktemp("model_calls") / "repository"
     x = torch.zeros(1, 4)
     models = {"scale": (servable_models.Scale(2.0), (x,)),
               "twolayer": (servable_models.TwoLayer(), (x,)),
-              "sleeper": (servable_models.Sleeper(3.0), (x,)),
+              "sleeper": (servable_models.Dawdler(), (x,)),
               "countdown": (servable_models.Countdown(), (x, torch.tensor([2]))),
               "calls_two": (servable_models.CallsTwo(), (x,)),
               "calls_two_at_once": (servable_models.CallsTwoAtOnce(), (x,)),
@@ -51,15 +52,19 @@ def server(tmp_path_factory):
                            progress=False, batchable=False, output_names=names,
                            dynamic_axes={"x": [0], "output": [0]})
     (repo / "countdown" / "config.json").write_text('{"decoupled": true}')
-    process = ServerProcess(repo, interpreters=2)
+    process = ServerProcess(repo, interpreters=request.param)
     yield process
     assert process.stop() == 0
 
 
-def infer(client, model, x, module=triton_grpc):
+def infer_input(x, module=triton_grpc):
     tensor = module.InferInput("x", list(x.shape), "FP32")
     tensor.set_data_from_numpy(x)
-    return client.infer(model, [tensor])
+    return tensor
+
+
+def infer(client, model, x, module=triton_grpc):
+    return client.infer(model, [infer_input(x, module)])
 
 
 def test_a_model_calling_two_others_equals_calling_them_in_turn(server):
@@ -105,6 +110,15 @@ def test_a_timeout_inside_the_inner_call_is_honoured(server):
     waited, late = infer(client, "impatient", np.ones((1, 4), np.float32)).as_numpy("output")[0]
     assert late == 1.0  # DEADLINE_EXCEEDED reached the calling model
     assert 0.15 < waited < 2.5  # not the sleeper's 3 s
+    # Two at once: each call's deadline ends it, whether it runs or waits for the sleeper.
+    http_client = triton_http.InferenceServerClient(f"127.0.0.1:{server.http_port}",
+                                                    concurrency=2)
+    x = infer_input(np.ones((1, 4), np.float32), triton_http)
+    calls = [http_client.async_infer("impatient", [x]) for _ in range(2)]
+    for call in calls:
+        waited, late = call.get_result().as_numpy("output")[0]
+        assert late == 1.0 and 0.15 < waited < 2.5
+    http_client.close()
     client.close()
 
 

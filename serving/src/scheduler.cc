@@ -51,14 +51,15 @@ ModelScheduler::~ModelScheduler() {
   }
 }
 
+int64_t ModelScheduler::BatchSizeOf(const InferenceRequest& request) const {
+  if (!options_.batching.enabled || request.inputs.empty()) return 1;
+  const std::vector<int64_t> shape = ShapeOf(request.inputs[0]);
+  if (static_cast<int64_t>(shape.size()) <= options_.batching.batch_dim) return 1;
+  return shape[options_.batching.batch_dim];
+}
+
 void ModelScheduler::Submit(InferenceRequest request, Done done) {
-  int64_t batch_size = 1;
-  if (options_.batching.enabled && !request.inputs.empty()) {
-    const std::vector<int64_t> shape = ShapeOf(request.inputs[0]);
-    if (static_cast<int64_t>(shape.size()) > options_.batching.batch_dim) {
-      batch_size = shape[options_.batching.batch_dim];
-    }
-  }
+  const int64_t batch_size = BatchSizeOf(request);
   Status refused;
   {
     MutexLock lock(&mu_);

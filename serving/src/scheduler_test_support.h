@@ -198,13 +198,7 @@ class Harness {
   ModelScheduler& scheduler() { return *scheduler_; }
 
   void Submit(int id, InferenceRequest request) {
-    const std::thread::id caller = std::this_thread::get_id();
-    scheduler_->Submit(std::move(request), [this, id, caller](InferenceResult result) {
-      MutexLock lock(&mu_);
-      answers_[id] = Answer{std::move(result), std::this_thread::get_id() == caller};
-      order_.push_back(id);
-      changed_.SignalAll();
-    });
+    scheduler_->Submit(std::move(request), Recorder(id));
   }
 
   // Submits a request the model holds at the gate; returns once the model runs
@@ -274,6 +268,17 @@ class Harness {
   void DestroyScheduler() { scheduler_.reset(); }
 
  private:
+  // Records request `id`'s answer, and whether it came on the submitting thread.
+  ModelScheduler::Done Recorder(int id) {
+    const std::thread::id caller = std::this_thread::get_id();
+    return [this, id, caller](InferenceResult result) {
+      MutexLock lock(&mu_);
+      answers_[id] = Answer{std::move(result), std::this_thread::get_id() == caller};
+      order_.push_back(id);
+      changed_.SignalAll();
+    };
+  }
+
   void RecordExecution(const ExecutionStats& stats) {
     MutexLock lock(&mu_);
     executions_.push_back(stats);

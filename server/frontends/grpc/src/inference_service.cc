@@ -19,6 +19,10 @@ class InferReactor final : public grpc::ServerUnaryReactor {
   InferReactor() : cancelled_(std::make_shared<std::atomic<bool>>(false)) {}
   void OnCancel() override { cancelled_->store(true); }
   void OnDone() override { delete this; }
+  // Both reactions are trivial, so gRPC may run them where the call ends
+  // instead of waking its executor thread for them (one thread hand-off
+  // less per request; gRPC's own default reactor does the same).
+  bool InternalInlineable() override { return true; }
   const std::shared_ptr<std::atomic<bool>>& cancelled() const { return cancelled_; }
 
  private:

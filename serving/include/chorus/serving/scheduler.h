@@ -156,6 +156,8 @@ class ModelScheduler {
   };
 
   void WorkerLoop() CHORUS_EXCLUDES(mu_);
+  // The rows `request` brings to a batch along the batch dimension.
+  int64_t BatchSizeOf(const InferenceRequest& request) const;
   // Takes the next batch from the queue, waiting for stragglers as allowed.
   std::vector<Pending> NextBatch() CHORUS_REQUIRES(mu_);
   bool Compatible(const Pending& a, const Pending& b) const;
