@@ -5,6 +5,7 @@ sequence in one interpreter (so Python state works), the oldest strategy batches
 of many sequences together."""
 
 import json
+import signal
 import threading
 import time
 
@@ -156,4 +157,32 @@ def test_unknown_ended_and_idle_sequences_are_refused_by_name(server):
     (index,) = [m for m in client.get_model_repository_index().models if m.name == "misconfigured"]
     assert index.state == "UNAVAILABLE"
     assert 'config.json: sequence_batching: the model has no input "BEGIN"' in index.reason
+    client.close()
+
+
+def ready(client):
+    """Whether both models serve (the server itself never is ready: "misconfigured")."""
+    try:
+        return all(client.is_model_ready(m) for m in ("accumulator_direct", "python_sum"))
+    except InferenceServerException:  # restarting: nothing listens for a moment
+        return False
+
+
+def test_a_crash_ends_every_sequence_with_an_error_never_with_wrong_state(server):
+    """Last in this module: it restarts the module's server."""
+    client = triton_grpc.InferenceServerClient(server.address)
+    for model in ("accumulator_direct", "python_sum"):
+        assert send(client, triton_grpc, model, 5, 4242, start=True) == 5
+        assert send(client, triton_grpc, model, 6, 4242) == 11
+    server.kill_serving(signal.SIGSEGV)  # the supervisor starts a new serving process
+    deadline = time.monotonic() + 120
+    while not ready(client):
+        assert time.monotonic() < deadline, "the server did not come back"
+        time.sleep(0.2)
+    for model in ("accumulator_direct", "python_sum"):
+        with pytest.raises(InferenceServerException, match="sequence 4242 is not active"):
+            send(client, triton_grpc, model, 7, 4242)
+        # Started again, the sequence begins from nothing: no state survived the crash.
+        assert send(client, triton_grpc, model, 7, 4242, start=True) == 7
+        assert send(client, triton_grpc, model, 1, 4242, end=True) == 8
     client.close()
