@@ -5,6 +5,9 @@
 
 #include <utility>
 
+#include "chorus/package/dtype.h"
+#include "chorus/package/torch_dtype.h"
+
 namespace chorus {
 namespace {
 
@@ -128,6 +131,19 @@ c10::IValue SliceValue(const c10::IValue& value, int64_t dim, int64_t start, int
   c10::ArrayRef<c10::IValue> items = value.toListRef();
   for (int64_t i = start; i < start + length; ++i) rows.push_back(items[i]);
   return rows;
+}
+
+std::vector<int64_t> WithAnySizeAsOne(std::vector<int64_t> shape) {
+  for (int64_t& size : shape) size = size < 0 ? 1 : size;
+  return shape;
+}
+
+c10::IValue FilledValue(const std::string& dtype, const std::vector<int64_t>& shape, int64_t fill) {
+  const Dtype kind = DtypeByName(dtype)->dtype;
+  if (kind == Dtype::kString) {
+    return StringTensorToIValue({shape, std::vector<std::string>(c10::multiply_integers(shape))});
+  }
+  return at::full(shape, fill, at::TensorOptions().dtype(ScalarTypeOf(kind)));
 }
 
 }  // namespace chorus

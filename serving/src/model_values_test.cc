@@ -25,6 +25,19 @@ TEST(ModelValuesTest, StringTensorsNestOncePerDimensionAsTypedLists) {
   EXPECT_EQ(StringTensorToIValue({{}, {"alone"}}).toStringRef(), "alone");
 }
 
+TEST(ModelValuesTest, FilledValuesTakeTheDtypeAndShape) {
+  EXPECT_THAT(WithAnySizeAsOne({-1, 3, -1}), ElementsAre(1, 3, 1));
+  const at::Tensor ones = FilledValue("int32", {2, 3}, 1).toTensor();
+  EXPECT_EQ(ones.scalar_type(), at::kInt);
+  EXPECT_THAT(ones.sizes(), ElementsAre(2, 3));
+  EXPECT_EQ(ones.sum().item<int64_t>(), 6);
+  EXPECT_EQ(FilledValue("bool", {1}, 1).toTensor().item<bool>(), true);
+  EXPECT_EQ(FilledValue("float64", {4}).toTensor().abs().sum().item<double>(), 0.0);
+  ASSERT_OK_AND_ASSIGN(StringTensor empty, StringTensorFromIValue(FilledValue("string", {2, 1})));
+  EXPECT_THAT(empty.shape, ElementsAre(2, 1));
+  EXPECT_THAT(empty.elements, ElementsAre("", ""));
+}
+
 TEST(ModelValuesTest, StringTensorsRoundTrip) {
   for (StringTensor tensor : {Grid(), StringTensor{{0}, {}}, StringTensor{{}, {"0-d"}},
                               StringTensor{{1, 1, 2}, {"p", "q"}}}) {

@@ -19,17 +19,9 @@ int FindTensor(const std::vector<TensorSpec>& tensors, const std::string& name) 
   return -1;
 }
 
-// `spec`'s shape with its any-size dimensions as 1: one request's share.
-std::vector<int64_t> OneRowShape(const TensorSpec& spec) {
-  std::vector<int64_t> shape = spec.shape;
-  for (int64_t& size : shape) size = size < 0 ? 1 : size;
-  return shape;
-}
-
 // A tensor of `spec`'s one-row shape and dtype filled with `value`.
-at::Tensor Filled(const TensorSpec& spec, int64_t value) {
-  const DtypeInfo* dtype = DtypeByName(spec.dtype);
-  return at::full(OneRowShape(spec), value, at::kLong).to(ScalarTypeOf(dtype->dtype));
+c10::IValue Filled(const TensorSpec& spec, int64_t value) {
+  return FilledValue(spec.dtype, WithAnySizeAsOne(spec.shape), value);
 }
 
 }  // namespace
@@ -157,7 +149,7 @@ std::vector<at::Tensor> SequenceBatcher::InitialState() const {
   std::vector<at::Tensor> state;
   for (const auto& [input, output] : sequences_config_.states) {
     const Manifest& manifest = *model_->manifest();
-    state.push_back(Filled(manifest.inputs[FindTensor(manifest.inputs, input)], 0));
+    state.push_back(Filled(manifest.inputs[FindTensor(manifest.inputs, input)], 0).toTensor());
   }
   return state;
 }
@@ -175,7 +167,7 @@ StatusOr<std::vector<c10::IValue>> SequenceBatcher::ModelInputs(const SequenceRe
       inputs.push_back(sequence.state.at(source.index));
     } else if (source.control == SequenceControl::kCorrelationId) {
       if (spec.dtype == InfoOf(Dtype::kString).name) {
-        const std::vector<int64_t> shape = OneRowShape(spec);
+        const std::vector<int64_t> shape = WithAnySizeAsOne(spec.shape);
         std::string text = std::holds_alternative<std::string>(request.id)
                                ? std::get<std::string>(request.id)
                                : std::to_string(std::get<uint64_t>(request.id));

@@ -5,6 +5,7 @@
 #include "chorus/package/archive.h"
 #include "chorus/package/dtype.h"
 #include "chorus/package/torch_dtype.h"
+#include "chorus/serving/model_values.h"
 
 namespace chorus {
 namespace {
@@ -36,15 +37,7 @@ SchedulerOptions SchedulingFor(const ModelConfig& config, const Manifest& manife
 std::vector<c10::IValue> ZeroInputs(const Manifest& manifest) {
   std::vector<c10::IValue> inputs;
   for (const TensorSpec& spec : manifest.inputs) {
-    std::vector<int64_t> shape = spec.shape;
-    for (int64_t& size : shape) size = std::max<int64_t>(size, 1);
-    const Dtype dtype = DtypeByName(spec.dtype)->dtype;
-    if (dtype == Dtype::kString) {
-      const int64_t count = c10::multiply_integers(shape);
-      inputs.push_back(StringTensorToIValue({shape, std::vector<std::string>(count)}));
-    } else {
-      inputs.emplace_back(at::zeros(shape, at::TensorOptions().dtype(ScalarTypeOf(dtype))));
-    }
+    inputs.push_back(FilledValue(spec.dtype, WithAnySizeAsOne(spec.shape)));
   }
   return inputs;
 }

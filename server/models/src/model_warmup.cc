@@ -6,6 +6,7 @@
 #include "chorus/package/dtype.h"
 #include "chorus/package/torch_dtype.h"
 #include "chorus/server/models/tensor_codec.h"
+#include "chorus/serving/model_values.h"
 
 namespace chorus {
 namespace {
@@ -53,13 +54,10 @@ StatusOr<c10::IValue> SampleValue(const TensorSpec& spec, const WarmupSample& sa
     if (!tensor.ok()) return InvalidArgumentError(what + ": " + tensor.status().message());
     return c10::IValue(std::move(*tensor));
   }
-  if (dtype.dtype == Dtype::kString) {
-    int64_t elements = 1;
-    for (int64_t size : shape) elements *= size;
-    return StringTensorToIValue(StringTensor{shape, std::vector<std::string>(elements)});
+  if (dtype.dtype == Dtype::kString || input.kind == WarmupInput::kZero) {
+    return FilledValue(spec.dtype, shape);  // random strings are empty ones too
   }
   const auto options = at::TensorOptions().dtype(ScalarTypeOf(dtype.dtype));
-  if (input.kind == WarmupInput::kZero) return c10::IValue(at::zeros(shape, options));
   // Random: uniform in [0, 1) for floats, small integers otherwise (valid indices too).
   at::Tensor random =
       c10::isFloatingType(options.dtype().toScalarType())

@@ -39,6 +39,16 @@ bool IsStringValue(const c10::IValue& value);
 // The shape of a tensor or of a well-formed string tensor.
 std::vector<int64_t> ShapeOf(const c10::IValue& value);
 
+// `shape` with its any-size (-1) dimensions as 1: one request's share.
+std::vector<int64_t> WithAnySizeAsOne(std::vector<int64_t> shape);
+
+// A value of manifest dtype `dtype` ("float32", ..., "string") and `shape`,
+// every element `fill` (empty strings for a string tensor): the zeros
+// chorus gives a model at load, warm-up and a sequence's first state, and the
+// controls it fills. Precondition: `dtype` is in the dtype table.
+c10::IValue FilledValue(const std::string& dtype, const std::vector<int64_t>& shape,
+                        int64_t fill = 0);
+
 // `parts` joined along `dim`: all tensors (at::cat), or all string tensors
 // (then `dim` must be 0). Shapes must agree but along `dim`.
 c10::IValue ConcatValues(const std::vector<c10::IValue>& parts, int64_t dim);
