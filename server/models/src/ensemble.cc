@@ -134,6 +134,14 @@ Status CheckAcyclic(const Manifest& signature, const std::vector<EnsembleStep>& 
                    "waits on its own outputs (the steps form a cycle)");
 }
 
+// Whether every tensor `step` takes is among `tensors`.
+bool HasInputs(const EnsembleStep& step, const std::map<std::string, c10::IValue>& tensors) {
+  for (const auto& [input, tensor] : step.input_map) {
+    if (tensors.count(tensor) == 0) return false;
+  }
+  return true;
+}
+
 std::string CyclePath(const std::vector<std::string>& path, const std::string& model) {
   std::string text;
   for (const std::string& name : path) text += name + " -> ";
@@ -232,12 +240,7 @@ void Ensemble::StartReady(const std::shared_ptr<Execution>& run) const {
     MutexLock lock(&run->mu);
     if (run->ended) return;
     for (size_t i = 0; i < steps_.size(); ++i) {
-      const auto& inputs = steps_[i].input_map;
-      if (run->started[i] || !std::all_of(inputs.begin(), inputs.end(), [&](const auto& in) {
-            return run->tensors.count(in.second) > 0;
-          })) {
-        continue;
-      }
+      if (run->started[i] || !HasInputs(steps_[i], run->tensors)) continue;
       run->started[i] = true;
       ready.push_back(i);
     }

@@ -376,7 +376,9 @@ StatusOr<c10::IValue> FromSharedMemory(const InputTensor& input, const SharedMem
 
 StatusOr<std::vector<c10::IValue>> ArrangeInputs(NamedValues named, const Manifest& manifest) {
   std::vector<c10::IValue> values(manifest.inputs.size());
-  for (auto& [name, value] : named) {
+  for (auto& entry : named) {
+    const std::string& name = entry.first;
+    c10::IValue& value = entry.second;
     auto spec = std::find_if(manifest.inputs.begin(), manifest.inputs.end(),
                              [&](const TensorSpec& s) { return s.name == name; });
     if (spec == manifest.inputs.end()) return Invalid(name, "the model has no such input");
