@@ -5,6 +5,9 @@
 //   grpc_floor_us_p50       p50 of ServerLive, gRPC's own cost (and
 //                           grpc_floor_with_deadline_us_p50: each call with a
 //                           deadline, as the load generator's calls have)
+//   grpc_echo_infer_us_p50  p50 of the same ModelInfer against a gRPC server
+//                           that only echoes it (bench_grpc_echo): gRPC and
+//                           protobuf's cost for a request of this size
 //   overhead_us_p50_perf_analyzer  the same, measured by Triton's perf_analyzer
 //                           (its gRPC client and its p50), beside ours
 //   sweep                   throughput and p50/p90/p99 latency for the trivial
@@ -46,6 +49,7 @@
 
 #include "chorus/inference/grpc_service.grpc.pb.h"
 #include "tests/bench/bench_util.h"
+#include "tests/bench/serve_models.h"
 
 namespace chorus::bench {
 namespace {
@@ -59,30 +63,16 @@ std::string g_bin;  // directory of chorus' binaries
 class ServerProcess {
  public:
   ServerProcess(const std::string& repository, int interpreters, bool supervised = false) {
-    int out[2];
-    if (pipe(out) != 0) throw std::runtime_error("pipe");
-    pid_ = fork();
-    if (pid_ == 0) {
-      dup2(out[1], 1);
-      close(out[0]);
-      std::string server = g_bin + "/chorus-server";
-      std::string n = std::to_string(interpreters);
-      std::freopen((repository + "/../server.log").c_str(), "a", stderr);
-      execl(server.c_str(), server.c_str(), "--model-repository", repository.c_str(), "--host",
-            "127.0.0.1", "--port", "0", "--metrics-port", "-1", "--http-port", "-1",
-            "--interpreters", n.c_str(), "--max-queue", "100000", "--cache-size-bytes", "67108864",
-            supervised ? "--strict-readiness" : "--no-supervisor", supervised ? "true" : nullptr,
-            nullptr);
-      _exit(127);
-    }
-    close(out[1]);
-    FILE* stream = fdopen(out[0], "r");
-    char line[512] = {0};
-    if (!fgets(line, sizeof(line), stream) ||
-        sscanf(line, "chorus-server listening on port %d", &port_) != 1) {
-      throw std::runtime_error("chorus-server did not start");
-    }
-    stream_ = stream;  // kept open: a restarted serving process prints its line again
+    const std::string n = std::to_string(interpreters);
+    Spawn({g_bin + "/chorus-server", "--model-repository", repository, "--host", "127.0.0.1",
+           "--port", "0", "--metrics-port", "-1", "--http-port", "-1", "--interpreters", n,
+           "--max-queue", "100000", "--cache-size-bytes", "67108864",
+           supervised ? "--strict-readiness" : "--no-supervisor", supervised ? "true" : ""},
+          repository + "/../server.log", "chorus-server listening on port %d");
+  }
+  // bench_grpc_echo: gRPC alone answering ModelInfer (grpc_echo_server.cc).
+  explicit ServerProcess(const std::string& log) {
+    Spawn({g_bin + "/bench_grpc_echo"}, log, "listening on port %d");
   }
   ~ServerProcess() {
     kill(pid_, SIGTERM);
@@ -101,6 +91,33 @@ class ServerProcess {
   double ResidentMiB() const { return chorus::ResidentMiB(pid_).value(); }
 
  private:
+  // Runs `argv` (empty arguments left out), its stderr appended to `log`,
+  // and reads its port from the first line it prints.
+  void Spawn(const std::vector<std::string>& argv, const std::string& log, const char* format) {
+    int out[2];
+    if (pipe(out) != 0) throw std::runtime_error("pipe");
+    pid_ = fork();
+    if (pid_ == 0) {
+      dup2(out[1], 1);
+      close(out[0]);
+      std::freopen(log.c_str(), "a", stderr);
+      std::vector<char*> args;
+      for (const std::string& arg : argv) {
+        if (!arg.empty()) args.push_back(const_cast<char*>(arg.c_str()));
+      }
+      args.push_back(nullptr);
+      execv(args[0], args.data());
+      _exit(127);
+    }
+    close(out[1]);
+    FILE* stream = fdopen(out[0], "r");
+    char line[512] = {0};
+    if (!fgets(line, sizeof(line), stream) || sscanf(line, format, &port_) != 1) {
+      throw std::runtime_error(argv[0] + " did not start");
+    }
+    stream_ = stream;  // kept open: a restarted serving process prints its line again
+  }
+
   pid_t pid_ = -1;
   int port_ = 0;
   FILE* stream_ = nullptr;
@@ -268,85 +285,6 @@ LoadResult Load(int port, const std::string& model, int clients, double seconds)
   return result;
 }
 
-const char kModels[] = R"(
-import torch
-
-import chorus
-from chorus import serving
-
-class Trivial(torch.nn.Module):
-    def forward(self, x):
-        return x
-
-class PythonHeavy(torch.nn.Module):
-    """About a millisecond of pure Python per call: the GIL-bound case."""
-    def forward(self, x):
-        total = 0
-        for i in range(20000):
-            total += i % 7
-        return x + total
-
-class Mlp(torch.nn.Module):
-    def __init__(self):
-        super().__init__()
-        torch.manual_seed(0)
-        self.net = torch.nn.Sequential(torch.nn.Linear(4, 64), torch.nn.ReLU(), torch.nn.Linear(64, 4))
-    def forward(self, x):
-        return self.net(x)
-
-class RowSums(torch.nn.Module):
-    def forward(self, x):
-        return x.sum(dim=1)
-
-class CallsTrivial(torch.nn.Module):
-    """Answers what the trivial model answers, through one in-process call."""
-    def forward(self, x):
-        if not chorus.inside_chorus():  # packaging runs it outside the server
-            return x
-        return next(iter(serving.infer("trivial", {"x": x}).values()))
-
-def trivial(): return Trivial()
-def calls_trivial(): return CallsTrivial()
-def trivial_cached(): return Trivial()
-def row_sums(): return RowSums()
-def big_inputs(): return (torch.zeros(1024, 1024),)
-def heavy(): return PythonHeavy()
-def mlp(): return Mlp()
-def example_inputs(): return (torch.zeros(1, 4),)
-)";
-
-std::string MakeRepository(const std::string& relative) {
-  std::system(("rm -rf '" + relative + "' && mkdir -p '" + relative + "/repo'").c_str());
-  char absolute[4096];
-  if (realpath(relative.c_str(), absolute) == nullptr) throw std::runtime_error("no " + relative);
-  const std::string dir = absolute;
-  std::ofstream(dir + "/bench_models.py") << kModels;
-  struct Packaged {
-    const char* name;
-    const char* extra;
-    const char* examples;
-  };
-  for (auto [name, extra, examples] :
-       {Packaged{"trivial", "--no-batching", "example_inputs"},
-        Packaged{"heavy", "--no-batching", "example_inputs"},
-        Packaged{"trivial_cached", "--no-batching", "example_inputs"},
-        Packaged{"calls_trivial", "--no-batching", "example_inputs"},
-        Packaged{"mlp", "--max-batch-size 64", "example_inputs"},
-        Packaged{"row_sums", "--no-batching", "big_inputs"}}) {
-    std::string folder = dir + "/repo/" + name + "/1";
-    std::string command = "mkdir -p '" + folder + "' && cd '" + dir + "' && " + g_bin +
-                          "/chorus-package create '" + folder +
-                          "/model.pt' --module bench_models:" + name +
-                          " --example-inputs bench_models:" + examples + " --name " + name + " " +
-                          extra + " --quiet > /dev/null";
-    if (std::system(command.c_str()) != 0) throw std::runtime_error("packaging failed: " + command);
-  }
-  std::ofstream(dir + "/repo/mlp/config.json") << R"({"max_queue_delay_us": 2000})";
-  std::ofstream(dir + "/repo/trivial_cached/config.json")
-      << R"({"response_cache": {"enable": true}})";
-  return dir + "/repo";
-}
-
 struct Options {
   std::string out = "build/bench/serve.json";
   std::string data = "build/bench-data/serve";
@@ -379,6 +317,11 @@ nlohmann::json MeasureOverheadAndSweep(const std::string& repository, const Opti
   result["overhead_us_p50"] = overhead.p50_us;
   result["grpc_floor_us_p50"] = GrpcFloorUs(two.port(), 3000);
   result["grpc_floor_with_deadline_us_p50"] = GrpcFloorUs(two.port(), 3000, true);
+  {
+    ServerProcess echo(options.data + "/echo.log");
+    Load(echo.port(), "trivial", 1, 0.5);
+    result["grpc_echo_infer_us_p50"] = Load(echo.port(), "trivial", 1, options.seconds).p50_us;
+  }
   // The same request again and again to a model whose answers are cached: all hits but the first.
   Load(two.port(), "trivial_cached", 1, 0.5);
   result["cache_hit_p50_us"] = Load(two.port(), "trivial_cached", 1, options.seconds).p50_us;
@@ -389,8 +332,11 @@ nlohmann::json MeasureOverheadAndSweep(const std::string& repository, const Opti
   result["overhead_us_p50_perf_analyzer"] =
       perf_analyzer_p50 < 0 ? nlohmann::json() : nlohmann::json(perf_analyzer_p50);
   std::printf("trivial model, concurrency 1, perf_analyzer: p50 %.0f us\n", perf_analyzer_p50);
-  std::printf("\ntrivial model, concurrency 1: p50 %.0f us, p99 %.0f us (gRPC alone: %.0f us)\n",
-              overhead.p50_us, overhead.p99_us, result["grpc_floor_us_p50"].get<double>());
+  std::printf(
+      "\ntrivial model, concurrency 1: p50 %.0f us, p99 %.0f us (gRPC alone: %.0f us, echoing "
+      "ModelInfer: %.0f us)\n",
+      overhead.p50_us, overhead.p99_us, result["grpc_floor_us_p50"].get<double>(),
+      result["grpc_echo_infer_us_p50"].get<double>());
   std::printf("%-8s %6s %12s %9s %9s %9s\n", "model", "conc", "requests/s", "p50 us", "p90 us",
               "p99 us");
   for (const char* model : {"trivial", "heavy"}) {
@@ -564,7 +510,7 @@ int main(int argc, char** argv) {
   char self[4096] = {0};
   if (readlink("/proc/self/exe", self, sizeof(self) - 1) <= 0) return 1;
   g_bin = std::string(self).substr(0, std::string(self).rfind('/'));
-  const std::string repository = MakeRepository(options.data);
+  const std::string repository = MakeRepository(options.data, g_bin);
 
   nlohmann::json result = MeasureOverheadAndSweep(repository, options);
   result.update(MeasureInterpreterScaling(repository, options));
