@@ -16,7 +16,9 @@ namespace {
 class KeyDigest {
  public:
   KeyDigest() : context_(EVP_MD_CTX_new(), EVP_MD_CTX_free) {
-    EVP_DigestInit_ex(context_.get(), EVP_sha256(), nullptr);
+    // Fetched once: OpenSSL 3 looks EVP_sha256() up again at every init.
+    static EVP_MD* const sha256 = EVP_MD_fetch(nullptr, "SHA256", nullptr);
+    EVP_DigestInit_ex(context_.get(), sha256, nullptr);
   }
   void Add(const void* data, size_t size) {
     const uint64_t length = size;
