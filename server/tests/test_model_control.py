@@ -2,6 +2,7 @@
 at start, the rest on request), poll (the repository's new, changed and removed models
 followed without a call) and none (every model, no load/unload calls)."""
 
+import json
 import os
 import shutil
 import subprocess
@@ -112,6 +113,28 @@ def test_none_serves_every_model_and_refuses_load_and_unload(repo):
         with pytest.raises(InferenceServerException, match="model control mode is none"):
             client.unload_model("first")
         assert client.is_model_ready("first")
+        client.close()
+    finally:
+        assert server.stop() == 0
+
+
+def test_loading_an_ensemble_loads_the_models_of_its_steps(repo):
+    (repo / "pipeline").mkdir()
+    (repo / "pipeline" / "config.json").write_text(json.dumps({
+        "platform": "ensemble",
+        "inputs": [{"name": "IN", "datatype": "FP32", "dims": [1, 4]}],
+        "outputs": [{"name": "OUT", "datatype": "FP32", "dims": [1, 4]}],
+        "ensemble_scheduling": {"step": [
+            {"model_name": "first", "input_map": {"x": "IN"}, "output_map": {"output": "mid"}},
+            {"model_name": "second", "input_map": {"x": "mid"}, "output_map": {"output": "OUT"}}]}}))
+    server = ServerProcess(repo, "--model-control-mode", "explicit", "--load-model", "pipeline")
+    try:
+        client = triton_grpc.InferenceServerClient(server.address)
+        assert client.is_model_ready("pipeline")
+        assert client.is_model_ready("first") and client.is_model_ready("second")
+        tensor = triton_grpc.InferInput("IN", [1, 4], "FP32")
+        tensor.set_data_from_numpy(np.ones((1, 4), np.float32))
+        assert client.infer("pipeline", [tensor]).as_numpy("OUT").tolist() == [[6.0] * 4]
         client.close()
     finally:
         assert server.stop() == 0

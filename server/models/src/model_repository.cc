@@ -50,6 +50,28 @@ Status ModelRepository::LoadAll() {
   return OkStatus();
 }
 
+void ModelRepository::LoadSteps(const std::string& name, int depth) {
+  StatusOr<ModelConfig> config = ReadModelConfig(layout_.ModelDir(name));
+  if (!config.ok() || !config->ensemble || depth > 8) return;  // deeper: a cycle, planned out
+  for (const EnsembleStep& step : *config->ensemble) {
+    if (step.model_name == name || !layout_.HasModel(step.model_name)) continue;
+    {
+      // Not one that serves, is quarantined, or failed its last load (loaded
+      // again only when asked by name).
+      MutexLock lock(&mu_);
+      auto it = records_.find(step.model_name);
+      if (it != records_.end() &&
+          (it->second.serving != nullptr || it->second.state == ModelState::kLoading ||
+           !it->second.quarantine.empty() || !it->second.failure.empty())) {
+        continue;
+      }
+    }
+    LoadSteps(step.model_name, depth + 1);
+    Log().info("model {}: loading {}, a step of it", name, step.model_name);
+    Load(step.model_name).IgnoreError();  // logged; the ensemble's plan names it
+  }
+}
+
 void ModelRepository::LoadInOrder(const std::vector<std::string>& names) {
   std::map<std::string, std::vector<std::string>> ensembles;  // -> its steps' models
   for (const std::string& name : names) {
@@ -114,6 +136,7 @@ Status ModelRepository::Load(const std::string& name) {
     }
     if (record.state != ModelState::kReady) record.state = ModelState::kLoading;
   }
+  LoadSteps(name);
   const std::string files = Fingerprint(name);
   StatusOr<std::shared_ptr<LoadedModel>> loaded = loader_.LoadNewest(name);
   std::shared_ptr<LoadedModel> replaced = Settle(name, loaded);

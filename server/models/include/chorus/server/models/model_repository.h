@@ -54,7 +54,8 @@ class ModelRepository {
   // unreadable root.
   Status LoadAll() CHORUS_EXCLUDES(mu_);
   // Loads (or reloads) the highest version of `name`, re-admitting it if it
-  // was quarantined. On failure whatever was serving keeps serving. Blocks
+  // was quarantined; for an ensemble, first the models of its steps that do
+  // not serve. On failure whatever was serving keeps serving. Blocks
   // while the model loads: not for reactors.
   Status Load(const std::string& name) CHORUS_EXCLUDES(mu_);
   // One pass of repository polling (Triton's poll mode): loads a model folder
@@ -94,6 +95,9 @@ class ModelRepository {
     std::string quarantine;                // the supervisor's why; Load re-admits
     std::string files;                     // the folder's fingerprint at its last load
   };
+  // For an ensemble `name`: loads the models of its steps that do not serve
+  // yet (Triton's: loading an ensemble loads what it is made of).
+  void LoadSteps(const std::string& name, int depth = 0) CHORUS_EXCLUDES(mu_);
   // Loads `names`, ensembles after the models their steps name.
   void LoadInOrder(const std::vector<std::string>& names) CHORUS_EXCLUDES(mu_);
   // What Poll compares: every file under the model's folder, with its size and time.
