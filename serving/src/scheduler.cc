@@ -58,6 +58,32 @@ int64_t ModelScheduler::BatchSizeOf(const InferenceRequest& request) const {
   return shape[options_.batching.batch_dim];
 }
 
+void ModelScheduler::SubmitOrRun(InferenceRequest request, Done done) {
+  if (request.on_response || options_.batching.max_queue_delay.count() > 0) {
+    return Submit(std::move(request), std::move(done));
+  }
+  bool here = false;
+  {
+    MutexLock lock(&mu_);
+    here = accepting_ && queue_.empty() && executions_ < std::max(1, options_.workers);
+    if (here) {
+      ++executions_;
+      ++running_;
+    }
+  }
+  if (!here) return Submit(std::move(request), std::move(done));
+  std::vector<Pending> batch;
+  const int64_t batch_size = BatchSizeOf(request);
+  batch.push_back(Pending{std::move(request), std::move(done), Clock::now(), batch_size});
+  Execute(std::move(batch));
+  {
+    MutexLock lock(&mu_);
+    --executions_;
+    --running_;
+  }
+  changed_.SignalAll();  // Drain() may be waiting
+}
+
 void ModelScheduler::Submit(InferenceRequest request, Done done) {
   const int64_t batch_size = BatchSizeOf(request);
   Status refused;
@@ -260,6 +286,7 @@ void ModelScheduler::WorkerLoop() {
       ApplyQueueTimeouts(&rejected);
       if (!queue_.empty()) batch = NextBatch();
       running_ += batch.size();
+      executions_ += batch.empty() ? 0 : 1;
     }
     for (Pending& pending : rejected) {
       InferenceResult result;
@@ -275,6 +302,7 @@ void ModelScheduler::WorkerLoop() {
     {
       MutexLock lock(&mu_);
       running_ -= taken;
+      --executions_;
     }
     changed_.SignalAll();  // Drain() may be waiting
   }

@@ -88,6 +88,29 @@ void SubmitAndExpectBatchesOfFour(Harness& harness, const std::vector<int64_t>& 
   }
 }
 
+TEST_F(SchedulerTest, SubmitOrRunRunsOnTheCallerOnlyWhenAWorkerWouldTakeItAtOnce) {
+  Harness harness(model(), Unbatched(), gate());
+  harness.SubmitOrRun(0, Request(Rows(1, 1)));  // idle: runs here, before returning
+  ASSERT_EQ(harness.answered(), 1u);
+  EXPECT_TRUE(harness.Find(0)->during_submit);
+  ExpectReported(harness.Result(0), Rows(1, 1), 1);
+  ASSERT_TRUE(harness.SubmitHeld(1));           // the only worker is busy
+  harness.SubmitOrRun(2, Request(Rows(1, 3)));  // so this one waits in the queue
+  EXPECT_FALSE(harness.Find(2).has_value());
+  harness.Release();
+  ASSERT_TRUE(harness.AwaitAnswers(3));
+  EXPECT_FALSE(harness.Find(2)->during_submit);
+  ExpectReported(harness.Result(2), Rows(1, 3), 1);
+  EXPECT_THAT(harness.batches(), ElementsAre(Batch{1, 1}, Batch{1, 1}, Batch{1, 1}));
+}
+
+TEST_F(SchedulerTest, SubmitOrRunLeavesABatchingDelayToTheWorkers) {
+  Harness harness(model(), Batched(1, kLongDelay), gate());  // a batch of 1 is full at once
+  harness.SubmitOrRun(0, Request(Rows(1, 1)));
+  ASSERT_TRUE(harness.AwaitAnswers(1));
+  EXPECT_FALSE(harness.Find(0)->during_submit);
+}
+
 TEST_F(SchedulerTest, APreferredBatchSizeEndsGatheringEarly) {
   // Max 8, but 4 is preferred: 2+1+1 stops at 4, so does 3+1.
   Harness harness(model(), Batched(8, kLongDelay, {4}), gate());

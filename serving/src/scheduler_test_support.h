@@ -200,6 +200,10 @@ class Harness {
   void Submit(int id, InferenceRequest request) {
     scheduler_->Submit(std::move(request), Recorder(id));
   }
+  // Submits through SubmitOrRun (this thread may run it).
+  void SubmitOrRun(int id, InferenceRequest request) {
+    scheduler_->SubmitOrRun(std::move(request), Recorder(id));
+  }
 
   // Submits a request the model holds at the gate; returns once the model runs
   // it, so that the only worker is busy until Release(). False if the request

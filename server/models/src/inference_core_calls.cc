@@ -84,7 +84,8 @@ void InferenceCore::CallInProcess(ModelCall call,
       [model, positions = std::move(*wanted), done = std::move(done)](InferenceResult result) {
         if (!result.status.ok()) return done(result.status);
         done(Pick(model->manifest(), positions, std::move(result.outputs)));
-      });
+      },
+      /*caller_waits=*/true);
 }
 
 void InferenceCore::RunEnsemble(const LoadedModel& model, InferenceRequest call,
@@ -103,7 +104,7 @@ void InferenceCore::RunEnsemble(const LoadedModel& model, InferenceRequest call,
 }
 
 void InferenceCore::CallModel(std::shared_ptr<LoadedModel> model, InferenceRequest call,
-                              ModelScheduler::Done done) const {
+                              ModelScheduler::Done done, bool caller_waits) const {
   const Clock::time_point start = Clock::now();
   auto record = [model, start, done = std::move(done)](InferenceResult result) {
     model->RecordRequest(result, Clock::now() - start);
@@ -128,6 +129,8 @@ void InferenceCore::CallModel(std::shared_ptr<LoadedModel> model, InferenceReque
                                             ? "is stateful (its requests carry sequence parameters)"
                                             : "streams its responses: call it as a stream")));
   }
+  // `model` (this frame's) keeps the scheduler alive while the call runs here.
+  if (caller_waits) return model->scheduler().SubmitOrRun(std::move(call), std::move(record));
   model->scheduler().Submit(std::move(call), std::move(record));
 }
 

@@ -137,6 +137,13 @@ class ModelScheduler {
   // right away (UNAVAILABLE: queue full or draining). Thread-safe.
   void Submit(InferenceRequest request, Done done) CHORUS_EXCLUDES(mu_);
 
+  // Submit, but runs `request` on the calling thread, before returning, when
+  // a worker would take it alone at once anyway (nothing queued, a worker
+  // idle, no batching delay to wait out, not a stream): a caller that would
+  // only wait for the answer (an in-process model call) saves the hand-off
+  // to a worker and back. The caller keeps the scheduler alive until it returns.
+  void SubmitOrRun(InferenceRequest request, Done done) CHORUS_EXCLUDES(mu_);
+
   // Stops accepting; waits until `deadline` for queued and running requests
   // to finish, then fails what is still queued with UNAVAILABLE. Thread-safe.
   void Drain(std::chrono::steady_clock::time_point deadline) CHORUS_EXCLUDES(mu_);
@@ -193,7 +200,8 @@ class ModelScheduler {
   CondVar changed_;  // queue grew, or stopping
   std::deque<Pending> queue_ CHORUS_GUARDED_BY(mu_);
   std::map<int, size_t> queued_by_level_ CHORUS_GUARDED_BY(mu_);
-  size_t running_ CHORUS_GUARDED_BY(mu_) = 0;
+  size_t running_ CHORUS_GUARDED_BY(mu_) = 0;  // requests
+  int executions_ CHORUS_GUARDED_BY(mu_) = 0;  // model runs (workers' and callers')
   bool accepting_ CHORUS_GUARDED_BY(mu_) = true;
   bool stopping_ CHORUS_GUARDED_BY(mu_) = false;
   std::vector<std::thread> workers_;

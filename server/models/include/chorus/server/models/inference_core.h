@@ -164,8 +164,11 @@ class InferenceCore {
   // ensemble's step or an in-process model call, recorded in the model's
   // statistics; `done` exactly once. A call to a model already on
   // call.call_path (a cycle), or one that streams or keeps sequences, is refused.
+  // `caller_waits`: the calling thread would only wait for the answer (an
+  // in-process call, never a reactor's thread), so it may run the model
+  // itself (ModelScheduler::SubmitOrRun).
   void CallModel(std::shared_ptr<LoadedModel> model, InferenceRequest call,
-                 ModelScheduler::Done done) const;
+                 ModelScheduler::Done done, bool caller_waits = false) const;
   // `call` through the steps of ensemble `model`; `done` exactly once.
   void RunEnsemble(const LoadedModel& model, InferenceRequest call,
                    ModelScheduler::Done done) const;
