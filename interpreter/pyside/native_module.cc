@@ -174,19 +174,20 @@ bool StringsFrom(PyObject* list, std::vector<std::string>* out) {
   return !PyErr_Occurred();
 }
 
-// model_call_start(model, inputs, version, outputs, timeout, stream) -> handle
+// model_call_start(model, inputs, version, outputs, timeout, stream, wait) -> handle
 PyObject* ModelCallStart(PyObject* /*self*/, PyObject* args) {
   const char *model, *version = "";
   PyObject *inputs, *outputs = Py_None;
   double timeout = 0;
-  int stream = 0;
-  if (!PyArg_ParseTuple(args, "sO|sOdp:model_call_start", &model, &inputs, &version, &outputs,
-                        &timeout, &stream)) {
+  int stream = 0, wait = 1;
+  if (!PyArg_ParseTuple(args, "sO|sOdpp:model_call_start", &model, &inputs, &version, &outputs,
+                        &timeout, &stream, &wait)) {
     return nullptr;
   }
   ModelCall call;
   call.model = model;
   call.version = version;
+  call.caller_waits = wait != 0;
   if (!NamedValuesFrom(inputs, &call.inputs) || !StringsFrom(outputs, &call.outputs)) {
     return nullptr;
   }
@@ -272,8 +273,9 @@ PyMethodDef kMethods[] = {
     {"library_fallback", LibraryFallbackFn, METH_VARARGS,
      "library_fallback(library, dispatch_key, fn, with_keyset=False): register a fallback"},
     {"model_call_start", ModelCallStart, METH_VARARGS,
-     "model_call_start(model, inputs, version='', outputs=None, timeout=0.0, stream=False) -> "
-     "handle: call a served model (chorus.serving)"},
+     "model_call_start(model, inputs, version='', outputs=None, timeout=0.0, stream=False, "
+     "wait=True) -> handle: call a served model (chorus.serving); wait=False: never on this "
+     "thread"},
     {"model_call_next", ModelCallNext, METH_O,
      "model_call_next(handle) -> the call's next outputs {name: tensor}, or None at its end"},
     {"model_call_end", ModelCallEnd, METH_O, "model_call_end(handle): forget (and stop) the call"},

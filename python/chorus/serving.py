@@ -65,9 +65,11 @@ def _stand_in(model: str, inputs: Dict[str, Any], outputs: Optional[List[str]]) 
 
 
 def _start(model: str, inputs: Dict[str, Any], version: str, outputs: Optional[List[str]],
-           timeout: Optional[float], stream: bool) -> int:
+           timeout: Optional[float], stream: bool, wait: bool = True) -> int:
+    """Starts a call; with `wait` (the caller only waits for it) it may run here."""
     try:
-        return _chorus.model_call_start(model, inputs, version, outputs, timeout or 0.0, stream)
+        return _chorus.model_call_start(model, inputs, version, outputs, timeout or 0.0, stream,
+                                        wait)
     except _chorus.ModelCallFailed as e:
         raise ModelCallError(*e.args) from None
 
@@ -108,7 +110,7 @@ async def infer_async(model: str, inputs: Dict[str, Any], *,
     answer without holding the event loop (run several with asyncio.gather)."""
     if _chorus is None or _stand_ins is not None:
         return _stand_in(model, inputs, outputs)
-    handle = _start(model, inputs, version, outputs, timeout, False)
+    handle = _start(model, inputs, version, outputs, timeout, False, wait=False)
     return await asyncio.get_running_loop().run_in_executor(None, _outputs_of, handle)
 
 

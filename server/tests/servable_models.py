@@ -277,3 +277,17 @@ class AsksWrongly(torch.nn.Module):
 
     def forward(self, x):
         return serving.infer("scale", {"y": x})["output"]
+
+
+class NapsTwiceAtOnce(torch.nn.Module):
+    """Calls "napper" (0.4 s each) twice with infer_async, gathered; answers the seconds
+    both took."""
+
+    def forward(self, x):
+        async def both():
+            return await asyncio.gather(serving.infer_async("napper", {"x": x}),
+                                        serving.infer_async("napper", {"x": x}))
+
+        start = time.monotonic()
+        asyncio.run(both())
+        return torch.full_like(x, time.monotonic() - start)

@@ -23,7 +23,7 @@ def stand_in(model):
 STAND_INS = {"scale": stand_in(servable_models.Scale(2.0)),
              "twolayer": stand_in(servable_models.TwoLayer()),
              "sleeper": stand_in(lambda x: x * 2), "pong": stand_in(lambda x: x),
-             "countdown": lambda x, n: {"output": x}}
+             "countdown": lambda x, n: {"output": x}, "napper": stand_in(lambda x: x)}
 
 
 @pytest.fixture(scope="module", params=[2, 1], ids=["2_interpreters", "1_interpreter"])
@@ -42,7 +42,9 @@ def server(tmp_path_factory, request):
               "pong": (servable_models.CallsNamed("ping"), (x,)),
               "impatient": (servable_models.Impatient(), (x,)),
               "collects_stream": (servable_models.CollectsStream(), (x,)),
-              "asks_wrongly": (servable_models.AsksWrongly(), (x,))}
+              "asks_wrongly": (servable_models.AsksWrongly(), (x,)),
+              "napper": (servable_models.Sleeper(0.4), (x,)),
+              "naps_twice": (servable_models.NapsTwiceAtOnce(), (x,))}
     with serving.stand_ins({**STAND_INS, "ping": stand_in(lambda x: x),
                             "scale": lambda **inputs: {"output": inputs.get("x", x)}}):
         for name, (model, example) in models.items():
@@ -87,6 +89,17 @@ def test_a_model_calling_two_others_equals_calling_them_in_turn(server):
                                   infer(grpc_client, "twolayer", x).as_numpy("output"))
     grpc_client.close()
     http_client.close()
+
+
+def test_async_calls_gathered_run_at_once(server):
+    client = triton_grpc.InferenceServerClient(server.address)
+    workers = client.get_model_config("napper").config.instance_group[0].count
+    took = float(infer(client, "naps_twice", np.ones((1, 4), np.float32)).as_numpy("output")[0, 0])
+    if workers >= 2:
+        assert 0.4 <= took < 0.75  # both naps at once, not one after the other (0.8 s)
+    else:
+        assert took >= 0.8  # one worker: one after the other
+    client.close()
 
 
 def test_a_stream_from_a_decoupled_model_arrives_response_by_response(server):

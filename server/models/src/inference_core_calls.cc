@@ -85,7 +85,7 @@ void InferenceCore::CallInProcess(ModelCall call,
         if (!result.status.ok()) return done(result.status);
         done(Pick(model->manifest(), positions, std::move(result.outputs)));
       },
-      /*caller_waits=*/true);
+      call.caller_waits);
 }
 
 void InferenceCore::RunEnsemble(const LoadedModel& model, InferenceRequest call,

@@ -58,6 +58,9 @@ struct ModelCall {
   // Set for a stream: each response of a decoupled model, in order (false
   // stops the model); a model that answers once answers through `done`.
   std::function<bool(NamedValues)> on_response;
+  // Whether the calling thread only waits for the answer, so the call may run
+  // on it; false for a call that must return at once (an async one).
+  bool caller_waits = true;
 };
 
 class ModelCallHandler {
