@@ -126,7 +126,8 @@ def test_loading_an_ensemble_loads_the_models_of_its_steps(repo):
         "outputs": [{"name": "OUT", "datatype": "FP32", "dims": [1, 4]}],
         "ensemble_scheduling": {"step": [
             {"model_name": "first", "input_map": {"x": "IN"}, "output_map": {"output": "mid"}},
-            {"model_name": "second", "input_map": {"x": "mid"}, "output_map": {"output": "OUT"}}]}}))
+            {"model_name": "second", "input_map": {"x": "mid"},
+             "output_map": {"output": "OUT"}}]}}))
     server = ServerProcess(repo, "--model-control-mode", "explicit", "--load-model", "pipeline")
     try:
         client = triton_grpc.InferenceServerClient(server.address)
