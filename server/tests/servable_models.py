@@ -280,7 +280,7 @@ class AsksWrongly(torch.nn.Module):
 
 
 class NapsTwiceAtOnce(torch.nn.Module):
-    """Calls "napper" (0.4 s each) twice with infer_async, gathered; answers the seconds
+    """Calls "napper" (1.5 s each) twice with infer_async, gathered; answers the seconds
     both took."""
 
     def forward(self, x):

@@ -43,7 +43,7 @@ def server(tmp_path_factory, request):
               "impatient": (servable_models.Impatient(), (x,)),
               "collects_stream": (servable_models.CollectsStream(), (x,)),
               "asks_wrongly": (servable_models.AsksWrongly(), (x,)),
-              "napper": (servable_models.Sleeper(0.4), (x,)),
+              "napper": (servable_models.Sleeper(1.5), (x,)),
               "naps_twice": (servable_models.NapsTwiceAtOnce(), (x,))}
     with serving.stand_ins({**STAND_INS, "ping": stand_in(lambda x: x),
                             "scale": lambda **inputs: {"output": inputs.get("x", x)}}):
@@ -96,9 +96,9 @@ def test_async_calls_gathered_run_at_once(server):
     workers = client.get_model_config("napper").config.instance_group[0].count
     took = float(infer(client, "naps_twice", np.ones((1, 4), np.float32)).as_numpy("output")[0, 0])
     if workers >= 2:
-        assert 0.4 <= took < 0.75  # both naps at once, not one after the other (0.8 s)
+        assert 1.5 <= took < 2.7  # both naps at once, not one after the other (3 s)
     else:
-        assert took >= 0.8  # one worker: one after the other
+        assert took >= 3.0  # one worker: one after the other
     client.close()
 
 
