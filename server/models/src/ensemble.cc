@@ -111,6 +111,15 @@ Status CheckOutputs(const Manifest& signature, const Origins& origins) {
   return OkStatus();
 }
 
+// Whether every tensor `step` takes is among `tensors` (names: a set or a map).
+template <typename Tensors>
+bool HasInputs(const EnsembleStep& step, const Tensors& tensors) {
+  for (const auto& [input, tensor] : step.input_map) {
+    if (tensors.count(tensor) == 0) return false;
+  }
+  return true;
+}
+
 // Every step can run once the ones before it in some order have.
 Status CheckAcyclic(const Manifest& signature, const std::vector<EnsembleStep>& steps) {
   std::set<std::string> ready;
@@ -119,10 +128,7 @@ Status CheckAcyclic(const Manifest& signature, const std::vector<EnsembleStep>& 
   for (size_t progress = 1; progress > 0;) {
     progress = 0;
     for (size_t i = 0; i < steps.size(); ++i) {
-      if (ran[i] || !std::all_of(steps[i].input_map.begin(), steps[i].input_map.end(),
-                                 [&](const auto& in) { return ready.count(in.second) > 0; })) {
-        continue;
-      }
+      if (ran[i] || !HasInputs(steps[i], ready)) continue;
       ran[i] = true;
       ++progress;
       for (const auto& out : steps[i].output_map) ready.insert(out.second);
@@ -132,14 +138,6 @@ Status CheckAcyclic(const Manifest& signature, const std::vector<EnsembleStep>& 
   if (stuck == ran.end()) return OkStatus();
   return PlanError("ensemble_scheduling.step[" + std::to_string(stuck - ran.begin()) + "]",
                    "waits on its own outputs (the steps form a cycle)");
-}
-
-// Whether every tensor `step` takes is among `tensors`.
-bool HasInputs(const EnsembleStep& step, const std::map<std::string, c10::IValue>& tensors) {
-  for (const auto& [input, tensor] : step.input_map) {
-    if (tensors.count(tensor) == 0) return false;
-  }
-  return true;
 }
 
 std::string CyclePath(const std::vector<std::string>& path, const std::string& model) {
