@@ -41,9 +41,12 @@ def stats(client, model):
     return model_stats
 
 
-def infer(module, client, model, x, output=None):
+def infer(module, client, model, x, output=None, binary=True):
     tensor = module.InferInput("x", list(x.shape), "FP32")
-    tensor.set_data_from_numpy(x)
+    if module is triton_http:
+        tensor.set_data_from_numpy(x, binary_data=binary)
+    else:
+        tensor.set_data_from_numpy(x)
     outputs = [module.InferRequestedOutput(output)] if output else None
     result = client.infer(model, [tensor], outputs=outputs)
     return result.as_numpy(result.get_response().outputs[0].name if module is triton_grpc
@@ -57,17 +60,20 @@ def test_a_repeated_request_is_answered_from_the_cache(server):
     first = infer(triton_grpc, grpc_client, "cached", x)
     again = infer(triton_grpc, grpc_client, "cached", x)
     over_rest = infer(triton_http, http_client, "cached", x)
+    # The same values as JSON numbers: decoded, then keyed alike.
+    as_json = infer(triton_http, http_client, "cached", x, binary=False)
     np.testing.assert_array_equal(first, again)
     np.testing.assert_array_equal(first, over_rest)
+    np.testing.assert_array_equal(first, as_json)
     with torch.no_grad():
         expected = servable_models.TwoLayer()(torch.from_numpy(x)).numpy()
     np.testing.assert_allclose(first, expected, rtol=1e-6, atol=1e-6)
     counted = stats(grpc_client, "cached")
     assert counted.inference_stats.cache_miss.count == 1
-    assert counted.inference_stats.cache_hit.count == 2
+    assert counted.inference_stats.cache_hit.count == 3
     assert counted.inference_stats.cache_hit.ns > 0
     assert counted.execution_count == 1  # the model ran once
-    assert counted.inference_stats.success.count == 3
+    assert counted.inference_stats.success.count == 4
     # Different values run the model; so does the same request to a model without the cache.
     infer(triton_grpc, grpc_client, "cached", x + 1)
     assert stats(grpc_client, "cached").execution_count == 2
@@ -78,10 +84,10 @@ def test_a_repeated_request_is_answered_from_the_cache(server):
     assert grpc_client.get_model_config("cached").config.response_cache.enable
     assert not grpc_client.get_model_config("uncached").config.response_cache.enable
     rest_stats = http_client.get_inference_statistics("cached")["model_stats"][0]
-    assert rest_stats["inference_stats"]["cache_hit"]["count"] == 2
+    assert rest_stats["inference_stats"]["cache_hit"]["count"] == 3
     with urllib.request.urlopen(f"http://127.0.0.1:{server.metrics_port}/metrics") as answer:
         text = answer.read().decode()
-    assert 'nv_cache_num_hits_per_model{model="cached",version="1"} 2\n' in text
+    assert 'nv_cache_num_hits_per_model{model="cached",version="1"} 3\n' in text
     grpc_client.close()
     http_client.close()
 

@@ -290,36 +290,51 @@ StatusOr<std::shared_ptr<LoadedModel>> InferenceCore::ServingModel(
   return repository_->Find(request.model_name(), request.model_version());
 }
 
-StatusOr<InferenceRequest> InferenceCore::PrepareCall(LoadedModel& model,
-                                                      const inference::ModelInferRequest& request,
-                                                      Clock::time_point deadline,
-                                                      std::shared_ptr<std::atomic<bool>> cancelled,
-                                                      Clock::time_point start) const {
+StatusOr<InferenceRequest> InferenceCore::CheckCall(LoadedModel& model,
+                                                    const inference::ModelInferRequest& request,
+                                                    Clock::time_point deadline,
+                                                    std::shared_ptr<std::atomic<bool>> cancelled,
+                                                    Clock::time_point start) const {
   InferenceRequest call;
-  StatusOr<std::vector<c10::IValue>> inputs =
-      DecodeInputs(request, model.manifest(), &shared_memory_);
-  if (inputs.ok()) {
-    if (Status outputs = CheckRequestedOutputs(request, model.manifest()); !outputs.ok()) {
-      inputs = outputs;
-    } else if (Status queue = ReadQueueParameters(request, model.scheduling().priorities, &call);
-               !queue.ok()) {
-      inputs = queue;
-    }
-  }
-  if (!inputs.ok()) {
-    InferenceResult rejected;
-    rejected.status = inputs.status();
-    model.RecordRequest(rejected, Clock::now() - start);
-    return inputs.status();
-  }
+  Status checked = CheckRequestedOutputs(request, model.manifest());
+  if (checked.ok()) checked = ReadQueueParameters(request, model.scheduling().priorities, &call);
+  if (!checked.ok()) return Refused(model, std::move(checked), start);
   call.id = request.id();
-  call.inputs = std::move(*inputs);
   call.deadline = deadline;
   if (options_.request_timeout.count() > 0) {
     call.deadline = std::min(deadline, start + options_.request_timeout);
   }
   call.cancelled = std::move(cancelled);
   return call;
+}
+
+Status InferenceCore::DecodeCallInputs(LoadedModel& model,
+                                       const inference::ModelInferRequest& request,
+                                       Clock::time_point start, InferenceRequest* call) const {
+  StatusOr<std::vector<c10::IValue>> inputs =
+      DecodeInputs(request, model.manifest(), &shared_memory_);
+  if (!inputs.ok()) return Refused(model, inputs.status(), start);
+  call->inputs = std::move(*inputs);
+  return OkStatus();
+}
+
+StatusOr<InferenceRequest> InferenceCore::PrepareCall(LoadedModel& model,
+                                                      const inference::ModelInferRequest& request,
+                                                      Clock::time_point deadline,
+                                                      std::shared_ptr<std::atomic<bool>> cancelled,
+                                                      Clock::time_point start) const {
+  StatusOr<InferenceRequest> call =
+      CheckCall(model, request, deadline, std::move(cancelled), start);
+  if (!call.ok()) return call;
+  CHORUS_RETURN_IF_ERROR(DecodeCallInputs(model, request, start, &*call));
+  return call;
+}
+
+Status InferenceCore::Refused(LoadedModel& model, Status status, Clock::time_point start) {
+  InferenceResult rejected;
+  rejected.status = status;
+  model.RecordRequest(rejected, Clock::now() - start);
+  return status;
 }
 
 void InferenceCore::Infer(const inference::ModelInferRequest* request,
@@ -345,15 +360,20 @@ void InferenceCore::Infer(const inference::ModelInferRequest* request,
 
 InferenceCore::CacheLookup InferenceCore::LookUpCache(
     const LoadedModel& model, const inference::ModelInferRequest& request,
-    const std::vector<c10::IValue>& inputs, inference::ModelInferResponse* response) const {
+    const std::vector<c10::IValue>* inputs, inference::ModelInferResponse* response) const {
   CacheLookup lookup;
   if (cache_ == nullptr || !model.response_cache()) return lookup;
   for (const auto& output : request.outputs()) {  // answers written into shared memory
     if (output.parameters().count("shared_memory_region")) return lookup;
   }
   const Clock::time_point start = Clock::now();
-  lookup.key = ResponseCache::Key(model.serial(), model.manifest(), request, inputs);
-  lookup.hit = cache_->Lookup(lookup.key, response);
+  if (inputs != nullptr) {
+    lookup.key = ResponseCache::Key(model.serial(), model.manifest(), request, *inputs);
+  } else if (std::optional<std::string> key =
+                 ResponseCache::WireKey(model.serial(), model.manifest(), request)) {
+    lookup.key = std::move(*key);
+  }
+  if (!lookup.key.empty()) lookup.hit = cache_->Lookup(lookup.key, response);
   lookup.spent = Clock::now() - start;
   return lookup;
 }
@@ -365,9 +385,16 @@ void InferenceCore::InferOnce(std::shared_ptr<LoadedModel> model,
                               std::function<void(Status)> done) {
   const Clock::time_point start = Clock::now();
   StatusOr<InferenceRequest> call =
-      PrepareCall(*model, *request, deadline, std::move(cancelled), start);
+      CheckCall(*model, *request, deadline, std::move(cancelled), start);
   if (!call.ok()) return done(call.status());
-  CacheLookup cached = LookUpCache(*model, *request, call->inputs, response);
+  // A hit needs no decoding when the key comes from the wire bytes.
+  CacheLookup cached = LookUpCache(*model, *request, nullptr, response);
+  if (!cached.hit) {
+    if (Status decoded = DecodeCallInputs(*model, *request, start, &*call); !decoded.ok()) {
+      return done(decoded);
+    }
+    if (cached.key.empty()) cached = LookUpCache(*model, *request, &call->inputs, response);
+  }
   if (cached.hit) {
     FillResponseHeader(*model, *request, response);
     model->RecordCache(true, cached.spent);

@@ -5,7 +5,10 @@
 #include <algorithm>
 #include <map>
 #include <memory>
+#include <string_view>
 
+#include "chorus/package/dtype.h"
+#include "chorus/package/torch_dtype.h"
 #include "chorus/serving/model_values.h"
 
 namespace chorus {
@@ -38,39 +41,35 @@ class KeyDigest {
   std::unique_ptr<EVP_MD_CTX, void (*)(EVP_MD_CTX*)> context_;
 };
 
-void AddValue(KeyDigest& digest, const c10::IValue& value) {
+// An input's name, wire datatype and shape, the part of its key that precedes its contents.
+void AddInputHeader(KeyDigest& digest, const std::string& name, std::string_view wire,
+                    const int64_t* sizes, size_t dims) {
+  digest.Add(name);
+  digest.Add(wire.data(), wire.size());
+  digest.Add(static_cast<uint64_t>(dims));
+  for (size_t i = 0; i < dims; ++i) digest.Add(static_cast<uint64_t>(sizes[i]));
+}
+
+// A decoded input: its contents as the wire's raw layout has them (the
+// tensor's bytes), or for strings each element.
+void AddDecodedInput(KeyDigest& digest, const TensorSpec& spec, const c10::IValue& value) {
   if (value.isTensor()) {
     const at::Tensor tensor = value.toTensor().contiguous();
-    digest.Add(std::string(c10::toString(tensor.scalar_type())));
-    digest.Add(static_cast<uint64_t>(tensor.dim()));
-    for (int64_t size : tensor.sizes()) digest.Add(static_cast<uint64_t>(size));
+    const std::optional<Dtype> dtype = DtypeOf(tensor.scalar_type());
+    const std::string wire = dtype ? InfoOf(*dtype).wire : c10::toString(tensor.scalar_type());
+    AddInputHeader(digest, spec.name, wire, tensor.sizes().data(), tensor.sizes().size());
     digest.Add(tensor.data_ptr(), tensor.numel() * tensor.element_size());
     return;
   }
   StatusOr<StringTensor> strings = StringTensorFromIValue(value);
-  digest.Add(std::string("string"));
   if (!strings.ok()) return;  // decoded inputs are well-formed
-  for (int64_t size : strings->shape) digest.Add(static_cast<uint64_t>(size));
+  AddInputHeader(digest, spec.name, "BYTES", strings->shape.data(), strings->shape.size());
+  digest.Add(static_cast<uint64_t>(strings->elements.size()));
   for (const std::string& element : strings->elements) digest.Add(element);
 }
 
-size_t SizeOf(const inference::ModelInferResponse& outputs, const std::string& key) {
-  size_t bytes = key.size() + outputs.ByteSizeLong();
-  return bytes + 256;  // bookkeeping: list node, map entry
-}
-
-}  // namespace
-
-std::string ResponseCache::Key(uint64_t model_serial, const Manifest& manifest,
-                               const inference::ModelInferRequest& request,
-                               const std::vector<c10::IValue>& inputs) {
-  KeyDigest digest;
-  digest.Add(model_serial);
-  for (size_t i = 0; i < inputs.size(); ++i) {
-    digest.Add(manifest.inputs.at(i).name);
-    AddValue(digest, inputs[i]);
-  }
-  // The outputs asked for, by name, with what was asked of each (classes).
+// The outputs asked for, by name, with what was asked of each (classes).
+void AddOutputsAsked(KeyDigest& digest, const inference::ModelInferRequest& request) {
   std::map<std::string, std::string> outputs;
   for (const auto& output : request.outputs()) {
     std::string parameters;
@@ -86,6 +85,60 @@ std::string ResponseCache::Key(uint64_t model_serial, const Manifest& manifest,
     digest.Add(name);
     digest.Add(parameters);
   }
+}
+
+// The position of the request's input named `name` when it is the only one
+// so named and its contents are its raw_input_contents alone; -1 otherwise.
+int RawInputNamed(const inference::ModelInferRequest& request, const std::string& name) {
+  int found = -1;
+  for (int k = 0; k < request.inputs_size(); ++k) {
+    if (request.inputs(k).name() != name) continue;
+    if (found >= 0) return -1;
+    found = k;
+  }
+  if (found < 0) return -1;
+  const auto& input = request.inputs(found);
+  const bool raw_only =
+      !input.has_contents() && input.parameters().empty() && input.datatype() != "BYTES";
+  return raw_only ? found : -1;
+}
+
+size_t SizeOf(const inference::ModelInferResponse& outputs, const std::string& key) {
+  size_t bytes = key.size() + outputs.ByteSizeLong();
+  return bytes + 256;  // bookkeeping: list node, map entry
+}
+
+}  // namespace
+
+std::string ResponseCache::Key(uint64_t model_serial, const Manifest& manifest,
+                               const inference::ModelInferRequest& request,
+                               const std::vector<c10::IValue>& inputs) {
+  KeyDigest digest;
+  digest.Add(model_serial);
+  for (size_t i = 0; i < inputs.size(); ++i)
+    AddDecodedInput(digest, manifest.inputs.at(i), inputs[i]);
+  AddOutputsAsked(digest, request);
+  return digest.Finish();
+}
+
+std::optional<std::string> ResponseCache::WireKey(uint64_t model_serial, const Manifest& manifest,
+                                                  const inference::ModelInferRequest& request) {
+  const int inputs = request.inputs_size();
+  if (static_cast<size_t>(inputs) != manifest.inputs.size() ||
+      request.raw_input_contents_size() != inputs) {
+    return std::nullopt;
+  }
+  KeyDigest digest;
+  digest.Add(model_serial);
+  for (const TensorSpec& spec : manifest.inputs) {
+    const int k = RawInputNamed(request, spec.name);
+    if (k < 0) return std::nullopt;
+    const auto& input = request.inputs(k);
+    AddInputHeader(digest, input.name(), input.datatype(), input.shape().data(),
+                   static_cast<size_t>(input.shape_size()));
+    digest.Add(request.raw_input_contents(k));
+  }
+  AddOutputsAsked(digest, request);
   return digest.Finish();
 }
 

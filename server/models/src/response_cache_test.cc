@@ -52,6 +52,48 @@ TEST(ResponseCacheTest, KeysDifferWithValuesDtypesShapesModelsAndOutputsAsked) {
   EXPECT_EQ(KeyOf(x).size(), 32u);  // SHA-256
 }
 
+// A request of `x` (float32, every row) as the wire carries it in raw_input_contents.
+inference::ModelInferRequest RawRequest(const at::Tensor& x, const std::string& name = "x") {
+  inference::ModelInferRequest request;
+  auto* input = request.add_inputs();
+  input->set_name(name);
+  input->set_datatype("FP32");
+  for (int64_t size : x.sizes()) input->add_shape(size);
+  const at::Tensor values = x.contiguous();
+  request.add_raw_input_contents(
+      std::string(static_cast<const char*>(values.data_ptr()), values.numel() * 4));
+  return request;
+}
+
+TEST(ResponseCacheTest, TheWireKeyOfARawRequestIsTheKeyOfItsDecodedInputs) {
+  const at::Tensor x = at::arange(6, at::kFloat).reshape({3, 2});
+  inference::ModelInferRequest request = RawRequest(x);
+  std::optional<std::string> wire = ResponseCache::WireKey(1, OneInput(), request);
+  ASSERT_TRUE(wire.has_value());
+  EXPECT_EQ(*wire, ResponseCache::Key(1, OneInput(), request, {c10::IValue(x)}));
+  EXPECT_NE(*wire, *ResponseCache::WireKey(1, OneInput(), RawRequest(x + 1)));
+  EXPECT_NE(*wire, *ResponseCache::WireKey(1, OneInput(), RawRequest(x.reshape({2, 3}))));
+  EXPECT_NE(*wire, *ResponseCache::WireKey(2, OneInput(), request));
+  // Bytes that do not fill the shape: a key, but never that of a valid request.
+  inference::ModelInferRequest short_bytes = request;
+  short_bytes.mutable_raw_input_contents(0)->resize(20);
+  EXPECT_NE(*wire, ResponseCache::WireKey(1, OneInput(), short_bytes).value());
+  // What only decoding can read: no wire key.
+  inference::ModelInferRequest typed = request;
+  typed.clear_raw_input_contents();
+  typed.mutable_inputs(0)->mutable_contents()->add_fp32_contents(1);
+  EXPECT_FALSE(ResponseCache::WireKey(1, OneInput(), typed).has_value());
+  inference::ModelInferRequest in_memory = request;
+  (*in_memory.mutable_inputs(0)->mutable_parameters())["shared_memory_region"].set_string_param(
+      "r");
+  EXPECT_FALSE(ResponseCache::WireKey(1, OneInput(), in_memory).has_value());
+  EXPECT_FALSE(ResponseCache::WireKey(1, OneInput(), RawRequest(x, "other")).has_value());
+  inference::ModelInferRequest twice = request;
+  *twice.add_inputs() = request.inputs(0);
+  twice.add_raw_input_contents(request.raw_input_contents(0));
+  EXPECT_FALSE(ResponseCache::WireKey(1, OneInput(), twice).has_value());
+}
+
 TEST(ResponseCacheTest, AnswersComeBackWholeAndTheLeastRecentlyUsedGoFirst) {
   const std::string a(1000, 'a'), b(1000, 'b'), c(1000, 'c');
   // Room for two answers of ~1.3 KB each (outputs, key and bookkeeping), not three.

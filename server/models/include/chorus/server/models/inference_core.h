@@ -141,9 +141,19 @@ class InferenceCore {
   // The model `request` names, if the server serves and has it loaded.
   StatusOr<std::shared_ptr<LoadedModel>> ServingModel(
       const inference::ModelInferRequest& request) const;
-  // `request` decoded for `model`'s scheduler, ending at the earlier of
+  // `request` checked (outputs asked, queue parameters) for `model`'s
+  // scheduler, its inputs not yet decoded, ending at the earlier of
   // `deadline` and the server's request timeout; a refused request is counted
   // in the model's statistics.
+  StatusOr<InferenceRequest> CheckCall(LoadedModel& model,
+                                       const inference::ModelInferRequest& request,
+                                       Clock::time_point deadline,
+                                       std::shared_ptr<std::atomic<bool>> cancelled,
+                                       Clock::time_point start) const;
+  // Decodes `request`'s inputs into `call`; a refused request is counted.
+  Status DecodeCallInputs(LoadedModel& model, const inference::ModelInferRequest& request,
+                          Clock::time_point start, InferenceRequest* call) const;
+  // CheckCall, then DecodeCallInputs.
   StatusOr<InferenceRequest> PrepareCall(LoadedModel& model,
                                          const inference::ModelInferRequest& request,
                                          Clock::time_point deadline,
@@ -157,9 +167,13 @@ class InferenceCore {
     bool hit = false;
     Clock::duration spent{0};
   };
+  // Keyed by the decoded `inputs`, or with none by the request's wire bytes
+  // (no key when those cannot be read without decoding).
   CacheLookup LookUpCache(const LoadedModel& model, const inference::ModelInferRequest& request,
-                          const std::vector<c10::IValue>& inputs,
+                          const std::vector<c10::IValue>* inputs,
                           inference::ModelInferResponse* response) const;
+  // Counts `status`, a request refused before it ran, in `model`'s statistics; returns it.
+  static Status Refused(LoadedModel& model, Status status, Clock::time_point start);
   // `call` on `model` (one with a scheduler, or an ensemble) for an
   // ensemble's step or an in-process model call, recorded in the model's
   // statistics; `done` exactly once. A call to a model already on

@@ -3,7 +3,8 @@
 // deterministic) kept by what was asked (the model's serial, every input's
 // name, dtype, shape and bytes, the outputs asked for and their parameters),
 // least recently used first out, within one byte budget for the server
-// (--cache-size-bytes). Keys are SHA-256 digests of that.
+// (--cache-size-bytes). Keys are SHA-256 digests of that, alike whether
+// taken from the request's wire bytes or from its decoded inputs.
 #ifndef CHORUS_SERVER_MODELS_RESPONSE_CACHE_H_
 #define CHORUS_SERVER_MODELS_RESPONSE_CACHE_H_
 
@@ -11,6 +12,7 @@
 
 #include <cstdint>
 #include <list>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -32,6 +34,13 @@ class ResponseCache {
   static std::string Key(uint64_t model_serial, const Manifest& manifest,
                          const inference::ModelInferRequest& request,
                          const std::vector<c10::IValue>& inputs);
+  // The same key from `request`'s wire bytes alone, so that a hit costs no
+  // decoding: when every input comes in raw_input_contents (none typed, in
+  // shared memory or BYTES, none missing or given twice); nullopt otherwise.
+  // A request that would not decode never matches a kept key (each field is
+  // in the digest, length-prefixed).
+  static std::optional<std::string> WireKey(uint64_t model_serial, const Manifest& manifest,
+                                            const inference::ModelInferRequest& request);
 
   // Copies the outputs kept for `key` into `response`; false when none are.
   // Thread-safe.
