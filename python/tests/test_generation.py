@@ -1,8 +1,8 @@
 """chorus.generation on the debug Llama 3 (examples/llama3), in this process: greedy
 generation through the paged cache and continuous batching equals greedy generation by
 full recomputation, token for token, alone and with 16 requests of mixed lengths at once;
-chunked prefill, preemption under a small cache, sampling, stop strings, aborts, and
-clear errors for bad requests; the cache is empty again when all are done."""
+chunked prefill, preemption under a small cache, prefix caching, sampling, stop strings,
+aborts, and clear errors for bad requests; the cache is empty again when all are done."""
 
 import os
 import sys
@@ -16,6 +16,8 @@ sys.path.insert(0, os.path.join(ROOT, "examples", "llama3"))
 import generate  # noqa: E402
 import model as llama  # noqa: E402
 from chorus.generation import Engine, SamplingParams  # noqa: E402
+from chorus.generation.kv_cache import CacheFull, PagedKVCache  # noqa: E402
+from chorus.generation.protocol import ModelShape  # noqa: E402
 
 GREEDY = SamplingParams(max_tokens=24, temperature=0)
 PROMPTS = ["chorus", "trains and serves Llama 3", "a", "the quick brown fox jumps over the lazy",
@@ -100,6 +102,79 @@ def test_a_small_cache_preempts_and_still_matches(generator):
     for i, prompt in enumerate(PROMPTS):
         assert results[f"r{i}"][0] == recompute_greedy(generator, prompt, 12), prompt
     assert engine.cache.used_blocks == 0
+
+
+SHARED = "In the beginning the paged cache held the keys of a long system prompt; "  # 75
+
+
+def test_a_shared_prefix_is_computed_once_and_answers_stay_exact(generator):
+    suffixes = ["first question", "a second, longer question", "3rd"]
+    answers = {}
+    for prefix_caching in (True, False):
+        engine = Engine(generator, cache_blocks=64, prefix_caching=prefix_caching)
+        for i, suffix in enumerate(suffixes):  # one after another: each finds the last's
+            ((tokens, _, _),) = run_all(engine, [(f"r{i}", SHARED + suffix, GREEDY)]).values()
+            answers.setdefault(suffix, []).append(tokens)
+        prompt_tokens = sum(len(SHARED + suffix) for suffix in suffixes)
+        assert engine.stats()["prefix_cache_queries"] == (prompt_tokens if prefix_caching else 0)
+        # The shared 75 tokens are 4 whole blocks of 16: the 2nd and 3rd requests skip them.
+        assert engine.stats()["prefix_cache_hits"] == (2 * 64 if prefix_caching else 0)
+        assert engine.cache.used_blocks == 0
+    for suffix, (cached, uncached) in answers.items():
+        assert cached == uncached == recompute_greedy(generator, SHARED + suffix, 24), suffix
+
+
+def test_a_repeated_prompt_reuses_all_but_its_last_token(generator):
+    engine = Engine(generator, cache_blocks=64)
+    prompt = "0123456789abcdef" * 2  # two whole blocks
+    first = run_all(engine, [("a", prompt, GREEDY)])["a"][0]
+    again = run_all(engine, [("b", prompt, GREEDY)])["b"][0]
+    assert first == again == recompute_greedy(generator, prompt, 24)
+    # The last token's logits must be computed, so its block is not taken from the cache.
+    assert engine.stats()["prefix_cache_hits"] == 16
+
+
+def test_concurrent_sharers_hold_a_prefix_by_reference(generator):
+    engine = Engine(generator, cache_blocks=16, max_step_tokens=64)
+    run_all(engine, [("warm", SHARED + "warm", GREEDY)])  # leaves the prefix's blocks cached
+    assert engine.cache.used_blocks == 0 and engine.cache.free_blocks == 16
+    requests = [(f"r{i}", SHARED + suffix, SamplingParams(max_tokens=8, temperature=0))
+                for i, suffix in enumerate(["one", "two", "three", "four"])]
+    for request_id, prompt, params in requests:
+        engine.add(request_id, prompt, params)
+    results = {}
+    for out in engine.step():  # all four admitted, sharing the 4 prefix blocks (16 blocks
+        results.setdefault(out.request_id, []).extend(out.token_ids)  # hold no 4 copies of 5)
+    tables = [engine._ids[request_id].block_table for request_id, _, _ in requests]
+    assert all(table[:4] == tables[0][:4] for table in tables)
+    assert engine.cache.used_blocks == 4 + 4  # the shared prefix and one tail block each
+    while engine.has_work():
+        for out in engine.step():
+            results.setdefault(out.request_id, []).extend(out.token_ids)
+    for request_id, prompt, _ in requests:
+        assert results[request_id] == recompute_greedy(generator, prompt, 8), prompt
+    assert engine.cache.used_blocks == 0
+
+
+def test_unreferenced_blocks_are_evicted_least_recently_used_first_tail_first():
+    cache = PagedKVCache(ModelShape(n_layers=1, n_kv_heads=1, head_dim=2, vocab_size=8,
+                                    max_seq_len=16), num_blocks=3, block_size=2)
+    tokens, table, digests = [1, 2, 3, 4, 5], [], []
+    cache.grow(table, len(tokens))
+    cache.keep_full_blocks(table, tokens, len(tokens), digests)  # names blocks 0 and 1
+    cache.release(table)  # block 2 is free; 1, then 0, keep their contents
+    assert cache.used_blocks == 0 and cache.free_blocks == 3
+    other = []
+    cache.grow(other, 4)  # the free block, then the least recently released: block 1
+    assert sorted(other) == [1, 2]
+    blocks, _ = cache.acquire_prefix(tokens)
+    assert blocks == [0]  # the head survived, referenced again
+    assert cache.used_blocks == 3 and cache.free_blocks == 0
+    with pytest.raises(CacheFull):
+        cache.grow(other, 6)
+    cache.release(blocks)
+    cache.release(other)
+    assert cache.acquire_prefix([9, 9, 9])[0] == [] and cache.free_blocks == 3
 
 
 def test_seeded_sampling_is_reproducible_and_batch_independent(generator):

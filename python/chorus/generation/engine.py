@@ -43,6 +43,7 @@ class Request:
     output: List[int] = field(default_factory=list)
     block_table: List[int] = field(default_factory=list)
     cached: int = 0        # leading tokens whose keys and values are in the cache
+    digests: List[bytes] = field(default_factory=list)  # of its full blocks (prefix caching)
     emitted: str = ""      # text already handed out
     preemptions: int = 0
 
@@ -53,7 +54,8 @@ class Request:
 
 class Engine:
     def __init__(self, model, cache_blocks: int = 512, block_size: int = 16,
-                 max_running: int = 64, max_step_tokens: int = 512, prefill_chunk: int = 256):
+                 max_running: int = 64, max_step_tokens: int = 512, prefill_chunk: int = 256,
+                 prefix_caching: bool = True):
         if not is_generative(model):
             raise TypeError("the model does not implement chorus.generation's protocol "
                             "(tokenizer, model_shape(), forward_step())")
@@ -62,7 +64,8 @@ class Engine:
         self.shape = model.model_shape()
         # The KV cache lives where the model's weights do (its serving device).
         self.device = _device_of(model)
-        self.cache = PagedKVCache(self.shape, cache_blocks, block_size, self.device)
+        self.cache = PagedKVCache(self.shape, cache_blocks, block_size, self.device,
+                                  prefix_caching)
         self.max_running = max_running
         self.max_step_tokens = max_step_tokens
         self.prefill_chunk = prefill_chunk
@@ -70,6 +73,8 @@ class Engine:
         self.running: List[Request] = []
         self._ids: Dict[str, Request] = {}
         self._eos = set(self.tokenizer.eos_token_ids)
+        self.prefix_queries = 0  # tokens of admitted sequences looked up in the prefix cache
+        self.prefix_hits = 0     # of which were there
 
     # Requests.
 
@@ -115,7 +120,9 @@ class Engine:
     def stats(self) -> dict:
         return {"running": len(self.running), "waiting": len(self.waiting),
                 "cache_blocks_used": self.cache.used_blocks,
-                "cache_blocks_total": self.cache.num_blocks}
+                "cache_blocks_total": self.cache.num_blocks,
+                "prefix_cache_queries": self.prefix_queries,
+                "prefix_cache_hits": self.prefix_hits}
 
     # Steps.
 
@@ -140,6 +147,8 @@ class Engine:
         greedy = logits.argmax(-1).tolist()
         for row, (request, piece) in enumerate(zip(batch, slices)):
             request.cached = piece.end
+            self.cache.keep_full_blocks(request.block_table, request.tokens, request.cached,
+                                        request.digests)
             if piece.end < len(request.tokens):
                 continue  # a prompt chunk: its next token comes from a later step
             token = (greedy[row] if request.params.greedy
@@ -151,10 +160,17 @@ class Engine:
     def _admit(self) -> None:
         while self.waiting and len(self.running) < self.max_running:
             request = self.waiting[0]
+            blocks, digests = self.cache.acquire_prefix(request.tokens)
+            request.block_table.extend(blocks)
             try:
                 self.cache.grow(request.block_table, len(request.tokens))
             except CacheFull:
+                self.cache.release(request.block_table)
                 return  # first come, first served: it waits for blocks
+            request.cached, request.digests = len(blocks) * self.cache.block_size, digests
+            if self.cache.prefix_caching:
+                self.prefix_queries += len(request.tokens)
+                self.prefix_hits += request.cached
             self.running.append(self.waiting.popleft())
 
     def _schedule(self):
@@ -184,7 +200,7 @@ class Engine:
     def _preempt(self, request: Request) -> None:
         self.running.remove(request)
         self.cache.release(request.block_table)
-        request.cached = 0
+        request.cached, request.digests = 0, []
         request.preemptions += 1
         self.waiting.appendleft(request)
 

@@ -4,11 +4,21 @@ Keys and values of layer l live in k[l] and v[l], [num_blocks, block_size, kv_he
 head_dim]; a sequence owns a list of blocks (its block table), so sequences of any
 length share the pool without fragmentation and a finished one gives its blocks back
 at once. BatchAttention is the attention of one engine step over such sequences.
+
+Prefix caching (vLLM's automatic prefix caching): a full block is named by a SHA-256
+digest chained over every token up to its end, so a block holds the same keys and values
+for every sequence that starts with those tokens. A new sequence takes the cached blocks
+of its longest such prefix (shared, counted by reference) and computes only the rest.
+A block nobody references keeps its contents until its slot is needed, the least
+recently used first.
 """
 
+import hashlib
 import math
+from array import array
+from collections import OrderedDict
 from dataclasses import dataclass
-from typing import List, Union
+from typing import Dict, List, Tuple, Union
 
 import torch
 import torch.nn.functional as F
@@ -22,26 +32,32 @@ class CacheFull(Exception):
 
 class PagedKVCache:
     def __init__(self, shape: ModelShape, num_blocks: int, block_size: int = 16,
-                 device: Union[str, torch.device] = "cpu"):
+                 device: Union[str, torch.device] = "cpu", prefix_caching: bool = True):
         if num_blocks < 1 or block_size < 1:
             raise ValueError("a KV cache needs at least one block of at least one token")
         self.shape = shape
         self.device = torch.device(device)
         self.block_size = block_size
         self.num_blocks = num_blocks
+        self.prefix_caching = prefix_caching
         size = (shape.n_layers, num_blocks * block_size, shape.n_kv_heads, shape.head_dim)
         # Flat over (block, offset): a token's slot is block * block_size + offset.
         self.k = torch.zeros(size, dtype=shape.dtype, device=self.device)
         self.v = torch.zeros(size, dtype=shape.dtype, device=self.device)
         self._free: List[int] = list(range(num_blocks - 1, -1, -1))  # pop() takes block 0 first
+        self._references = [0] * num_blocks
+        self._digest_of: Dict[int, bytes] = {}  # block -> digest of its (full) contents
+        self._block_of: Dict[bytes, int] = {}   # and back
+        # Unreferenced blocks that keep their contents, least recently used first.
+        self._evictable: "OrderedDict[int, None]" = OrderedDict()
 
     @property
     def free_blocks(self) -> int:
-        return len(self._free)
+        return len(self._free) + len(self._evictable)
 
     @property
     def used_blocks(self) -> int:
-        return self.num_blocks - len(self._free)
+        return self.num_blocks - self.free_blocks
 
     def blocks_for(self, tokens: int) -> int:
         return math.ceil(tokens / self.block_size)
@@ -50,14 +66,76 @@ class PagedKVCache:
         """Extends `block_table` to hold `tokens` tokens; CacheFull (and no change) if the
         pool cannot."""
         needed = self.blocks_for(tokens) - len(block_table)
-        if needed > len(self._free):
-            raise CacheFull(f"{needed} more blocks needed, {len(self._free)} free")
+        if needed > self.free_blocks:
+            raise CacheFull(f"{needed} more blocks needed, {self.free_blocks} free")
         for _ in range(max(0, needed)):
-            block_table.append(self._free.pop())
+            block_table.append(self._take())
 
     def release(self, block_table: List[int]) -> None:
-        self._free.extend(reversed(block_table))
+        """Drops the sequence's references; the last block first, so that a prefix's tail
+        is evicted before its head (which more sequences share)."""
+        for block in reversed(block_table):
+            self._references[block] -= 1
+            if self._references[block] > 0:
+                continue
+            if block in self._digest_of:
+                self._evictable[block] = None
+            else:
+                self._free.append(block)
         block_table.clear()
+
+    def acquire_prefix(self, tokens: List[int]) -> Tuple[List[int], List[bytes]]:
+        """The cached blocks of the longest prefix of `tokens` in whole blocks (all but
+        the last token at most: its logits must be computed), referenced for the caller,
+        and their digests."""
+        blocks: List[int] = []
+        digests: List[bytes] = []
+        if not self.prefix_caching:
+            return blocks, digests
+        for i in range((len(tokens) - 1) // self.block_size):
+            digest = self._digest(digests, tokens, i)
+            block = self._block_of.get(digest)
+            if block is None:
+                break
+            blocks.append(block)
+            digests.append(digest)
+        for block in blocks:
+            if self._references[block] == 0:
+                del self._evictable[block]
+            self._references[block] += 1
+        return blocks, digests
+
+    def keep_full_blocks(self, block_table: List[int], tokens: List[int], computed: int,
+                         digests: List[bytes]) -> None:
+        """Names the sequence's full blocks among its first `computed` tokens (whose keys
+        and values are written) for later sequences; `digests` holds those of its blocks
+        named so far and grows."""
+        if not self.prefix_caching:
+            return
+        for i in range(len(digests), computed // self.block_size):
+            digest = self._digest(digests, tokens, i)
+            digests.append(digest)
+            block = block_table[i]
+            if digest not in self._block_of and block not in self._digest_of:
+                self._block_of[digest] = block
+                self._digest_of[block] = digest
+
+    def _digest(self, digests: List[bytes], tokens: List[int], i: int) -> bytes:
+        """Block i's digest: its tokens chained to the digest of block i - 1."""
+        piece = tokens[i * self.block_size:(i + 1) * self.block_size]
+        parent = digests[i - 1] if i > 0 else b""
+        return hashlib.sha256(parent + array("q", piece).tobytes()).digest()
+
+    def _take(self) -> int:
+        """A block for new contents: a never-named one, else the least recently used
+        unreferenced one (forgetting its contents)."""
+        if self._free:
+            block = self._free.pop()
+        else:
+            block, _ = self._evictable.popitem(last=False)
+            del self._block_of[self._digest_of.pop(block)]
+        self._references[block] = 1
+        return block
 
     def slots(self, block_table: List[int], start: int, end: int) -> torch.Tensor:
         """The cache slots of positions [start, end) of the sequence with `block_table`."""
