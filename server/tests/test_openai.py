@@ -173,6 +173,35 @@ def test_a_stream_closed_mid_way_frees_its_cache_at_once(llm_server):
     assert answer.usage.completion_tokens == 3
 
 
+def test_requests_sharing_a_prefix_reuse_its_blocks_counted_under_vllms_names(llm_server):
+    # One request after another goes to the least loaded engine, the first: the second
+    # finds there the 4 full blocks (16 tokens each) of the 72 prompt bytes they share.
+    server, generator = llm_server
+    client = client_of(server)
+    wait_for_empty_cache(server)
+    before = server.metrics()
+    shared = "The Open Inference Protocol and OpenAI's API, both served by one process"
+    assert len(shared) == 72
+    for tail in ("first", "second"):
+        answer = client.completions.create(model="llama3", prompt=shared + tail, max_tokens=8,
+                                           temperature=0)
+        assert answer.choices[0].text == recompute_greedy(generator, shared + tail, 8)
+    wait_for_empty_cache(server)
+    after = server.metrics()
+
+    def grew(name):
+        return metric(after, name) - metric(before, name)
+    assert grew("vllm:prefix_cache_queries_total") == len(shared) * 2 + len("firstsecond")
+    assert grew("vllm:prefix_cache_hits_total") == 64
+    assert grew("chorus_generation_prefix_cache_hits_total") == 64
+    assert grew("vllm:generation_tokens_total") == 16
+    assert grew("vllm:time_to_first_token_seconds_count") == 2
+    assert grew("vllm:inter_token_latency_seconds_count") == 14
+    assert 'vllm:num_requests_running{model_name="llama3"} 0' in after
+    assert 'vllm:num_requests_waiting{model_name="llama3"} 0' in after
+    assert 'vllm:kv_cache_usage_perc{model_name="llama3"} 0' in after
+
+
 def test_a_stream_under_way_when_the_server_is_stopped_runs_to_its_end(tmp_path):
     # SIGTERM drains: new requests are refused, the completions under way finish (within
     # --drain-timeout-ms), then the server exits 0.

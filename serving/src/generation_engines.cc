@@ -84,9 +84,13 @@ StatusOr<GenerationEngines::StepResult> GenerationEngines::ReadStep(const c10::I
     result.outputs.emplace_back(out[0].toStringRef(), std::move(chunk));
   }
   const auto& stats = parts[2].toListRef();
-  result.stats =
-      GenerationStats{static_cast<int>(stats[0].toInt()), static_cast<int>(stats[1].toInt()),
-                      static_cast<int>(stats[2].toInt()), static_cast<int>(stats[3].toInt())};
+  if (stats.size() != 6) return InternalError("EngineHost.step's statistics are not 6 numbers");
+  result.stats.running = static_cast<int>(stats[0].toInt());
+  result.stats.waiting = static_cast<int>(stats[1].toInt());
+  result.stats.cache_blocks_used = static_cast<int>(stats[2].toInt());
+  result.stats.cache_blocks_total = static_cast<int>(stats[3].toInt());
+  result.stats.prefix_cache_queries = static_cast<uint64_t>(stats[4].toInt());
+  result.stats.prefix_cache_hits = static_cast<uint64_t>(stats[5].toInt());
   return result;
 }
 
@@ -131,6 +135,8 @@ GenerationEngines::GenerationEngines(std::shared_ptr<Model> model, InterpreterLe
       CHORUS_ASSIGN_OR_RETURN(Object arg, session.FromIValue(int64_t{value}));
       args.push_back(std::move(arg));
     }
+    CHORUS_ASSIGN_OR_RETURN(Object prefix_caching, session.FromIValue(engine.prefix_caching));
+    args.push_back(std::move(prefix_caching));
     return make.CallObjects(args);
   });
   for (int interpreter : lease_.interpreters()) {
@@ -201,6 +207,8 @@ GenerationStats GenerationEngines::Stats() const {
     total.waiting += loop->stats.waiting + static_cast<int>(loop->inbox.size());
     total.cache_blocks_used += loop->stats.cache_blocks_used;
     total.cache_blocks_total += loop->stats.cache_blocks_total;
+    total.prefix_cache_queries += loop->stats.prefix_cache_queries;
+    total.prefix_cache_hits += loop->stats.prefix_cache_hits;
     total.generated_tokens += loop->stats.generated_tokens;
     total.time_to_first_token.Add(loop->stats.time_to_first_token);
     total.inter_token_latency.Add(loop->stats.inter_token_latency);
@@ -310,6 +318,8 @@ void GenerationEngines::RecordStats(Loop& loop, const StepResult& result) {
   stats.waiting = result.stats.waiting;
   stats.cache_blocks_used = result.stats.cache_blocks_used;
   stats.cache_blocks_total = result.stats.cache_blocks_total;
+  stats.prefix_cache_queries = result.stats.prefix_cache_queries;  // the engine's totals
+  stats.prefix_cache_hits = result.stats.prefix_cache_hits;
   for (const auto& [id, chunk] : result.outputs) {
     auto it = loop.active.find(id);
     if (it == loop.active.end() || chunk.new_tokens == 0) continue;

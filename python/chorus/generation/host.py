@@ -11,17 +11,19 @@ from chorus.generation.sampling import SamplingParams
 
 class EngineHost:
     def __init__(self, model, cache_blocks: int = 512, block_size: int = 16,
-                 max_running: int = 64, max_step_tokens: int = 512, prefill_chunk: int = 256):
+                 max_running: int = 64, max_step_tokens: int = 512, prefill_chunk: int = 256,
+                 prefix_caching: bool = True):
         self.engine = Engine(model, cache_blocks=cache_blocks, block_size=block_size,
                              max_running=max_running, max_step_tokens=max_step_tokens,
-                             prefill_chunk=prefill_chunk)
+                             prefill_chunk=prefill_chunk, prefix_caching=prefix_caching)
 
     def step(self, new: Sequence[Tuple[str, str, str, str]], aborted: Sequence[str]):
         """Adds `new` requests (id, prompt, sampling parameters as JSON, chat messages as
         JSON or "": a chat request's prompt is its messages in the model's chat format),
         drops `aborted` ones, runs one step. Returns (refused [(id, why)], outputs [(id,
         text, tokens, finish_reason or "", prompt_tokens, completion_tokens)], [running,
-        waiting, cache blocks used, cache blocks total])."""
+        waiting, cache blocks used, cache blocks total, prefix cache queries, prefix cache
+        hits (tokens, since the engine started)])."""
         refused: List[Tuple[str, str]] = []
         for request_id, prompt, parameters, messages in new:
             try:
@@ -42,5 +44,6 @@ class EngineHost:
                                 out.finish_reason or "", out.prompt_tokens,
                                 out.completion_tokens))
         stats = self.engine.stats()
-        return refused, outputs, [stats["running"], stats["waiting"], stats["cache_blocks_used"],
-                                  stats["cache_blocks_total"]]
+        return refused, outputs, [stats[key] for key in (
+            "running", "waiting", "cache_blocks_used", "cache_blocks_total",
+            "prefix_cache_queries", "prefix_cache_hits")]

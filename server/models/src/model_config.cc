@@ -263,7 +263,7 @@ StatusOr<GenerationOptions> GenerationAt(const Json& generation) {
   if (!generation.is_object()) return KeyError("generation", "must be an object");
   CHORUS_RETURN_IF_ERROR(CheckKeys(generation, "generation.",
                                    {"cache_blocks", "block_size", "max_running", "max_step_tokens",
-                                    "prefill_chunk", "engines"}));
+                                    "prefill_chunk", "engines", "prefix_caching"}));
   GenerationOptions options;
   options.engines = 0;  // one per interpreter unless given
   for (auto [key, field] : {std::pair{"cache_blocks", &options.cache_blocks},
@@ -276,6 +276,12 @@ StatusOr<GenerationOptions> GenerationAt(const Json& generation) {
     CHORUS_ASSIGN_OR_RETURN(int64_t value,
                             IntAt(generation[key], std::string("generation.") + key, 1));
     *field = static_cast<int>(std::min<int64_t>(value, 1 << 30));
+  }
+  if (generation.contains("prefix_caching")) {
+    if (!generation["prefix_caching"].is_boolean()) {
+      return KeyError("generation.prefix_caching", "must be true or false");
+    }
+    options.prefix_caching = generation["prefix_caching"].get<bool>();
   }
   return options;
 }

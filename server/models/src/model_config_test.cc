@@ -114,12 +114,26 @@ TEST(ModelConfigTest, EveryWrongServingFeatureIsNamed) {
       {R"({"tensors": {"y": {"label_filename": "../labels.txt"}}})",
        "config.json: tensors.y.label_filename: must be a file name"},
       {R"({"tensors": {"y": {"labels": "l.txt"}}})", "config.json: tensors.y.labels: unknown key"},
+      {R"({"generation": {"prefix_caching": "no"}})",
+       "config.json: generation.prefix_caching: must be true or false"},
+      {R"({"generation": {"prefix_cache": false}})",
+       "config.json: generation.prefix_cache: unknown key"},
   };
   for (const auto& [json, message] : cases) {
     EXPECT_THAT(ParseModelConfig(json).status(),
                 StatusIs(StatusCode::kInvalidArgument, HasSubstr(message)))
         << json;
   }
+}
+
+TEST(ModelConfigTest, GenerationCachesPrefixesUnlessTurnedOff) {
+  ASSERT_OK_AND_ASSIGN(ModelConfig on, ParseModelConfig(R"({"generation": {}})"));
+  ASSERT_TRUE(on.generation.has_value());
+  EXPECT_TRUE(on.generation->prefix_caching);
+  EXPECT_TRUE(on.decoupled);
+  ASSERT_OK_AND_ASSIGN(ModelConfig off,
+                       ParseModelConfig(R"({"generation": {"prefix_caching": false}})"));
+  EXPECT_FALSE(off.generation->prefix_caching);
 }
 
 TEST(ModelConfigTest, TensorsCarryTritonsInputFormatAndOutputLabels) {

@@ -26,47 +26,100 @@ void AppendHistogram(std::ostream& out, const char* name, const std::string& lab
   out << name << "_count{" << labels << "} " << histogram.count << "\n";
 }
 
+struct GenerativeModel {
+  std::string labels;       // chorus' own: model and version
+  std::string vllm_labels;  // vLLM's: model_name
+  GenerationStats stats;
+};
+
+// One gauge or counter per generative model, `value` of its statistics.
+template <typename Value>
+void AppendEach(std::ostream& out, const std::vector<GenerativeModel>& models, bool vllm,
+                const char* name, const char* type, const char* help, Value value) {
+  AppendMetricHeader(out, name, type, help);
+  for (const GenerativeModel& model : models) {
+    out << name << "{" << (vllm ? model.vllm_labels : model.labels) << "} " << value(model.stats)
+        << "\n";
+  }
+}
+
+void AppendHistograms(std::ostream& out, const std::vector<GenerativeModel>& models, bool vllm,
+                      const char* name, const char* help,
+                      LatencyHistogram GenerationStats::*histogram) {
+  AppendMetricHeader(out, name, "histogram", help);
+  for (const GenerativeModel& model : models) {
+    AppendHistogram(out, name, vllm ? model.vllm_labels : model.labels, model.stats.*histogram);
+  }
+}
+
 // Per generative model: sequences, KV cache use, tokens and their latencies.
+void AppendChorusGenerationMetrics(std::ostream& out, const std::vector<GenerativeModel>& models) {
+  using S = const GenerationStats&;
+  AppendEach(out, models, false, "chorus_generation_running_sequences", "gauge",
+             "Sequences in the engines' batches", [](S s) { return s.running; });
+  AppendEach(out, models, false, "chorus_generation_waiting_sequences", "gauge",
+             "Sequences waiting for KV cache blocks or for their engine",
+             [](S s) { return s.waiting; });
+  AppendEach(out, models, false, "chorus_generation_kv_cache_blocks_used", "gauge",
+             "KV cache blocks in use", [](S s) { return s.cache_blocks_used; });
+  AppendEach(out, models, false, "chorus_generation_kv_cache_blocks", "gauge",
+             "KV cache blocks in all", [](S s) { return s.cache_blocks_total; });
+  AppendEach(out, models, false, "chorus_generation_prefix_cache_queries_total", "counter",
+             "Prompt tokens looked up in the prefix cache",
+             [](S s) { return s.prefix_cache_queries; });
+  AppendEach(out, models, false, "chorus_generation_prefix_cache_hits_total", "counter",
+             "Prompt tokens found in the prefix cache", [](S s) { return s.prefix_cache_hits; });
+  AppendEach(out, models, false, "chorus_generation_tokens_total", "counter", "Tokens generated",
+             [](S s) { return s.generated_tokens; });
+  AppendHistograms(out, models, false, "chorus_generation_time_to_first_token_seconds",
+                   "From a request's arrival to its first token",
+                   &GenerationStats::time_to_first_token);
+  AppendHistograms(out, models, false, "chorus_generation_inter_token_latency_seconds",
+                   "Between a request's successive tokens", &GenerationStats::inter_token_latency);
+}
+
+// The same under vLLM's names (model_name label), which its dashboards read.
+// The cache usage gauges mean the engines' KV cache wherever it lives.
+void AppendVllmMetrics(std::ostream& out, const std::vector<GenerativeModel>& models) {
+  using S = const GenerationStats&;
+  auto usage = [](S s) {
+    return s.cache_blocks_total > 0
+               ? static_cast<double>(s.cache_blocks_used) / s.cache_blocks_total
+               : 0.0;
+  };
+  AppendEach(out, models, true, "vllm:num_requests_running", "gauge",
+             "Requests in the engines' batches", [](S s) { return s.running; });
+  AppendEach(out, models, true, "vllm:num_requests_waiting", "gauge", "Requests waiting",
+             [](S s) { return s.waiting; });
+  AppendEach(out, models, true, "vllm:kv_cache_usage_perc", "gauge",
+             "Fraction of KV cache blocks in use (1 = 100%)", usage);
+  AppendEach(out, models, true, "vllm:gpu_cache_usage_perc", "gauge",
+             "Fraction of KV cache blocks in use (1 = 100%; on the CPU without a GPU)", usage);
+  AppendEach(out, models, true, "vllm:prefix_cache_queries_total", "counter",
+             "Prompt tokens looked up in the prefix cache",
+             [](S s) { return s.prefix_cache_queries; });
+  AppendEach(out, models, true, "vllm:prefix_cache_hits_total", "counter",
+             "Prompt tokens found in the prefix cache", [](S s) { return s.prefix_cache_hits; });
+  AppendEach(out, models, true, "vllm:generation_tokens_total", "counter", "Tokens generated",
+             [](S s) { return s.generated_tokens; });
+  AppendHistograms(out, models, true, "vllm:time_to_first_token_seconds",
+                   "Time to first token in seconds", &GenerationStats::time_to_first_token);
+  AppendHistograms(out, models, true, "vllm:inter_token_latency_seconds",
+                   "Inter-token latency in seconds", &GenerationStats::inter_token_latency);
+}
+
 void AppendGenerationMetrics(std::ostream& out,
                              const std::vector<std::shared_ptr<LoadedModel>>& models) {
-  std::vector<std::pair<std::string, GenerationStats>> generative;
+  std::vector<GenerativeModel> generative;
   for (const auto& model : models) {
     if (GenerationEngines* generation = model->generation()) {
-      generative.emplace_back(
-          "model=\"" + model->name() + "\",version=\"" + model->version() + "\"",
-          generation->Stats());
+      generative.push_back({"model=\"" + model->name() + "\",version=\"" + model->version() + "\"",
+                            "model_name=\"" + model->name() + "\"", generation->Stats()});
     }
   }
   if (generative.empty()) return;
-  auto each = [&](const char* name, const char* type, const char* help, auto value) {
-    AppendMetricHeader(out, name, type, help);
-    for (const auto& [labels, stats] : generative) {
-      out << name << "{" << labels << "} " << value(stats) << "\n";
-    }
-  };
-  each("chorus_generation_running_sequences", "gauge", "Sequences in the engines' batches",
-       [](const GenerationStats& s) { return s.running; });
-  each("chorus_generation_waiting_sequences", "gauge",
-       "Sequences waiting for KV cache blocks or for their engine",
-       [](const GenerationStats& s) { return s.waiting; });
-  each("chorus_generation_kv_cache_blocks_used", "gauge", "KV cache blocks in use",
-       [](const GenerationStats& s) { return s.cache_blocks_used; });
-  each("chorus_generation_kv_cache_blocks", "gauge", "KV cache blocks in all",
-       [](const GenerationStats& s) { return s.cache_blocks_total; });
-  each("chorus_generation_tokens_total", "counter", "Tokens generated",
-       [](const GenerationStats& s) { return s.generated_tokens; });
-  AppendMetricHeader(out, "chorus_generation_time_to_first_token_seconds", "histogram",
-                     "From a request's arrival to its first token");
-  for (const auto& [labels, stats] : generative) {
-    AppendHistogram(out, "chorus_generation_time_to_first_token_seconds", labels,
-                    stats.time_to_first_token);
-  }
-  AppendMetricHeader(out, "chorus_generation_inter_token_latency_seconds", "histogram",
-                     "Between a request's successive tokens");
-  for (const auto& [labels, stats] : generative) {
-    AppendHistogram(out, "chorus_generation_inter_token_latency_seconds", labels,
-                    stats.inter_token_latency);
-  }
+  AppendChorusGenerationMetrics(out, generative);
+  AppendVllmMetrics(out, generative);
 }
 
 }  // namespace

@@ -14,6 +14,13 @@ one run, three ways on the same weights:
 Every request is greedy, max_tokens long (the byte tokenizer has no EOS); each client
 sends `requests_per_client` requests one after another. Per cell: aggregate tokens/s,
 p50 time to first token and p50 inter-token latency (per request, its mean gap).
+
+Prefix caching: requests that share a 1,024-token prefix (a system prompt, a document)
+and differ in their last 16 to 64 bytes, one after another, to two models of the same
+weights, one with prefix caching on and one with it off ("prefix_caching": false); the
+ratio of their p50 times to first token is `prefix_cache.ttft_speedup`, and their
+answers must be identical.
+
 Writes build/bench/llm.json with the ratios chorus over naive and over transformers.
 """
 
@@ -42,6 +49,8 @@ import model as llama  # noqa: E402
 
 GOALS = {"tokens_per_s_vs_naive": {"32": 10.0},
          "tokens_per_s_vs_transformers": {"1": 1.0, "32": 3.0}}
+PREFIX_GOAL = {"ttft_speedup": 3.0}
+PREFIX_TOKENS = 1024
 
 
 def debug_transformer(max_seq_len):
@@ -278,6 +287,54 @@ def measure_concurrency(args, concurrency, streams, naive_clients, hf_model):
     return cells, chorus_out[0] == naive_text
 
 
+def package_prefix_models(repository, transformer):
+    """The same generator twice: prefix caching on ("prefix_on") and off ("prefix_off")."""
+    from chorus.package import create_package
+    generator = generate.Llama3Generator(transformer)
+    for name, caching in (("prefix_on", True), ("prefix_off", False)):
+        os.makedirs(os.path.join(repository, name, "1"))
+        create_package(os.path.join(repository, name, "1", "model.pt"), generator,
+                       (["chorus"],), name=name, batchable=False,
+                       input_names=["text_input"], output_names=["text_output"],
+                       progress=False)
+        with open(os.path.join(repository, name, "config.json"), "w") as f:
+            json.dump({"generation": {"cache_blocks": 256, "prefix_caching": caching}}, f)
+
+
+def measure_prefix_cache(args):
+    """Time to first token of requests sharing a PREFIX_TOKENS-byte prefix, cache on and
+    off, one request at a time (each finds the engine idle)."""
+    max_seq_len = PREFIX_TOKENS + 64 + args.max_tokens + 8
+    transformer = debug_transformer(max_seq_len)
+    work = tempfile.mkdtemp(prefix="bench-llm-prefix-")
+    repository = os.path.join(work, "repository")
+    package_prefix_models(repository, transformer)
+    shared = " ".join(prompts(64, seed=98))[:PREFIX_TOKENS]
+    assert len(shared) == PREFIX_TOKENS
+    texts = [shared + tail for tail in prompts(args.prefix_requests, seed=97)]
+    server = ChorusServer(args.bin, repository, 1, os.path.join(work, "server.log"))
+    cells, answers = {}, {}
+    try:
+        for name in ("prefix_on", "prefix_off"):
+            streams = ChorusStreams(server.address, name, args.max_tokens)
+            streams.generate(f"{name}-warm", shared)  # fills the "on" model's cache
+            records, answers[name] = [], []
+            for i, text in enumerate(texts):
+                start, times, answer = streams.generate(f"{name}-{i}", text)
+                records.append((start, times))
+                answers[name].append(answer)
+            streams.close()
+            cells[name] = summarize(records, sum(t[-1] - s for s, t in records))
+    finally:
+        server.stop()
+    speedup = cells["prefix_off"]["ttft_p50_ms"] / cells["prefix_on"]["ttft_p50_ms"]
+    return {"ttft_speedup": round(speedup, 2), "prefix_tokens": PREFIX_TOKENS,
+            "requests": len(texts), "outputs_identical": answers["prefix_on"] ==
+            answers["prefix_off"], "cells": cells,
+            "goals": {key: {"goal": goal, "met": speedup >= goal}
+                      for key, goal in PREFIX_GOAL.items()}}
+
+
 def hf_generate(model, prompt, max_tokens):
     ids = torch.tensor([data.encode(prompt).tolist()])
     streamer = TimingStreamer()
@@ -318,10 +375,13 @@ def main():
     parser.add_argument("--max-tokens", type=int, default=32)
     parser.add_argument("--requests-per-client", type=int, default=4)
     parser.add_argument("--interpreters", type=int, default=2)
+    parser.add_argument("--prefix-requests", type=int, default=12)
     args = parser.parse_args()
     args.concurrency = [int(c) for c in args.concurrency.split(",")]
     out = args.out or os.path.join(os.path.dirname(os.path.abspath(args.bin)), "bench",
                                    "llm.json")
+    prefix_cache = measure_prefix_cache(args)
+    print(f"prefix cache: ttft_speedup {prefix_cache['ttft_speedup']}", flush=True)
     cells, agree = measure(args)
     ratios = {}
     for key in cells["chorus"]:
@@ -336,11 +396,13 @@ def main():
               "max_tokens": args.max_tokens, "interpreters": args.interpreters,
               "requests_per_client": args.requests_per_client, "torch_threads":
               torch.get_num_threads(), "greedy_outputs_agree": agree, "cells": cells,
-              "ratios": ratios, "goals": goals}
+              "ratios": ratios, "goals": goals, "prefix_cache": prefix_cache}
     os.makedirs(os.path.dirname(out), exist_ok=True)
     with open(out, "w") as f:
         json.dump(result, f, indent=2)
-    print(json.dumps({"ratios": ratios, "goals": goals}, indent=2))
+    print(json.dumps({"ratios": ratios, "goals": goals, "prefix_cache": {
+        key: prefix_cache[key] for key in ("ttft_speedup", "outputs_identical", "goals")}},
+        indent=2))
     print(f"wrote {out}")
 
 

@@ -41,8 +41,9 @@ struct GenerationOptions {
   int block_size = 16;
   int max_running = 64;  // sequences per engine's batch
   int max_step_tokens = 512;
-  int prefill_chunk = 256;  // a longer prompt is prefilled over several steps
-  CrashLabel label;         // what crash reports call the model
+  int prefill_chunk = 256;     // a longer prompt is prefilled over several steps
+  bool prefix_caching = true;  // reuse the KV cache blocks of prompts' common prefixes
+  CrashLabel label;            // what crash reports call the model
 };
 
 // What one step gave a request.
@@ -87,6 +88,8 @@ struct GenerationStats {
   int waiting = 0;  // queued for cache blocks or not yet handed to an engine
   int cache_blocks_used = 0;
   int cache_blocks_total = 0;
+  uint64_t prefix_cache_queries = 0;     // prompt tokens looked up in the prefix cache
+  uint64_t prefix_cache_hits = 0;        // of which were there
   uint64_t generated_tokens = 0;         // since the scheduler started
   LatencyHistogram time_to_first_token;  // from Submit to the first token
   LatencyHistogram inter_token_latency;  // between a request's tokens
