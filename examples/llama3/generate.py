@@ -26,6 +26,10 @@ class ByteTokenizer:
     def decode(self, ids: Sequence[int]) -> str:
         return data.decode(ids)
 
+    def token_bytes(self) -> List[bytes]:
+        """Each token's bytes (structured output reads the vocabulary)."""
+        return [bytes([i]) for i in range(data.VOCAB_SIZE)]
+
 
 def rotate(x: torch.Tensor, freqs: torch.Tensor) -> torch.Tensor:
     """model.apply_rotary_emb for one rotation per row: x [N, heads, head_dim], freqs

@@ -5,7 +5,9 @@ the whole text from ModelInfer. Requests on one stream run together (continuous
 batching) and each streams exactly what greedy generation by full recomputation gives;
 a bad parameter is an in-stream error and the stream goes on."""
 
+import json
 import queue
+import re
 import time
 
 import numpy as np
@@ -94,6 +96,18 @@ def test_seeded_sampling_is_reproducible_through_the_server(llm_server):
     first = client.infer("llama3", [text_input("sample")], parameters=params)
     second = client.infer("llama3", [text_input("sample")], parameters=params)
     assert first.as_numpy("text_output")[0] == second.as_numpy("text_output")[0]
+
+
+def test_structured_outputs_is_a_request_parameter_of_json_text(llm_server):
+    server, _ = llm_server
+    client = triton_grpc.InferenceServerClient(server.address)
+    spec = json.dumps({"regex": "[a-c]{2}=[0-9]{1,3};"})
+    for seed in range(4):
+        result = client.infer("llama3", [text_input("eq ")], parameters={
+            "max_tokens": 30, "seed": seed, "structured_outputs": spec})
+        assert re.fullmatch("[a-c]{2}=[0-9]{1,3};",
+                            result.as_numpy("text_output")[0].decode())
+        assert result.get_response().parameters["finish_reason"].string_param == "stop"
 
 
 def test_bad_parameters_are_errors_in_the_stream_and_it_goes_on(llm_server):

@@ -6,10 +6,12 @@ cache; the server serves on through all of it."""
 
 import concurrent.futures
 import json
+import re
 import signal
 import time
 import urllib.request
 
+import jsonschema
 import openai
 import pytest
 
@@ -200,6 +202,55 @@ def test_requests_sharing_a_prefix_reuse_its_blocks_counted_under_vllms_names(ll
     assert 'vllm:num_requests_running{model_name="llama3"} 0' in after
     assert 'vllm:num_requests_waiting{model_name="llama3"} 0' in after
     assert 'vllm:kv_cache_usage_perc{model_name="llama3"} 0' in after
+
+
+PERSON = {"type": "object",
+          "properties": {"name": {"type": "string", "maxLength": 12},
+                         "age": {"type": "integer", "minimum": 0, "maximum": 150},
+                         "tags": {"type": "array", "items": {"enum": ["red", "green", "blue"]},
+                                  "maxItems": 3}},
+          "required": ["name", "age", "tags"], "additionalProperties": False}
+
+
+def test_fifty_seeded_answers_under_a_json_schema_all_validate(llm_server):
+    server, _ = llm_server
+    client = client_of(server)
+    response_format = {"type": "json_schema",
+                       "json_schema": {"name": "person", "strict": True, "schema": PERSON}}
+
+    def ask(seed):
+        return client.chat.completions.create(
+            model="llama3", messages=[{"role": "user", "content": "A person, please."}],
+            response_format=response_format, temperature=1.0, seed=seed, max_tokens=150)
+
+    with concurrent.futures.ThreadPoolExecutor(8) as pool:
+        answers = list(pool.map(ask, range(50)))
+    for answer in answers:
+        jsonschema.validate(json.loads(answer.choices[0].message.content), PERSON)
+        assert answer.choices[0].finish_reason == "stop"
+    assert len({a.choices[0].message.content for a in answers}) > 40
+    assert ask(7).choices[0].message.content == answers[7].choices[0].message.content
+
+
+def test_vllms_guided_fields_hold_completions_too(llm_server):
+    server, _ = llm_server
+    client = client_of(server)
+    answer = client.completions.create(model="llama3", prompt="id: ", max_tokens=20, seed=1,
+                                       extra_body={"guided_regex": "[0-9]{3}-[a-z]{2}"})
+    assert re.fullmatch("[0-9]{3}-[a-z]{2}", answer.choices[0].text)
+    answer = client.completions.create(model="llama3", prompt="pick: ", max_tokens=20,
+                                       temperature=0,
+                                       extra_body={"structured_outputs": {"choice": ["up",
+                                                                                     "down"]}})
+    assert answer.choices[0].text in ("up", "down") and answer.choices[0].finish_reason == "stop"
+    with pytest.raises(openai.BadRequestError, match="structured_outputs.json: .*emailx"):
+        client.chat.completions.create(
+            model="llama3", messages=[{"role": "user", "content": "x"}],
+            response_format={"type": "json_schema", "json_schema": {
+                "name": "bad", "schema": {"type": "string", "format": "emailx"}}})
+    with pytest.raises(openai.BadRequestError, match="response_format.type"):
+        client.chat.completions.create(model="llama3", response_format={"type": "yaml"},
+                                       messages=[{"role": "user", "content": "x"}])
 
 
 def test_a_stream_under_way_when_the_server_is_stopped_runs_to_its_end(tmp_path):

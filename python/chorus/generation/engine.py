@@ -20,6 +20,7 @@ import torch
 from chorus.generation.kv_cache import BatchAttention, CacheFull, PagedKVCache, SequenceSlice
 from chorus.generation.protocol import is_generative
 from chorus.generation.sampling import SamplingParams, sample
+from chorus.generation.structured import Constraint, Vocabulary, mask_rows
 
 
 @dataclass
@@ -46,6 +47,7 @@ class Request:
     digests: List[bytes] = field(default_factory=list)  # of its full blocks (prefix caching)
     emitted: str = ""      # text already handed out
     preemptions: int = 0
+    constraint: Optional[Constraint] = None  # structured output's matcher
 
     @property
     def tokens(self) -> List[int]:
@@ -73,6 +75,7 @@ class Engine:
         self.running: List[Request] = []
         self._ids: Dict[str, Request] = {}
         self._eos = set(self.tokenizer.eos_token_ids)
+        self._vocabulary = Vocabulary(self.tokenizer, self.shape.vocab_size)
         self.prefix_queries = 0  # tokens of admitted sequences looked up in the prefix cache
         self.prefix_hits = 0     # of which were there
 
@@ -98,6 +101,8 @@ class Engine:
                              f"{self.cache.num_blocks * self.cache.block_size}")
         request = Request(request_id, ids, params, min(params.max_tokens or room, room),
                           params.generator())
+        if params.structured_outputs is not None:
+            request.constraint = self._vocabulary.constraint(params.structured_outputs)
         self._ids[request_id] = request
         self.waiting.append(request)
         return len(ids)
@@ -145,17 +150,35 @@ class Engine:
         outputs = []
         # Greedy picks for every row at once (one argmax, one copy out).
         greedy = logits.argmax(-1).tolist()
+        masked = self._constrain(logits, batch, slices)
         for row, (request, piece) in enumerate(zip(batch, slices)):
             request.cached = piece.end
             self.cache.keep_full_blocks(request.block_table, request.tokens, request.cached,
                                         request.digests)
             if piece.end < len(request.tokens):
                 continue  # a prompt chunk: its next token comes from a later step
-            token = (greedy[row] if request.params.greedy
-                     else sample(logits[row].float().cpu(), request.params, request.generator))
+            if row in masked:
+                token = (int(masked[row].argmax()) if request.params.greedy else
+                         sample(masked[row].float().cpu(), request.params, request.generator))
+            elif request.params.greedy:
+                token = greedy[row]
+            else:
+                token = sample(logits[row].float().cpu(), request.params, request.generator)
+            if request.constraint is not None:
+                request.constraint.consume(token)
             request.output.append(token)
             outputs.append(self._progress(request, token))
         return outputs
+
+    def _constrain(self, logits, batch, slices) -> Dict[int, torch.Tensor]:
+        """The logits of the rows that sample under a constraint, its forbidden tokens at
+        -inf; the other rows are not touched (they do not wait for masks)."""
+        rows = [row for row, (request, piece) in enumerate(zip(batch, slices))
+                if request.constraint is not None and piece.end == len(request.tokens)]
+        if not rows:
+            return {}
+        masked = mask_rows(logits, rows, [batch[row].constraint for row in rows])
+        return dict(zip(rows, masked))
 
     def _admit(self) -> None:
         while self.waiting and len(self.running) < self.max_running:
@@ -208,6 +231,8 @@ class Engine:
         reason = None
         if token in self._eos and not request.params.ignore_eos:
             reason = "stop"
+        elif request.constraint is not None and request.constraint.done:
+            reason = "stop"  # the output is complete: the grammar admits only its end
         elif len(request.output) >= request.max_tokens:
             reason = "length"
         text_ids = [t for t in request.output if t not in self._eos or request.params.ignore_eos]

@@ -16,6 +16,10 @@ writes k and v into the cache and returns the attention output [N, heads,
 head_dim], each token seeing its own sequence's cache up to itself. The model
 returns the logits of attention.last_token_index ([S] rows of the flattened
 batch), [S, vocab], in fp32.
+
+For structured output (structured.py) the tokenizer also gives its vocabulary, one of:
+`tokenizer_json` (a Hugging Face tokenizers file's text) or `token_bytes()` (each token
+id's bytes, b"" for a special token). Without either, a structured request is refused.
 """
 
 from dataclasses import dataclass

@@ -6,6 +6,8 @@ from typing import List, Optional
 
 import torch
 
+from chorus.generation.structured import check_spec
+
 
 @dataclass
 class SamplingParams:
@@ -19,6 +21,8 @@ class SamplingParams:
     seed: Optional[int] = None
     stop: List[str] = field(default_factory=list)
     ignore_eos: bool = False
+    # A JSON schema, regex, choice or grammar the output must follow (structured.py).
+    structured_outputs: Optional[dict] = None
 
     @classmethod
     def from_dict(cls, values: dict) -> "SamplingParams":
@@ -33,6 +37,8 @@ class SamplingParams:
         values = dict(values)
         if isinstance(values.get("stop"), str):
             values["stop"] = [values["stop"]]
+        if values.get("structured_outputs") is not None:
+            values["structured_outputs"] = check_spec(values["structured_outputs"])
         params = cls(**values)
         params.validate()
         return params
@@ -55,6 +61,8 @@ class SamplingParams:
              f"seed must be an integer (got {self.seed!r})")
         need(isinstance(self.stop, list) and all(isinstance(s, str) and s for s in self.stop),
              "stop must be a string or a list of non-empty strings")
+        if self.structured_outputs is not None:
+            check_spec(self.structured_outputs)
 
     @property
     def greedy(self) -> bool:

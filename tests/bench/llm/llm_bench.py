@@ -21,6 +21,13 @@ weights, one with prefix caching on and one with it off ("prefix_caching": false
 ratio of their p50 times to first token is `prefix_cache.ttft_speedup`, and their
 answers must be identical.
 
+Structured output: 32 requests, 16 at a time, whose answers are 48 tokens of JSON under
+a schema (a 24-character id and a 4-digit code: every answer has the same length),
+against the same requests unconstrained (max_tokens 48), greedy; the ratio of their
+tokens/s is `structured.tokens_per_s_vs_unconstrained`. Then half and half in one batch:
+the unconstrained requests' p50 inter-token latency there over theirs alone is
+`structured.mixed_unconstrained_itl_ratio` (1: masks do not slow their neighbours).
+
 Writes build/bench/llm.json with the ratios chorus over naive and over transformers.
 """
 
@@ -51,6 +58,14 @@ GOALS = {"tokens_per_s_vs_naive": {"32": 10.0},
          "tokens_per_s_vs_transformers": {"1": 1.0, "32": 3.0}}
 PREFIX_GOAL = {"ttft_speedup": 3.0}
 PREFIX_TOKENS = 1024
+STRUCTURED_GOAL = {"tokens_per_s_vs_unconstrained": 0.8}
+# Compact JSON of exactly 48 bytes: {"id": "<24>", "code": NNNN}.
+STRUCTURED_SCHEMA = {"type": "object",
+                     "properties": {"id": {"type": "string", "pattern": "^[a-z0-9]{24}$"},
+                                    "code": {"type": "integer", "minimum": 1000,
+                                             "maximum": 9999}},
+                     "required": ["id", "code"], "additionalProperties": False}
+STRUCTURED_TOKENS = 48
 
 
 def debug_transformer(max_seq_len):
@@ -157,7 +172,7 @@ class ChorusStreams:
         if response.parameters["triton_final_response"].bool_param:
             done.set()
 
-    def generate(self, request_id, prompt):
+    def generate(self, request_id, prompt, **parameters):
         tensor = self.grpc.InferInput("text_input", [1], "BYTES")
         tensor.set_data_from_numpy(np.array([prompt.encode()], dtype=np.object_))
         times, done, texts = [], threading.Event(), []
@@ -166,7 +181,7 @@ class ChorusStreams:
         start = time.perf_counter()
         self.client.async_stream_infer(self.model, [tensor], request_id=request_id,
                                        parameters={"max_tokens": self.max_tokens,
-                                                   "temperature": 0.0})
+                                                   "temperature": 0.0, **parameters})
         if not done.wait(600):
             raise RuntimeError(f"request {request_id} did not finish")
         return start, times, b"".join(texts)
@@ -335,6 +350,60 @@ def measure_prefix_cache(args):
                       for key, goal in PREFIX_GOAL.items()}}
 
 
+def measure_structured(args):
+    """Tokens/s of schema-held requests over unconstrained ones, and the unconstrained
+    ones' inter-token latency beside schema-held neighbours over alone."""
+    from chorus.package import create_package
+    work = tempfile.mkdtemp(prefix="bench-llm-structured-")
+    repository = os.path.join(work, "repository")
+    os.makedirs(os.path.join(repository, "llm", "1"))
+    create_package(os.path.join(repository, "llm", "1", "model.pt"),
+                   generate.Llama3Generator(debug_transformer(64 + STRUCTURED_TOKENS + 8)),
+                   (["chorus"],), name="llm", batchable=False, input_names=["text_input"],
+                   output_names=["text_output"], progress=False)
+    with open(os.path.join(repository, "llm", "config.json"), "w") as f:
+        json.dump({"generation": {"cache_blocks": 256}}, f)
+    schema = {"structured_outputs": json.dumps({"json": STRUCTURED_SCHEMA})}
+    texts = prompts(32, seed=5)
+    server = ChorusServer(args.bin, repository, args.interpreters,
+                          os.path.join(work, "server.log"))
+    cells = {}
+    try:
+        streams = ChorusStreams(server.address, "llm", STRUCTURED_TOKENS)
+        streams.generate("warm", texts[0], **schema)
+
+        def run(name, constrained):
+            """All 32 requests, 16 clients; per request (constrained?, record, text)."""
+            done = []
+
+            def work(_, i):
+                start, times, text = streams.generate(f"{name}-{i}", texts[i],
+                                                      **(schema if constrained(i) else {}))
+                done.append((constrained(i), (start, times), text))
+                return start, times
+            _, wall = run_clients(16, 2, work)
+            return done, wall
+
+        for name, constrained in (("unconstrained", lambda i: False),
+                                  ("constrained", lambda i: True)):
+            done, wall = run(name, constrained)
+            cells[name] = summarize([record for _, record, _ in done], wall)
+        valid = all(len(text) == STRUCTURED_TOKENS and json.loads(text)["code"] >= 1000
+                    for _, _, text in done)
+        done, wall = run("mixed", lambda i: i % 2 == 1)
+        cells["mixed_unconstrained"] = summarize([r for c, r, _ in done if not c], wall)
+        streams.close()
+    finally:
+        server.stop()
+    ratio = cells["constrained"]["tokens_per_s"] / cells["unconstrained"]["tokens_per_s"]
+    itl = cells["mixed_unconstrained"]["itl_p50_ms"] / cells["unconstrained"]["itl_p50_ms"]
+    return {"tokens_per_s_vs_unconstrained": round(ratio, 3),
+            "mixed_unconstrained_itl_ratio": round(itl, 3), "answers_valid": valid,
+            "cells": cells,
+            "goals": {key: {"goal": goal, "met": ratio >= goal}
+                      for key, goal in STRUCTURED_GOAL.items()}}
+
+
 def hf_generate(model, prompt, max_tokens):
     ids = torch.tensor([data.encode(prompt).tolist()])
     streamer = TimingStreamer()
@@ -382,6 +451,9 @@ def main():
                                    "llm.json")
     prefix_cache = measure_prefix_cache(args)
     print(f"prefix cache: ttft_speedup {prefix_cache['ttft_speedup']}", flush=True)
+    structured = measure_structured(args)
+    print("structured: tokens_per_s_vs_unconstrained "
+          f"{structured['tokens_per_s_vs_unconstrained']}", flush=True)
     cells, agree = measure(args)
     ratios = {}
     for key in cells["chorus"]:
@@ -396,13 +468,16 @@ def main():
               "max_tokens": args.max_tokens, "interpreters": args.interpreters,
               "requests_per_client": args.requests_per_client, "torch_threads":
               torch.get_num_threads(), "greedy_outputs_agree": agree, "cells": cells,
-              "ratios": ratios, "goals": goals, "prefix_cache": prefix_cache}
+              "ratios": ratios, "goals": goals, "prefix_cache": prefix_cache,
+              "structured": structured}
     os.makedirs(os.path.dirname(out), exist_ok=True)
     with open(out, "w") as f:
         json.dump(result, f, indent=2)
     print(json.dumps({"ratios": ratios, "goals": goals, "prefix_cache": {
-        key: prefix_cache[key] for key in ("ttft_speedup", "outputs_identical", "goals")}},
-        indent=2))
+        key: prefix_cache[key] for key in ("ttft_speedup", "outputs_identical", "goals")},
+        "structured": {key: structured[key] for key in (
+            "tokens_per_s_vs_unconstrained", "mixed_unconstrained_itl_ratio", "answers_valid",
+            "goals")}}, indent=2))
     print(f"wrote {out}")
 
 

@@ -44,7 +44,6 @@ bool IsFalse(const Json& v) { return v == false || (v.is_number_integer() && v =
 bool IsEmpty(const Json& v) {
   return (v.is_object() || v.is_array() || v.is_string()) && v.empty();
 }
-bool IsText(const Json& v) { return v.is_object() && v.value("type", "") == "text"; }
 bool IsNoTool(const Json& v) { return v == "none" || v == "auto"; }
 bool Anything(const Json&) { return true; }
 
@@ -67,7 +66,6 @@ constexpr NeutralField kNeutral[] = {
     {"tools", IsEmpty, "is not supported (no tool calling)", Where::kChat},
     {"tool_choice", IsNoTool, "is not supported (no tool calling)", Where::kChat},
     {"parallel_tool_calls", Anything, "", Where::kChat},
-    {"response_format", IsText, "must be {\"type\": \"text\"}", Where::kChat},
     {"store", IsFalse, "must be false", Where::kChat},
     {"user", Anything, "", Where::kBoth},
     {"metadata", Anything, "", Where::kChat},
@@ -79,6 +77,46 @@ Status FieldError(const std::string& field, const std::string& what) {
 
 std::string Dump(const Json& json) {
   return json.dump(-1, ' ', false, Json::error_handler_t::replace);
+}
+
+// Fields that hold the output to a structure, and the key of
+// chorus.generation's structured_outputs spec each becomes: OpenAI's
+// response_format, vLLM's structured_outputs (passed as is) and its older
+// guided_* fields.
+constexpr std::pair<const char*, const char*> kGuided[] = {
+    {"guided_json", "json"},
+    {"guided_regex", "regex"},
+    {"guided_choice", "choice"},
+    {"guided_grammar", "grammar"},
+};
+
+bool IsStructuredField(const std::string& name) {
+  if (name == "response_format" || name == "structured_outputs") return true;
+  for (const auto& [field, kind] : kGuided) {
+    if (name == field) return true;
+  }
+  return false;
+}
+
+// The spec `name` asks for; null for response_format {"type": "text"}. The
+// spec's own contents are checked where it is compiled (structured.py).
+StatusOr<Json> StructuredSpecOf(const std::string& name, const Json& value) {
+  if (name == "structured_outputs") return value;
+  for (const auto& [field, kind] : kGuided) {
+    if (name == field) return Json{{kind, value}};
+  }
+  const std::string type = value.is_object() ? value.value("type", "") : "";
+  if (type == "text") return Json();
+  if (type == "json_object") return Json{{"json_object", true}};
+  if (type != "json_schema") {
+    return FieldError("response_format.type", "must be text, json_object or json_schema");
+  }
+  const Json& json_schema = value.value("json_schema", Json());
+  if (!json_schema.is_object() || !json_schema.contains("schema") ||
+      !json_schema["schema"].is_object()) {
+    return FieldError("response_format.json_schema.schema", "must be a JSON schema object");
+  }
+  return Json{{"json", json_schema["schema"]}};
 }
 
 // A completions prompt: a string, or a list of exactly one.
@@ -153,6 +191,15 @@ Status ReadField(const std::string& name, const Json& value, OpenAiRequest* requ
     request->stream = value.get<bool>();
   } else if (name == "stream_options") {
     return ReadStreamOptions(value, request);
+  } else if (IsStructuredField(name)) {
+    CHORUS_ASSIGN_OR_RETURN(Json spec, StructuredSpecOf(name, value));
+    if (spec.is_null()) return OkStatus();
+    if (sampling->contains("structured_outputs")) {
+      return FieldError(name,
+                        "is a second constraint: send one of response_format, "
+                        "structured_outputs and guided_*");
+    }
+    (*sampling)["structured_outputs"] = std::move(spec);
   } else {
     for (const SamplingField& field : kSampling) {
       if (name == field.name && At(field.where, endpoint)) {

@@ -67,6 +67,34 @@ TEST(OpenAiApiTest, AChatTakesTextPartsAndRunsToTheContextUnlessCapped) {
   EXPECT_EQ(Json::parse(request.parameters_json), Json::parse(R"({"max_tokens": 3})"));
 }
 
+TEST(OpenAiApiTest, ResponseFormatsAndVllmsGuidedFieldsBecomeOneStructuredSpec) {
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {R"("response_format": {"type": "text"})", "null"},
+      {R"("response_format": {"type": "json_object"})", R"({"json_object": true})"},
+      {R"("response_format": {"type": "json_schema", "json_schema": {"name": "p",
+          "strict": true, "schema": {"type": "object"}}})",
+       R"({"json": {"type": "object"}})"},
+      {R"("structured_outputs": {"regex": "[0-9]+"})", R"({"regex": "[0-9]+"})"},
+      {R"("guided_json": {"type": "integer"})", R"({"json": {"type": "integer"}})"},
+      {R"("guided_regex": "a|b")", R"({"regex": "a|b"})"},
+      {R"("guided_choice": ["yes", "no"])", R"({"choice": ["yes", "no"]})"},
+      {R"("guided_grammar": "start: \"x\"")", R"({"grammar": "start: \"x\""})"},
+  };
+  for (const auto& [field, spec] : cases) {
+    for (bool chat : {false, true}) {
+      const std::string body =
+          std::string(R"({"model": "m", )") +
+          (chat ? R"("messages": [{"role": "user", "content": "x"}], )" : R"("prompt": "x", )") +
+          field + "}";
+      StatusOr<OpenAiRequest> request = chat ? Chat(body) : Completion(body);
+      ASSERT_TRUE(request.ok()) << body << ": " << request.status().message();
+      EXPECT_EQ(Json::parse(request->parameters_json).value("structured_outputs", Json()),
+                Json::parse(spec))
+          << body;
+    }
+  }
+}
+
 TEST(OpenAiApiTest, MalformedOrUnsupportedRequestsSayWhichField) {
   const std::vector<std::pair<std::string, std::string>> cases = {
       {"not json", "not a JSON object"},
@@ -83,6 +111,12 @@ TEST(OpenAiApiTest, MalformedOrUnsupportedRequestsSayWhichField) {
       {R"({"model": "m", "prompt": "x", "messages": []})", "unrecognized request argument"},
       {R"({"model": "m", "prompt": "x", "temprature": 1})", "'temprature'"},
       {R"({"model": "m", "prompt": "x", "stream_options": {"x": 1}})", "stream_options.x"},
+      {R"({"model": "m", "prompt": "x", "response_format": {"type": "yaml"}})",
+       "'response_format.type' must be text, json_object or json_schema"},
+      {R"({"model": "m", "prompt": "x", "response_format": {"type": "json_schema"}})",
+       "'response_format.json_schema.schema' must be a JSON schema object"},
+      {R"({"model": "m", "prompt": "x", "guided_regex": "a", "guided_choice": ["a"]})",
+       "is a second constraint"},
   };
   for (const auto& [body, message] : cases) {
     StatusOr<OpenAiRequest> request = Completion(body);
