@@ -10,7 +10,7 @@ packages=(
   # the embedded Python: Debian's /usr/bin/python3 (a shared libpython), base of the venv
   python3-dev python3-venv
   # packages, RPC and their tools
-  libzip-dev libssl-dev zlib1g-dev libgloo-dev libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc
+  libzip-dev libssl-dev zlib1g-dev libgloo-dev libabsl-dev libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc
   # C++ libraries
   libgtest-dev libgmock-dev libbenchmark-dev libcli11-dev nlohmann-json3-dev
   libfmt-dev libspdlog-dev libcpp-httplib-dev

@@ -5,6 +5,7 @@
 #include <optional>
 #include <string>
 
+#include "chorus/server/frontends/http/completion.h"
 #include "chorus/server/frontends/http/generation_stream.h"
 #include "chorus/server/frontends/http/http_status.h"
 #include "chorus/server/frontends/http/kserve_json.h"
@@ -31,18 +32,6 @@ std::string ModelName(const httplib::Request& request) { return request.matches[
 std::string ModelVersion(const httplib::Request& request) {
   return request.matches.size() > 2 ? request.matches[2].str() : "";
 }
-
-// Waits for the core's answer to a call it finishes from another thread.
-class Completion {
- public:
-  std::function<void(Status)> Callback() {
-    return [this](Status status) { done_.set_value(std::move(status)); };
-  }
-  Status Wait() { return done_.get_future().get(); }
-
- private:
-  std::promise<Status> done_;
-};
 
 StatusOr<std::optional<size_t>> JsonLength(const httplib::Request& request) {
   if (!request.has_header(kInferenceHeaderLength)) return std::optional<size_t>();

@@ -1,5 +1,8 @@
 #include "chorus/server/frontends/openai/openai_api.h"
 
+#include <absl/strings/escaping.h>
+
+#include <cstring>
 #include <nlohmann/json.hpp>
 #include <utility>
 
@@ -342,6 +345,65 @@ std::string OpenAiRenderer::Close(const GenerationChunk& last) const {
                      {"usage", Usage(last)}});
   }
   return events + "data: [DONE]\n\n";
+}
+
+StatusOr<EmbeddingsRequest> ParseEmbeddingsRequest(std::string_view body) {
+  const Json json = Json::parse(body, nullptr, false);
+  if (json.is_discarded() || !json.is_object()) {
+    return InvalidArgumentError("the request body is not a JSON object");
+  }
+  EmbeddingsRequest request;
+  for (const auto& [name, value] : json.items()) {
+    if (value.is_null() || name == "user") continue;
+    if (name == "model") {
+      if (!value.is_string()) return FieldError(name, "must be a string");
+      request.model = value.get<std::string>();
+    } else if (name == "input") {
+      if (value.is_string()) {
+        request.inputs.push_back(value.get<std::string>());
+        continue;
+      }
+      if (!value.is_array() || value.empty()) {
+        return FieldError(name, "must be a string or a non-empty list of strings");
+      }
+      for (const Json& text : value) {
+        if (!text.is_string()) return FieldError(name, "as token ids is not supported: send text");
+        request.inputs.push_back(text.get<std::string>());
+      }
+    } else if (name == "encoding_format") {
+      if (value != "float" && value != "base64") {
+        return FieldError(name, "must be \"float\" or \"base64\"");
+      }
+      request.base64 = value == "base64";
+    } else if (name == "dimensions") {
+      return FieldError(name, "is not supported (the model's own dimension is served)");
+    } else {
+      return InvalidArgumentError("unrecognized request argument supplied: '" + name + "'");
+    }
+  }
+  if (request.model.empty()) return FieldError("model", "is required");
+  if (request.inputs.empty()) return FieldError("input", "is required");
+  return request;
+}
+
+std::string RenderEmbeddings(const EmbeddingsRequest& request, const float* vectors, int64_t rows,
+                             int64_t dim, int64_t prompt_tokens) {
+  Json data = Json::array();
+  for (int64_t row = 0; row < rows; ++row) {
+    const float* vector = vectors + row * dim;
+    Json embedding;
+    if (request.base64) {
+      std::string bytes(reinterpret_cast<const char*>(vector), dim * sizeof(float));
+      embedding = absl::Base64Escape(bytes);
+    } else {
+      embedding = std::vector<float>(vector, vector + dim);
+    }
+    data.push_back({{"object", "embedding"}, {"index", row}, {"embedding", std::move(embedding)}});
+  }
+  return Dump({{"object", "list"},
+               {"data", std::move(data)},
+               {"model", request.model},
+               {"usage", {{"prompt_tokens", prompt_tokens}, {"total_tokens", prompt_tokens}}}});
 }
 
 std::string RenderOpenAiError(const Status& status) { return Dump(ErrorJson(status)); }

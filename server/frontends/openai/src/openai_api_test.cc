@@ -142,6 +142,41 @@ TEST(OpenAiApiTest, MalformedOrUnsupportedRequestsSayWhichField) {
   }
 }
 
+TEST(OpenAiApiTest, EmbeddingsTakeTextAndRenderFloatsOrBase64) {
+  ASSERT_OK_AND_ASSIGN(EmbeddingsRequest request, ParseEmbeddingsRequest(R"({
+      "model": "bert", "input": ["a", "b c"], "encoding_format": "float", "user": "u"})"));
+  EXPECT_EQ(request.model, "bert");
+  EXPECT_EQ(request.inputs, (std::vector<std::string>{"a", "b c"}));
+  EXPECT_FALSE(request.base64);
+  const float vectors[] = {0.5f, -1.0f, 0.25f, 2.0f};
+  const Json floats = Json::parse(RenderEmbeddings(request, vectors, 2, 2, 7));
+  EXPECT_EQ(floats["object"], "list");
+  EXPECT_EQ(floats["data"][1]["embedding"], Json::parse("[0.25, 2.0]"));
+  EXPECT_EQ(floats["data"][1]["index"], 1);
+  EXPECT_EQ(floats["usage"], Json::parse(R"({"prompt_tokens": 7, "total_tokens": 7})"));
+  ASSERT_OK_AND_ASSIGN(
+      request,
+      ParseEmbeddingsRequest(R"({"model": "m", "input": "one", "encoding_format": "base64"})"));
+  EXPECT_EQ(request.inputs, (std::vector<std::string>{"one"}));
+  // 0.5f and -1.0f, little-endian.
+  EXPECT_EQ(Json::parse(RenderEmbeddings(request, vectors, 1, 2, 1))["data"][0]["embedding"],
+            "AAAAPwAAgL8=");
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {R"({"input": "x"})", "'model' is required"},
+      {R"({"model": "m"})", "'input' is required"},
+      {R"({"model": "m", "input": [[1, 2]]})", "token ids"},
+      {R"({"model": "m", "input": []})", "non-empty list of strings"},
+      {R"({"model": "m", "input": "x", "encoding_format": "int8"})", "'encoding_format' must be"},
+      {R"({"model": "m", "input": "x", "dimensions": 8})", "'dimensions' is not supported"},
+      {R"({"model": "m", "input": "x", "truncate": 8})", "unrecognized request argument"},
+  };
+  for (const auto& [body, message] : cases) {
+    EXPECT_THAT(ParseEmbeddingsRequest(body).status(),
+                StatusIs(StatusCode::kInvalidArgument, HasSubstr(message)))
+        << body;
+  }
+}
+
 GenerationChunk Chunk(std::string text, std::string finish_reason = "") {
   GenerationChunk chunk;
   chunk.text = std::move(text);

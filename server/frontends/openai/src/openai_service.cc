@@ -1,15 +1,20 @@
 #include "chorus/server/frontends/openai/openai_service.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cinttypes>
 #include <cstdio>
+#include <cstring>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <random>
+#include <set>
 #include <utility>
 
+#include "chorus/server/frontends/http/completion.h"
 #include "chorus/server/frontends/http/generation_stream.h"
 #include "chorus/server/frontends/http/http_status.h"
+#include "chorus/server/models/tensor_codec.h"
 
 namespace chorus {
 namespace {
@@ -19,6 +24,66 @@ constexpr char kJson[] = "application/json";
 void ReplyError(httplib::Response& response, const Status& status) {
   response.status = HttpStatusCode(status.code());
   response.set_content(RenderOpenAiError(status), kJson);
+}
+
+// The names an embedding model's signature gives text and vectors: one BYTES
+// input, an FP32 output "embedding" [batch, dim], an optional INT64 output
+// "prompt_tokens" [batch].
+struct EmbeddingSignature {
+  std::string text;
+  std::vector<int64_t> text_dims;  // after the batch dimension
+  bool has_token_counts = false;
+};
+
+StatusOr<EmbeddingSignature> EmbeddingSignatureOf(const inference::ModelMetadataResponse& model) {
+  EmbeddingSignature signature;
+  bool has_embedding = false;
+  for (const auto& output : model.outputs()) {
+    if (output.name() == "embedding" && output.datatype() == "FP32" && output.shape_size() == 2) {
+      has_embedding = true;
+    }
+    if (output.name() == "prompt_tokens" && output.datatype() == "INT64") {
+      signature.has_token_counts = true;
+    }
+  }
+  if (model.inputs_size() != 1 || model.inputs(0).datatype() != "BYTES" || !has_embedding ||
+      model.inputs(0).shape_size() < 1) {
+    return InvalidArgumentError("model '" + model.name() +
+                                "' does not serve embeddings (it needs one batched BYTES input "
+                                "and an FP32 output 'embedding' [batch, dim])");
+  }
+  signature.text = model.inputs(0).name();
+  for (int i = 1; i < model.inputs(0).shape_size(); ++i) {
+    signature.text_dims.push_back(std::max<int64_t>(model.inputs(0).shape(i), 1));
+  }
+  return signature;
+}
+
+// The infer request for `request`'s texts, one per batch row.
+inference::ModelInferRequest EmbeddingCall(const EmbeddingsRequest& request,
+                                           const EmbeddingSignature& signature) {
+  inference::ModelInferRequest call;
+  call.set_model_name(request.model);
+  auto* input = call.add_inputs();
+  input->set_name(signature.text);
+  input->set_datatype("BYTES");
+  input->add_shape(static_cast<int64_t>(request.inputs.size()));
+  for (int64_t dim : signature.text_dims) input->add_shape(dim);
+  call.add_raw_input_contents(StringsToRaw(request.inputs));
+  call.add_outputs()->set_name("embedding");
+  if (signature.has_token_counts) call.add_outputs()->set_name("prompt_tokens");
+  return call;
+}
+
+// `response`'s output `name` as raw bytes, with its shape.
+const std::string* RawOutput(const inference::ModelInferResponse& response, const char* name,
+                             std::vector<int64_t>* shape) {
+  for (int i = 0; i < response.outputs_size() && i < response.raw_output_contents_size(); ++i) {
+    if (response.outputs(i).name() != name) continue;
+    shape->assign(response.outputs(i).shape().begin(), response.outputs(i).shape().end());
+    return &response.raw_output_contents(i);
+  }
+  return nullptr;
 }
 
 int64_t UnixNow() {
@@ -48,15 +113,67 @@ void OpenAiService::Register(HttpEndpoint* endpoint) {
                [this](const httplib::Request& request, httplib::Response& response) {
                  Generate(request, response, OpenAiEndpoint::kChatCompletions);
                });
+  AddPostRoute(server, "/v1/embeddings",
+               [this](const httplib::Request& request, httplib::Response& response) {
+                 Embed(request, response);
+               });
+}
+
+void OpenAiService::Embed(const httplib::Request& http_request, httplib::Response& http_response) {
+  StatusOr<EmbeddingsRequest> request = ParseEmbeddingsRequest(http_request.body);
+  if (!request.ok()) return ReplyError(http_response, request.status());
+  inference::ModelMetadataResponse metadata;
+  Status found = core_->ModelMetadata(request->model, "", &metadata);
+  if (!found.ok()) return ReplyError(http_response, found);
+  StatusOr<EmbeddingSignature> signature = EmbeddingSignatureOf(metadata);
+  if (!signature.ok()) return ReplyError(http_response, signature.status());
+  const inference::ModelInferRequest call = EmbeddingCall(*request, *signature);
+  inference::ModelInferResponse response;
+  Completion completion;
+  core_->Infer(&call, &response, InferenceCore::Clock::time_point::max(), nullptr,
+               completion.Callback());
+  Status status = completion.Wait();
+  if (!status.ok()) return ReplyError(http_response, status);
+  std::vector<int64_t> shape, token_shape;
+  const std::string* vectors = RawOutput(response, "embedding", &shape);
+  const int64_t rows = static_cast<int64_t>(request->inputs.size());
+  if (vectors == nullptr || shape.size() != 2 || shape[0] != rows ||
+      vectors->size() != static_cast<size_t>(rows * shape[1]) * sizeof(float)) {
+    return ReplyError(http_response,
+                      InternalError("model '" + request->model +
+                                    "' answered an 'embedding' that is not [inputs, dim] FP32"));
+  }
+  int64_t tokens = 0;
+  if (const std::string* counts = RawOutput(response, "prompt_tokens", &token_shape)) {
+    for (size_t at = 0; at + sizeof(int64_t) <= counts->size(); at += sizeof(int64_t)) {
+      int64_t count;
+      std::memcpy(&count, counts->data() + at, sizeof(count));
+      tokens += count;
+    }
+  }
+  http_response.set_content(
+      RenderEmbeddings(*request, reinterpret_cast<const float*>(vectors->data()), rows, shape[1],
+                       tokens),
+      kJson);
 }
 
 void OpenAiService::ListModels(httplib::Response& response) const {
   nlohmann::json data = nlohmann::json::array();
-  for (const std::shared_ptr<LoadedModel>& model : core_->GenerativeModels()) {
-    data.push_back({{"id", model->name()},
-                    {"object", "model"},
-                    {"created", started_},
-                    {"owned_by", "chorus"}});
+  auto add = [&](const std::string& name) {
+    data.push_back(
+        {{"id", name}, {"object", "model"}, {"created", started_}, {"owned_by", "chorus"}});
+  };
+  for (const std::shared_ptr<LoadedModel>& model : core_->GenerativeModels()) add(model->name());
+  inference::RepositoryIndexResponse index;
+  core_->RepositoryIndex(/*ready_only=*/true, &index);
+  std::set<std::string> listed;
+  for (const auto& entry : index.models()) {
+    inference::ModelMetadataResponse metadata;
+    if (listed.insert(entry.name()).second &&
+        core_->ModelMetadata(entry.name(), "", &metadata).ok() &&
+        EmbeddingSignatureOf(metadata).ok()) {
+      add(entry.name());
+    }
   }
   response.set_content(nlohmann::json{{"object", "list"}, {"data", std::move(data)}}.dump(), kJson);
 }

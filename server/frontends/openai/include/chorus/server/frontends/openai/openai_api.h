@@ -1,6 +1,6 @@
-// OpenAI's completions and chat completions API, as JSON: request bodies
-// parsed into what chorus' generation engines take, answers and server-sent
-// event chunks rendered. No transport here (openai_service.h serves it over
+// OpenAI's completions, chat completions and embeddings API, as JSON: request
+// bodies parsed into what chorus' generation engines and models take, answers
+// and server-sent event chunks rendered. No transport here (openai_service.h serves it over
 // HTTP). docs/server.md lists the fields and what chorus does with each.
 #ifndef CHORUS_SERVER_FRONTENDS_OPENAI_OPENAI_API_H_
 #define CHORUS_SERVER_FRONTENDS_OPENAI_OPENAI_API_H_
@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "chorus/common/status.h"
 #include "chorus/serving/generation_engines.h"
@@ -55,6 +56,24 @@ class OpenAiRenderer {
   const int64_t created_;
   bool role_sent_ = false;
 };
+
+// POST /v1/embeddings: texts to turn into vectors.
+struct EmbeddingsRequest {
+  std::string model;
+  std::vector<std::string> inputs;  // `input`: one string or a list of them
+  bool base64 = false;              // encoding_format "base64": little-endian fp32
+};
+
+// The request in `body`. INVALID_ARGUMENT naming the field for malformed
+// JSON, a missing model or input, an input that is not text (token ids), an
+// encoding_format other than float and base64, `dimensions` (not supported),
+// or a field OpenAI does not define.
+StatusOr<EmbeddingsRequest> ParseEmbeddingsRequest(std::string_view body);
+
+// The answer: `rows` vectors of `dim` floats each (row-major in `vectors`),
+// `prompt_tokens` their input tokens in all.
+std::string RenderEmbeddings(const EmbeddingsRequest& request, const float* vectors, int64_t rows,
+                             int64_t dim, int64_t prompt_tokens);
 
 // An error as OpenAI's clients read it: {"error": {"message", "type",
 // "param", "code"}}.

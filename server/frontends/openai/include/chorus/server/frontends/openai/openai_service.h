@@ -4,7 +4,9 @@
 // OpenAI's API on the HTTP port: /v1/models, /v1/completions and
 // /v1/chat/completions, whole or streamed as server-sent events, over the
 // generation engines of the server's generative models (inference_core.h's
-// GenerateText). Each handler parses (openai_api.h), hands the request to the
+// GenerateText); /v1/embeddings over models whose signature is text in and
+// an "embedding" out, one infer request through the scheduler (batched with
+// others). Each handler parses (openai_api.h), hands the request to the
 // core and renders what the engines give. A stream is cancelled, its cache
 // freed, when the client goes away (a write fails; an idle stream is probed
 // with a keep-alive comment every second).
@@ -36,6 +38,9 @@ class OpenAiService {
   void ListModels(httplib::Response& response) const;
   void Generate(const httplib::Request& http_request, httplib::Response& http_response,
                 OpenAiEndpoint endpoint);
+  // Blocks its HTTP thread until the embedding model's batch ran (as REST's
+  // infer does).
+  void Embed(const httplib::Request& http_request, httplib::Response& http_response);
   std::string NewId(OpenAiEndpoint endpoint);
 
   InferenceCore* const core_;
