@@ -18,7 +18,7 @@ import math
 from array import array
 from collections import OrderedDict
 from dataclasses import dataclass
-from typing import Dict, List, Tuple, Union
+from typing import Dict, List, Optional, Tuple, Union
 
 import torch
 import torch.nn.functional as F
@@ -217,27 +217,29 @@ class BatchAttention:
                            *cache.shape[1:])
 
     def _attend_decodes(self, q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor,
-                        rep: int) -> torch.Tensor:
+                        rep: int, scale: Optional[float]) -> torch.Tensor:
         """The one-token sequences' attention: q [B, heads, head_dim] against their
         padded contexts, [B, heads, 1, head_dim] by [B, heads, width, head_dim], masked."""
         key = _repeat(self._gather_decodes(keys), rep).transpose(1, 2)
         value = _repeat(self._gather_decodes(values), rep).transpose(1, 2)
         attended = F.scaled_dot_product_attention(q.unsqueeze(2), key, value,
-                                                  attn_mask=self._single_mask)
+                                                  attn_mask=self._single_mask, scale=scale)
         return attended.squeeze(2).to(q.dtype)
 
-    def __call__(self, layer: int, q: torch.Tensor, k: torch.Tensor,
-                 v: torch.Tensor) -> torch.Tensor:
+    def __call__(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                 scale: Optional[float] = None) -> torch.Tensor:
+        """Writes k and v into the cache; each token's attention over its sequence up to
+        itself. `scale`: of q·k (default 1/sqrt(head_dim))."""
         keys, values = self.cache.k[layer], self.cache.v[layer]
         keys.index_copy_(0, self.write_slots, k.to(keys.dtype))
         values.index_copy_(0, self.write_slots, v.to(values.dtype))
         rep = q.shape[1] // k.shape[1]
         if not self._multis:  # a decode step: the rows are the batch, in order
-            return self._attend_decodes(q, keys, values, rep)
+            return self._attend_decodes(q, keys, values, rep, scale)
         out = torch.empty_like(q)
         if self._singles:
             out[self._single_rows] = self._attend_decodes(q[self._single_rows], keys, values,
-                                                          rep)
+                                                          rep, scale)
         for i in self._multis:
             s, first = self.slices[i], self._offsets[i]
             n = s.end - s.start
@@ -248,7 +250,8 @@ class BatchAttention:
             # New token j (position start + j) sees positions <= start + j.
             allowed = (torch.arange(s.end, device=q.device)[None, :]
                        <= torch.arange(s.start, s.end, device=q.device)[:, None])
-            attended = F.scaled_dot_product_attention(query, key, value, attn_mask=allowed)
+            attended = F.scaled_dot_product_attention(query, key, value, attn_mask=allowed,
+                                                      scale=scale)
             out[first:first + n] = attended.transpose(0, 1).to(out.dtype)
         return out
 
