@@ -157,6 +157,10 @@ class Engine:
                                         request.digests)
             if piece.end < len(request.tokens):
                 continue  # a prompt chunk: its next token comes from a later step
+            if row in masked and bool(torch.isinf(masked[row]).all()):
+                # Only an end the vocabulary lacks is left: the structure is complete.
+                outputs.append(self._progress(request, None))
+                continue
             if row in masked:
                 token = (int(masked[row].argmax()) if request.params.greedy else
                          sample(masked[row].float().cpu(), request.params, request.generator))
@@ -227,9 +231,10 @@ class Engine:
         request.preemptions += 1
         self.waiting.appendleft(request)
 
-    def _progress(self, request: Request, token: int) -> StepOutput:
+    def _progress(self, request: Request, token: Optional[int]) -> StepOutput:
+        """What `token` (None: no token, the output is complete) gives the request."""
         reason = None
-        if token in self._eos and not request.params.ignore_eos:
+        if token is None or (token in self._eos and not request.params.ignore_eos):
             reason = "stop"
         elif request.constraint is not None and request.constraint.done:
             reason = "stop"  # the output is complete: the grammar admits only its end
@@ -247,8 +252,8 @@ class Engine:
         request.emitted += delta
         if reason is not None:
             self._finish(request)
-        return StepOutput(request.request_id, [token], delta, reason, len(request.prompt),
-                          len(request.output))
+        return StepOutput(request.request_id, [] if token is None else [token], delta, reason,
+                          len(request.prompt), len(request.output))
 
     def _finish(self, request: Request) -> None:
         self.running.remove(request)
