@@ -20,6 +20,8 @@ import os
 import sys
 from importlib.metadata import packages_distributions
 
+import torch
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "llama3"))
 
@@ -62,21 +64,44 @@ def load_model(checkpoint: str):
     return model, what
 
 
+def greedy_by_recomputation(model, prompts, max_tokens):
+    """The model's own greedy tokens (its own attention, the whole sequence each time)."""
+    out = []
+    with torch.inference_mode():
+        for prompt in prompts:
+            ids = list(prompt)
+            for _ in range(max_tokens):
+                ids.append(int(model(input_ids=torch.tensor([ids])).logits[0, -1].argmax()))
+            out.append(ids[len(prompt):])
+    return out
+
+
 def check_served(lm: TransformersCausalLM, what: str) -> None:
-    """One greedy token through a paged engine; PackagingError naming what is missing
-    when the architecture does not route its attention through the interface."""
+    """Two sequences through a paged engine at once, prefill and decodes, must give the
+    model's own greedy tokens; PackagingError naming what is missing otherwise (an
+    architecture whose attention bypasses transformers' interface, or needs inputs the
+    paged attention does not apply)."""
+    vocab = lm.model_shape().vocab_size
+    prompts = [[i % vocab for i in range(1, 9)], [i % vocab for i in range(20, 25)]]
+    expected = greedy_by_recomputation(lm.model, prompts, 4)
     try:
         lm.prepare()
-        engine = Engine(lm, cache_blocks=8, block_size=16)
-        engine.add("check", [1, 2, 3], SamplingParams(max_tokens=1, temperature=0))
+        engine = Engine(lm, cache_blocks=8, block_size=4)
+        for i, prompt in enumerate(prompts):
+            engine.add(str(i), prompt, SamplingParams(max_tokens=4, temperature=0,
+                                                      ignore_eos=True))
+        got = [[], []]
         while engine.has_work():
-            engine.step()
+            for out in engine.step():
+                got[int(out.request_id)] += out.token_ids
     except (ValueError, RuntimeError, TypeError, AttributeError) as error:
+        raise PackagingError(f"{what} cannot be served by chorus' paged attention: "
+                             f"{str(error).splitlines()[0]}") from None
+    if got != expected:
         raise PackagingError(
-            f"{what} cannot be served by chorus' paged attention: its attention must go "
-            "through transformers' attention interface (AttentionInterface) with a "
-            f"layer_idx per layer, without logit soft-capping ({str(error).splitlines()[0]})"
-        ) from None
+            f"{what} cannot be served by chorus' paged attention: a paged step's greedy "
+            f"tokens {got} are not the model's own {expected} (its attention does not go "
+            "through transformers' attention interface alone)")
 
 
 def installed_modules():

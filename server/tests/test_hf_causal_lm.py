@@ -8,6 +8,7 @@ once with mixed lengths. A checkpoint that cannot be served is refused naming wh
 import concurrent.futures
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -115,6 +116,23 @@ def test_greedy_completions_equal_transformers_generate(lm_server, name):
     assert answers == expected[name]
 
 
+def test_structured_output_holds_with_a_checkpoints_own_tokenizer(lm_server):
+    # The tokenizer.json vocabulary (BPE, multi-byte tokens, a real EOS), not bytes.
+    server, _ = lm_server
+    client = client_of(server)
+    for name in ("qwen2", "gpt2"):
+        answer = client.completions.create(
+            model=name, prompt="pick one", max_tokens=16, temperature=0,
+            extra_body={"guided_choice": ["yes", "no", "maybe later"]}).choices[0]
+        assert (answer.text, answer.finish_reason) in (
+            ("yes", "stop"), ("no", "stop"), ("maybe later", "stop"))
+        for seed in range(3):
+            answer = client.completions.create(
+                model=name, prompt="code:", max_tokens=16, seed=seed,
+                extra_body={"guided_regex": "[a-f]{2}-[0-9]{3}"}).choices[0]
+            assert re.fullmatch("[a-f]{2}-[0-9]{3}", answer.text), answer.text
+
+
 def test_the_models_are_listed(lm_server):
     server, _ = lm_server
     assert len(client_of(server).models.list().data) == 7
@@ -131,7 +149,15 @@ def test_an_architecture_that_cannot_be_served_is_refused_naming_why(tmp_path):
                              str(tmp_path / "out.pt")], capture_output=True, text=True)
     assert result.returncode != 0
     assert "model_type 'gemma2'" in result.stderr
-    assert "soft-capping is not supported" in result.stderr
+    assert "logit soft-capping (softcap) is not supported" in result.stderr
+    # ALiBi in its own attention code: transformers' interface never sees it.
+    bloom = make_checkpoint(tmp_path / "bloom", transformers.BloomConfig(
+        vocab_size=300, hidden_size=64, n_layer=2, n_head=4), 0)
+    result = subprocess.run([sys.executable, PACKAGER, str(bloom), str(tmp_path / "b.pt")],
+                            capture_output=True, text=True)
+    assert result.returncode != 0
+    assert "model_type 'bloom'" in result.stderr
+    assert "cannot be served by chorus' paged attention" in result.stderr
     (tmp_path / "odd").mkdir()
     (tmp_path / "odd" / "config.json").write_text(json.dumps({"model_type": "no_such_arch"}))
     result = subprocess.run([sys.executable, PACKAGER, str(tmp_path / "odd"),

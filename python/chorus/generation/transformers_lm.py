@@ -21,6 +21,10 @@ import torch
 from chorus.generation.protocol import ModelShape
 
 ATTENTION = "chorus_paged"
+# Attention inputs the paged attention does not apply: refused, never ignored.
+UNSUPPORTED = {"softcap": "logit soft-capping", "s_aux": "attention sinks",
+               "sinks": "attention sinks", "position_bias": "a position bias",
+               "alibi": "ALiBi"}
 _step = threading.local()  # the running step's BatchAttention, per engine thread
 
 
@@ -29,9 +33,13 @@ def paged_attention(module, query: torch.Tensor, key: torch.Tensor, value: torch
                     dropout: float = 0.0, **kwargs: Any):
     """transformers' attention signature: query [1, heads, N, head_dim], key and value
     [1, kv_heads, N, head_dim]; returns ([1, N, heads, head_dim], None)."""
-    if kwargs.get("softcap") is not None:
-        raise ValueError("attention logit soft-capping is not supported by chorus' paged "
-                         "attention")
+    for name in UNSUPPORTED:
+        if kwargs.get(name) is not None:
+            raise ValueError(f"attention with {UNSUPPORTED[name]} ({name}) is not supported by "
+                             "chorus' paged attention")
+    if attention_mask is not None:
+        raise ValueError("the model passes its own attention mask (an attention bias): not "
+                         "supported by chorus' paged attention")
     attention = getattr(_step, "attention", None)
     if attention is None:
         raise RuntimeError(f"{ATTENTION} attention runs only inside an engine step")
@@ -81,13 +89,16 @@ class TransformersCausalLM(torch.nn.Module):
 
     def __setstate__(self, state):
         super().__setstate__(state)
-        register()
-        self.model.set_attn_implementation(ATTENTION)
+        self.prepare()
 
     def prepare(self) -> "TransformersCausalLM":
-        """Switches the model's attention to the paged cache (also done on unpickling)."""
+        """Switches the model's attention to the paged cache (also done on unpickling);
+        ValueError when the architecture does not take it."""
         register()
         self.model.set_attn_implementation(ATTENTION)
+        if getattr(self.model.config, "_attn_implementation", None) != ATTENTION:
+            raise ValueError(f"{type(self.model).__name__} does not take an attention "
+                             "implementation through transformers' attention interface")
         return self
 
     def forward(self, text: List[str]) -> List[str]:
