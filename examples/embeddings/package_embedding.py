@@ -69,6 +69,26 @@ def sentence_transformers_settings(checkpoint: str):
     return pooling, normalize
 
 
+# Position ids of these start past the padding id (transformers' RoBERTa embeddings).
+OFFSET_POSITIONS = {"roberta", "xlm-roberta", "camembert", "longformer"}
+
+
+def longest_input(checkpoint: str, config: dict) -> int:
+    """Tokens an input is truncated to: sentence-transformers' max_seq_length, else the
+    tokenizer's model_max_length, else the positions the model has."""
+    st = _read_json(checkpoint, "sentence_bert_config.json", required=False)
+    if isinstance(st.get("max_seq_length"), int):
+        return st["max_seq_length"]
+    tokenizer = _read_json(checkpoint, "tokenizer_config.json", required=False)
+    if isinstance(tokenizer.get("model_max_length"), int) and \
+            tokenizer["model_max_length"] < 1_000_000:
+        return tokenizer["model_max_length"]
+    positions = config.get("max_position_embeddings") or 512
+    if config.get("model_type") in OFFSET_POSITIONS:
+        positions -= (config.get("pad_token_id") or 0) + 1
+    return positions
+
+
 def load_model(checkpoint: str):
     import transformers
     config = _read_json(checkpoint, "config.json")
@@ -97,7 +117,7 @@ def package(checkpoint: str, output: str, name: str, pooling=None, normalize=Non
     pad = pad_id(_read_json(checkpoint, "tokenizer_config.json", required=False),
                  vocab if isinstance(vocab, dict) else {})
     pad = pad if pad is not None else (config.get("pad_token_id") or 0)
-    max_length = max_length or config.get("max_position_embeddings") or 512
+    max_length = max_length or longest_input(checkpoint, config)
     embedder = TextEmbedder(model, tokenizer_json, pooling, normalize, max_length, pad)
     return create_package(output, embedder, (["chorus", "serves embeddings"],), name=name,
                           max_batch_size=max_batch_size, input_names=["text"],

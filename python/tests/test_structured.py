@@ -150,3 +150,20 @@ def test_a_tokenizer_without_its_vocabulary_cannot_be_constrained(generator):
         engine.add("x", "x", SamplingParams(structured_outputs={"json_object": True}))
     engine.add("y", "x", SamplingParams(max_tokens=2, temperature=0))  # others still run
     assert len(run_all(engine, [])) == 1
+
+
+def test_a_failing_matcher_fails_its_request_alone(generator):
+    engine = Engine(generator, cache_blocks=64)
+    engine.add("json", "{", sampled(0, {"json": PERSON}))
+    engine.add("free", "chorus", SamplingParams(max_tokens=8, temperature=0))
+    engine.step()  # both prefilled, one token each
+    # A token the grammar refuses (as a resource limit would): its matcher errs.
+    engine._ids["json"].constraint.consume(ord("z"))
+    tokens = {}
+    while engine.has_work():
+        for out in engine.step():
+            tokens[out.request_id] = tokens.get(out.request_id, 0) + len(out.token_ids)
+    assert [request_id for request_id, _ in engine.failed] == ["json"]
+    assert "structured output failed" in engine.failed[0][1]
+    assert tokens == {"free": 7}  # the rest of its 8
+    assert engine.cache.used_blocks == 0

@@ -87,6 +87,23 @@ def test_vectors_equal_transformers_one_text_and_a_list(embedding_server, name):
         np.testing.assert_allclose(np.linalg.norm(vectors, axis=1), 1.0, atol=1e-5)
 
 
+def test_more_inputs_than_the_models_batch_go_as_several_calls(embedding_server):
+    server, references = embedding_server
+    answer = client_of(server).embeddings.create(model="bert", input=TEXTS * 5,
+                                                 encoding_format="float")  # 40 > 16
+    np.testing.assert_allclose(np.array([d.embedding for d in answer.data]),
+                               np.tile(references["bert"].numpy(), (5, 1)), atol=1e-5)
+    assert [d.index for d in answer.data] == list(range(40))
+
+
+def test_an_input_is_cut_where_sentence_transformers_cuts_it(tmp_path):
+    (tmp_path / "sentence_bert_config.json").write_text('{"max_seq_length": 77}')
+    assert package_embedding.longest_input(str(tmp_path), {"max_position_embeddings": 512}) == 77
+    (tmp_path / "sentence_bert_config.json").unlink()
+    roberta = {"model_type": "roberta", "max_position_embeddings": 514, "pad_token_id": 1}
+    assert package_embedding.longest_input(str(tmp_path), roberta) == 512
+
+
 def test_concurrent_requests_are_batched_and_each_gets_its_own(embedding_server):
     server, references = embedding_server
     client = client_of(server)

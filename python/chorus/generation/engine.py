@@ -13,7 +13,7 @@ Not thread-safe: one thread (chorus-server's loop for this interpreter) drives i
 
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Deque, Dict, List, Optional, Sequence, Union
+from typing import Deque, Dict, List, Optional, Sequence, Tuple, Union
 
 import torch
 
@@ -76,6 +76,8 @@ class Engine:
         self._ids: Dict[str, Request] = {}
         self._eos = set(self.tokenizer.eos_token_ids)
         self._vocabulary = Vocabulary(self.tokenizer, self.shape.vocab_size)
+        # Requests that failed in a step, (id, why): their caller hands these on.
+        self.failed: List[Tuple[str, str]] = []
         self.prefix_queries = 0  # tokens of admitted sequences looked up in the prefix cache
         self.prefix_hits = 0     # of which were there
 
@@ -157,6 +159,8 @@ class Engine:
                                         request.digests)
             if piece.end < len(request.tokens):
                 continue  # a prompt chunk: its next token comes from a later step
+            if row in masked and self._failed(request):
+                continue
             if row in masked and bool(torch.isinf(masked[row]).all()):
                 # Only an end the vocabulary lacks is left: the structure is complete.
                 outputs.append(self._progress(request, None))
@@ -170,9 +174,19 @@ class Engine:
                 token = sample(logits[row].float().cpu(), request.params, request.generator)
             if request.constraint is not None:
                 request.constraint.consume(token)
+                if self._failed(request):
+                    continue
             request.output.append(token)
             outputs.append(self._progress(request, token))
         return outputs
+
+    def _failed(self, request: Request) -> bool:
+        """Ends `request` as failed when its matcher has (the others go on)."""
+        error = request.constraint.error if request.constraint is not None else ""
+        if error:
+            self._finish(request)
+            self.failed.append((request.request_id, f"structured output failed: {error}"))
+        return bool(error)
 
     def _constrain(self, logits, batch, slices) -> Dict[int, torch.Tensor]:
         """The logits of the rows that sample under a constraint, its forbidden tokens at

@@ -43,6 +43,8 @@ class EngineHost:
                 outputs.append((out.request_id, out.text, len(out.token_ids),
                                 out.finish_reason or "", out.prompt_tokens,
                                 out.completion_tokens))
+        refused += self.engine.failed  # requests that failed in the step
+        self.engine.failed.clear()
         stats = self.engine.stats()
         return refused, outputs, [stats[key] for key in (
             "running", "waiting", "cache_blocks_used", "cache_blocks_total",

@@ -37,6 +37,8 @@ def check_spec(spec) -> dict:
             spec = json.loads(spec)
         except ValueError:
             raise ValueError("structured_outputs must be a JSON object") from None
+    if isinstance(spec, dict):  # vLLM's model_dump() leaves the other kinds as null
+        spec = {key: value for key, value in spec.items() if value is not None}
     if not isinstance(spec, dict) or len(spec) != 1 or next(iter(spec)) not in KINDS:
         raise ValueError("structured_outputs must have exactly one of the keys "
                          f"{', '.join(KINDS)}")
@@ -87,7 +89,8 @@ class Vocabulary:
             raise ValueError("structured output needs the model's tokenizer to provide "
                              "token_bytes() or tokenizer_json (its vocabulary)")
         tokens = list(token_bytes())
-        if not eos:
+        if not eos:  # past every logits column, so it is never sampled
+            tokens += [b""] * max(0, self.logits_width - len(tokens))
             eos = [len(tokens)]
             tokens.append(b"")
         return llg.LLTokenizer(llg.TokenizerWrapper(_Wrapped(self.tokenizer, tokens, eos[0])))
@@ -122,13 +125,19 @@ class Constraint:
         self.vocab_size = vocab_size
 
     def consume(self, token: int) -> None:
-        if not self.matcher.consume_token(token):
-            raise RuntimeError(f"the grammar refused token {token}: {self.matcher.get_error()}")
+        """Advances the matcher; a token it refuses (or a limit it hits) leaves it in its
+        error state, which `error` reports."""
+        self.matcher.consume_token(token)
+
+    @property
+    def error(self) -> str:
+        """Why the matcher failed ("" while it has not)."""
+        return self.matcher.get_error() if self.matcher.is_error() else ""
 
     @property
     def done(self) -> bool:
         """The grammar is complete and admits nothing more: the request ends ("stop")."""
-        return self.matcher.is_stopped()
+        return not self.matcher.is_error() and self.matcher.is_stopped()
 
 
 def allowed_tokens(constraints: Sequence[Constraint], logits_width: int) -> torch.Tensor:

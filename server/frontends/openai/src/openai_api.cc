@@ -74,6 +74,14 @@ constexpr NeutralField kNeutral[] = {
     {"metadata", Anything, "", Where::kChat},
 };
 
+// object[key] when it is a string, else "" (nlohmann's value() throws on
+// another type; a field of the wrong type is then refused by its check).
+std::string StringAt(const Json& object, const char* key) {
+  if (!object.is_object()) return "";
+  auto it = object.find(key);
+  return it != object.end() && it->is_string() ? it->get<std::string>() : "";
+}
+
 Status FieldError(const std::string& field, const std::string& what) {
   return InvalidArgumentError("'" + field + "' " + what);
 }
@@ -108,7 +116,7 @@ StatusOr<Json> StructuredSpecOf(const std::string& name, const Json& value) {
   for (const auto& [field, kind] : kGuided) {
     if (name == field) return Json{{kind, value}};
   }
-  const std::string type = value.is_object() ? value.value("type", "") : "";
+  const std::string type = StringAt(value, "type");
   if (type == "text") return Json();
   if (type == "json_object") return Json{{"json_object", true}};
   if (type != "json_schema") {
@@ -140,8 +148,7 @@ StatusOr<std::string> ContentText(const Json& content, size_t index) {
   if (!content.is_array()) return FieldError(field, "must be a string or a list of text parts");
   std::string text;
   for (const Json& part : content) {
-    if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") ||
-        !part["text"].is_string()) {
+    if (StringAt(part, "type") != "text" || !part.contains("text") || !part["text"].is_string()) {
       return FieldError(field, "may hold only text parts ({\"type\": \"text\", \"text\": ...})");
     }
     text += part["text"].get<std::string>();

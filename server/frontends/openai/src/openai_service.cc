@@ -59,17 +59,18 @@ StatusOr<EmbeddingSignature> EmbeddingSignatureOf(const inference::ModelMetadata
   return signature;
 }
 
-// The infer request for `request`'s texts, one per batch row.
-inference::ModelInferRequest EmbeddingCall(const EmbeddingsRequest& request,
+// The infer request for `texts`, one per batch row.
+inference::ModelInferRequest EmbeddingCall(const std::string& model,
+                                           const std::vector<std::string>& texts,
                                            const EmbeddingSignature& signature) {
   inference::ModelInferRequest call;
-  call.set_model_name(request.model);
+  call.set_model_name(model);
   auto* input = call.add_inputs();
   input->set_name(signature.text);
   input->set_datatype("BYTES");
-  input->add_shape(static_cast<int64_t>(request.inputs.size()));
+  input->add_shape(static_cast<int64_t>(texts.size()));
   for (int64_t dim : signature.text_dims) input->add_shape(dim);
-  call.add_raw_input_contents(StringsToRaw(request.inputs));
+  call.add_raw_input_contents(StringsToRaw(texts));
   call.add_outputs()->set_name("embedding");
   if (signature.has_token_counts) call.add_outputs()->set_name("prompt_tokens");
   return call;
@@ -84,6 +85,70 @@ const std::string* RawOutput(const inference::ModelInferResponse& response, cons
     return &response.raw_output_contents(i);
   }
   return nullptr;
+}
+
+// The vectors of every input, in order, and their token count.
+struct Embeddings {
+  std::vector<float> vectors;  // rows * dim
+  int64_t dim = 0;
+  int64_t tokens = 0;
+};
+
+// Appends one call's answer for `rows` inputs to `out`.
+Status AppendEmbeddings(const std::string& model, const inference::ModelInferResponse& response,
+                        int64_t rows, Embeddings* out) {
+  std::vector<int64_t> shape, token_shape;
+  const std::string* vectors = RawOutput(response, "embedding", &shape);
+  if (vectors == nullptr || shape.size() != 2 || shape[0] != rows ||
+      (out->dim != 0 && shape[1] != out->dim) ||
+      vectors->size() != static_cast<size_t>(rows * shape[1]) * sizeof(float)) {
+    return InternalError("model '" + model +
+                         "' answered an 'embedding' that is not [inputs, dim] FP32");
+  }
+  out->dim = shape[1];
+  const size_t at = out->vectors.size();
+  out->vectors.resize(at + rows * shape[1]);
+  std::memcpy(out->vectors.data() + at, vectors->data(), vectors->size());
+  if (const std::string* counts = RawOutput(response, "prompt_tokens", &token_shape)) {
+    for (size_t i = 0; i + sizeof(int64_t) <= counts->size(); i += sizeof(int64_t)) {
+      int64_t count;
+      std::memcpy(&count, counts->data() + i, sizeof(count));
+      out->tokens += count;
+    }
+  }
+  return OkStatus();
+}
+
+// The vectors of `request`'s inputs from `core`.
+StatusOr<Embeddings> RunEmbeddings(InferenceCore* core, const EmbeddingsRequest& request,
+                                   const EmbeddingSignature& signature) {
+  // More inputs than the model's largest batch go as several calls, at once.
+  inference::ModelConfigResponse config;
+  CHORUS_RETURN_IF_ERROR(core->ModelConfig(request.model, "", &config));
+  const size_t most = std::max<size_t>(1, config.config().max_batch_size());
+  const size_t calls = (request.inputs.size() + most - 1) / most;
+  std::vector<inference::ModelInferRequest> requests(calls);
+  std::vector<inference::ModelInferResponse> responses(calls);
+  std::vector<Completion> completions(calls);
+  for (size_t i = 0; i < calls; ++i) {
+    const auto first = request.inputs.begin() + i * most;
+    const auto last = request.inputs.begin() + std::min(request.inputs.size(), (i + 1) * most);
+    requests[i] = EmbeddingCall(request.model, std::vector<std::string>(first, last), signature);
+    core->Infer(&requests[i], &responses[i], InferenceCore::Clock::time_point::max(), nullptr,
+                completions[i].Callback());
+  }
+  Status status = OkStatus();
+  for (Completion& completion : completions) {
+    Status done = completion.Wait();  // every call, even after an error: they use `responses`
+    if (status.ok()) status = std::move(done);
+  }
+  CHORUS_RETURN_IF_ERROR(status);
+  Embeddings out;
+  for (size_t i = 0; i < calls; ++i) {
+    const int64_t rows = requests[i].inputs(0).shape(0);
+    CHORUS_RETURN_IF_ERROR(AppendEmbeddings(request.model, responses[i], rows, &out));
+  }
+  return out;
 }
 
 int64_t UnixNow() {
@@ -127,34 +192,12 @@ void OpenAiService::Embed(const httplib::Request& http_request, httplib::Respons
   if (!found.ok()) return ReplyError(http_response, found);
   StatusOr<EmbeddingSignature> signature = EmbeddingSignatureOf(metadata);
   if (!signature.ok()) return ReplyError(http_response, signature.status());
-  const inference::ModelInferRequest call = EmbeddingCall(*request, *signature);
-  inference::ModelInferResponse response;
-  Completion completion;
-  core_->Infer(&call, &response, InferenceCore::Clock::time_point::max(), nullptr,
-               completion.Callback());
-  Status status = completion.Wait();
-  if (!status.ok()) return ReplyError(http_response, status);
-  std::vector<int64_t> shape, token_shape;
-  const std::string* vectors = RawOutput(response, "embedding", &shape);
+  StatusOr<Embeddings> embeddings = RunEmbeddings(core_, *request, *signature);
+  if (!embeddings.ok()) return ReplyError(http_response, embeddings.status());
   const int64_t rows = static_cast<int64_t>(request->inputs.size());
-  if (vectors == nullptr || shape.size() != 2 || shape[0] != rows ||
-      vectors->size() != static_cast<size_t>(rows * shape[1]) * sizeof(float)) {
-    return ReplyError(http_response,
-                      InternalError("model '" + request->model +
-                                    "' answered an 'embedding' that is not [inputs, dim] FP32"));
-  }
-  int64_t tokens = 0;
-  if (const std::string* counts = RawOutput(response, "prompt_tokens", &token_shape)) {
-    for (size_t at = 0; at + sizeof(int64_t) <= counts->size(); at += sizeof(int64_t)) {
-      int64_t count;
-      std::memcpy(&count, counts->data() + at, sizeof(count));
-      tokens += count;
-    }
-  }
-  http_response.set_content(
-      RenderEmbeddings(*request, reinterpret_cast<const float*>(vectors->data()), rows, shape[1],
-                       tokens),
-      kJson);
+  http_response.set_content(RenderEmbeddings(*request, embeddings->vectors.data(), rows,
+                                             embeddings->dim, embeddings->tokens),
+                            kJson);
 }
 
 void OpenAiService::ListModels(httplib::Response& response) const {
