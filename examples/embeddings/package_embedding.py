@@ -15,22 +15,13 @@ import argparse
 import json
 import os
 import sys
-from importlib.metadata import packages_distributions
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
-from chorus.package import PackagingError, PackagingRules, create_package  # noqa: E402
+from chorus.package import (PackagingError, PackagingRules, create_package,  # noqa: E402
+                            installed_modules)
 from embedder import TextEmbedder, pad_id  # noqa: E402
-
-
-
-def installed_modules():
-    """Every installed distribution's modules: imported where the archive runs, not
-    packaged (the network's code is transformers' own, and what it reaches, such as the
-    hub's kernels, holds compiled extensions). Only this folder's code is packaged."""
-    names = sorted(packages_distributions())
-    return [pattern for name in names for pattern in (name, name + ".**")]
 
 ST_POOLING = {"pooling_mode_cls_token": "cls", "pooling_mode_mean_tokens": "mean",
               "pooling_mode_lasttoken": "last"}

@@ -18,7 +18,6 @@ import argparse
 import json
 import os
 import sys
-from importlib.metadata import packages_distributions
 
 import torch
 
@@ -27,7 +26,8 @@ sys.path.insert(0, os.path.join(HERE, "..", "llama3"))
 
 from chorus.generation import Engine, SamplingParams  # noqa: E402
 from chorus.generation.transformers_lm import TransformersCausalLM  # noqa: E402
-from chorus.package import PackagingError, PackagingRules, create_package  # noqa: E402
+from chorus.package import (PackagingError, PackagingRules, create_package,  # noqa: E402
+                            installed_modules)
 from hf_tokenizer import HfTokenizer  # noqa: E402
 
 
@@ -102,11 +102,6 @@ def check_served(lm: TransformersCausalLM, what: str) -> None:
             f"{what} cannot be served by chorus' paged attention: a paged step's greedy "
             f"tokens {got} are not the model's own {expected} (its attention does not go "
             "through transformers' attention interface alone)")
-
-
-def installed_modules():
-    """Installed distributions' modules are imported where the archive runs."""
-    return [p for name in sorted(packages_distributions()) for p in (name, name + ".**")]
 
 
 def package(checkpoint: str, output: str, name: str, max_seq_len=None) -> dict:

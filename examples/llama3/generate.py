@@ -11,7 +11,8 @@ import torch.nn.functional as F
 from torch import nn
 
 import data
-from chorus.generation import Engine, ModelShape, SamplingParams
+from chorus.generation import ModelShape
+from chorus.generation.engine import greedy_continuations
 
 
 class ByteTokenizer:
@@ -72,15 +73,7 @@ class Llama3Generator(nn.Module):
     def forward(self, text: List[str]) -> List[str]:
         """Greedy continuations of `text` (16 tokens each): what a plain call does, and what
         packaging records as the signature; chorus-server drives the engine itself."""
-        shape = self.model_shape()
-        engine = Engine(self, cache_blocks=len(text) * -(-shape.max_seq_len // 16))
-        for i, prompt in enumerate(text):
-            engine.add(str(i), prompt, SamplingParams(max_tokens=16, temperature=0))
-        answers = [""] * len(text)
-        while engine.has_work():
-            for out in engine.step():
-                answers[int(out.request_id)] += out.text
-        return answers
+        return greedy_continuations(self, text)
 
     def forward_step(self, tokens: torch.Tensor, positions: torch.Tensor,
                      attention) -> torch.Tensor:

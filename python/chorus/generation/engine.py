@@ -297,3 +297,20 @@ def _device_of(model) -> torch.device:
         for tensor in model.buffers():
             return tensor.device
     return torch.device("cpu")
+
+
+def greedy_continuations(model, texts: Sequence[str], max_tokens: int = 16) -> List[str]:
+    """Each text's greedy continuation (`max_tokens` tokens) by an engine of its own, sized
+    for them: what a generative model's plain call does, and what packaging records as
+    its signature (chorus-server drives the engines itself)."""
+    block_size = 16
+    need = [len(model.tokenizer.encode(text)) + max_tokens for text in texts]
+    engine = Engine(model, cache_blocks=sum(-(-n // block_size) for n in need) + 1,
+                    block_size=block_size)
+    for i, text in enumerate(texts):
+        engine.add(str(i), text, SamplingParams(max_tokens=max_tokens, temperature=0))
+    answers = [""] * len(texts)
+    while engine.has_work():
+        for out in engine.step():
+            answers[int(out.request_id)] += out.text
+    return answers

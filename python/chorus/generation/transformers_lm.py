@@ -102,19 +102,9 @@ class TransformersCausalLM(torch.nn.Module):
         return self
 
     def forward(self, text: List[str]) -> List[str]:
-        """Greedy continuations of `text` (16 tokens each): what a plain call does, and what
-        packaging records as the signature; chorus-server drives the engine itself."""
-        from chorus.generation.engine import Engine
-        from chorus.generation.sampling import SamplingParams
-        lengths = [len(self.tokenizer.encode(prompt)) + 16 for prompt in text]
-        engine = Engine(self, cache_blocks=sum(-(-n // 16) for n in lengths) + 1)
-        for i, prompt in enumerate(text):
-            engine.add(str(i), prompt, SamplingParams(max_tokens=16, temperature=0))
-        answers = [""] * len(text)
-        while engine.has_work():
-            for out in engine.step():
-                answers[int(out.request_id)] += out.text
-        return answers
+        """Greedy continuations of `text` (16 tokens each)."""
+        from chorus.generation.engine import greedy_continuations
+        return greedy_continuations(self, text)
 
     def model_shape(self) -> ModelShape:
         return self.shape

@@ -10,8 +10,9 @@ Reader side (inside chorus interpreters): ``chorus.package.importer``.
 The format is specified in docs/package-format.md.
 """
 
-from chorus.package.create import PackagingError, PackagingRules, create_package
+from chorus.package.create import (PackagingError, PackagingRules, create_package,
+                                   installed_modules)
 from chorus.package.manifest import ManifestError, read_manifest
 
-__all__ = ["create_package", "read_manifest", "PackagingError", "PackagingRules",
-           "ManifestError"]
+__all__ = ["create_package", "installed_modules", "read_manifest", "PackagingError",
+           "PackagingRules", "ManifestError"]

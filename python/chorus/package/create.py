@@ -57,6 +57,14 @@ class PackagingRules:
             exporter.intern(pattern)
 
 
+def installed_modules() -> List[str]:
+    """Extern patterns for every installed distribution's modules: a model whose code is
+    a library's (a transformers network, which reaches compiled extensions) imports them
+    where the archive runs, and only the caller's own code is packaged."""
+    from importlib.metadata import packages_distributions
+    return [p for name in sorted(packages_distributions()) for p in (name, name + ".**")]
+
+
 class _Progress:
     """Cumulative bytes written, on stderr, once weights get large."""
 
