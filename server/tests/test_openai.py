@@ -175,10 +175,13 @@ def test_a_stream_closed_mid_way_frees_its_cache_at_once(llm_server):
     assert answer.usage.completion_tokens == 3
 
 
-def test_requests_sharing_a_prefix_reuse_its_blocks_counted_under_vllms_names(llm_server):
-    # One request after another goes to the least loaded engine, the first: the second
-    # finds there the 4 full blocks (16 tokens each) of the 72 prompt bytes they share.
-    server, generator = llm_server
+def test_requests_sharing_a_prefix_reuse_its_blocks_counted_under_vllms_names(tmp_path):
+    # One interpreter, one engine (the cache is per engine, and which of two engines a
+    # request reaches depends on timing): the second request finds there the 4 full
+    # blocks (16 tokens each) of the 72 prompt bytes they share.
+    generator = debug_generator(max_seq_len=256)
+    package_llm(tmp_path / "repository", generator, {"cache_blocks": 32})
+    server = ServerProcess(tmp_path / "repository", interpreters=1)
     client = client_of(server)
     wait_for_empty_cache(server)
     before = server.metrics()
@@ -202,6 +205,7 @@ def test_requests_sharing_a_prefix_reuse_its_blocks_counted_under_vllms_names(ll
     assert 'vllm:num_requests_running{model_name="llama3"} 0' in after
     assert 'vllm:num_requests_waiting{model_name="llama3"} 0' in after
     assert 'vllm:kv_cache_usage_perc{model_name="llama3"} 0' in after
+    assert server.stop() == 0
 
 
 PERSON = {"type": "object",
