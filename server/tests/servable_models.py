@@ -80,6 +80,15 @@ class Crasher(torch.nn.Module):
         return x * 2
 
 
+class WhoAmI(torch.nn.Module):
+    """[x[:, 0] * 2, the serving process's pid] per row: which process (cell) answered."""
+
+    def forward(self, x):
+        import os
+        pid = torch.full_like(x[:, 0], float(os.getpid()))
+        return torch.stack([x[:, 0] * 2, pid], dim=1)
+
+
 class Hog(torch.nn.Module):
     """x + the 16 MiB blocks it allocated and touched: x[0, 0] MiB of them, kept until
     it returns; x[0, 1] == 1 asks Python (bytearray) for it in one piece instead."""

@@ -233,6 +233,19 @@ Status ModelRepository::Unload(const std::string& name) {
   return OkStatus();
 }
 
+void ModelRepository::Quarantine(const std::string& name, const std::string& why) {
+  std::shared_ptr<LoadedModel> unloaded;
+  {
+    MutexLock lock(&mu_);
+    Record& record = records_[name];
+    record.quarantine = why;
+    record.state = ModelState::kUnavailable;
+    unloaded = std::exchange(record.serving, nullptr);
+  }
+  Log().error("model {} {}", name, why);
+  if (unloaded) unloaded->Drain(Clock::now() + options_.drain_timeout);
+}
+
 StatusOr<PublishedVersion> ModelRepository::Publish(const std::string& name, int64_t version,
                                                     const RepositoryLayout::VersionWriter& write) {
   CHORUS_ASSIGN_OR_RETURN(PublishedVersion published, layout_.Publish(name, version, write));

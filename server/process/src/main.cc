@@ -46,6 +46,9 @@ std::string ServingLibrary() {
 // process calls it: the supervisor stays small.
 int Serve(chorus::ServerOptions options, const chorus::ServingRun& run) {
   options.restarts = run.restarts;
+  options.cell = run.cell;
+  options.defer_listening = run.spare;
+  options.control_fd = run.control_fd;
   options.last_exit = run.last_exit;
   options.quarantined = run.quarantined;
   options.quarantined_jobs = run.quarantined_jobs;
@@ -64,22 +67,39 @@ int Serve(chorus::ServerOptions options, const chorus::ServingRun& run) {
   return serve(&options);
 }
 
-// A free TCP port on `host` now, so that every serving process the
-// supervisor starts listens where clients were told to connect.
-int FreePort(const std::string& host) {
+// Binds `port` on `host` (0: any) and returns the port bound; 0 if it is in use.
+int BindPort(const std::string& host, int port) {
   const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in address{};
   address.sin_family = AF_INET;
-  address.sin_port = 0;
+  address.sin_port = htons(static_cast<uint16_t>(port));
   if (::inet_pton(AF_INET, host.c_str(), &address.sin_addr) != 1) address.sin_addr.s_addr = 0;
   socklen_t length = sizeof(address);
-  int port = 0;
+  int bound = 0;
   if (fd >= 0 && ::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) == 0 &&
       ::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length) == 0) {
-    port = ntohs(address.sin_port);
+    bound = ntohs(address.sin_port);
   }
   if (fd >= 0) ::close(fd);
-  return port;
+  return bound;
+}
+
+bool PortIsFree(const std::string& host, int port) { return BindPort(host, port) == port; }
+
+// A free TCP port on `host` now, so that every serving process the
+// supervisor starts listens where clients were told to connect.
+int FreePort(const std::string& host) { return BindPort(host, 0); }
+
+// The first of `count` consecutive TCP ports on `host` that are free now
+// (one per cell's metrics); 0 if none was found.
+int FreePorts(const std::string& host, int count) {
+  for (int attempt = 0; attempt < 20; ++attempt) {
+    const int first = FreePort(host);
+    int free = 1;
+    while (free < count && first + free < 65536 && PortIsFree(host, first + free)) ++free;
+    if (free == count) return first;
+  }
+  return 0;
 }
 
 // The command line's flags, whose values go to `options` (durations in
@@ -90,6 +110,7 @@ struct CommandLine {
   int64_t poll_secs = 15;
   bool no_supervisor = false;
   bool eager_imports = false;
+  bool spare = false;
 
   void AddServingOptions(CLI::App& app);
   void AddLimitsAndSecurityOptions(CLI::App& app);
@@ -147,6 +168,17 @@ void CommandLine::AddServingOptions(CLI::App& app) {
                  "supervisor: a private file, so that restarts resume them)");
   app.add_flag("--no-supervisor", no_supervisor,
                "serve in this process; nothing restarts it if it dies (for systemd, Kubernetes)");
+  app.add_option("--cells", options.cells,
+                 "serving processes sharing the ports, each with its own interpreters: a crash "
+                 "takes one down while the others answer (with more than one: metrics of cell i "
+                 "on --metrics-port + i; repository load/unload calls and training jobs refused)")
+      ->check(CLI::Range(1, 64))
+      ->excludes("--no-supervisor")
+      ->excludes("--jobs-file");
+  app.add_flag("--spare", spare,
+               "keep one more serving process with every model loaded, ready to take the place "
+               "of one that dies at once")
+      ->excludes("--no-supervisor");
 }
 
 void CommandLine::AddLimitsAndSecurityOptions(CLI::App& app) {
@@ -175,12 +207,12 @@ void CommandLine::AddLimitsAndSecurityOptions(CLI::App& app) {
 
 // Runs `options` under the supervisor: fixed ports (a restarted serving
 // process takes the same) and a journal that lives as long as it.
-int Supervised(chorus::ServerOptions options) {
+int Supervised(chorus::ServerOptions options, bool spare) {
   if (options.port == 0) options.port = FreePort(options.host);
-  if (options.metrics_port == 0) options.metrics_port = FreePort(options.host);
+  if (options.metrics_port == 0) options.metrics_port = FreePorts(options.host, options.cells);
   if (options.http_port == 0) options.http_port = FreePort(options.host);
   chorus::ScopedTempDir private_dir;
-  if (options.jobs_file.empty()) {
+  if (options.jobs_file.empty() && options.cells == 1) {
     chorus::StatusOr<chorus::ScopedTempDir> made = chorus::ScopedTempDir::Create("chorus-server-");
     if (made.ok()) {
       private_dir = std::move(*made);
@@ -191,7 +223,15 @@ int Supervised(chorus::ServerOptions options) {
     }
   }
   std::fflush(nullptr);  // nothing buffered may be written twice by the children
-  return chorus::Supervise(chorus::SupervisorOptions{},
+  chorus::SupervisorOptions supervision;
+  supervision.cells = options.cells;
+  supervision.spare = spare;
+  if (options.cells > 1 || spare) {
+    // Loaded once, shared by every serving process: libtorch's relocations
+    // and static initialisation are ~190 MiB a process would write alone.
+    supervision.preload = [] { ::dlopen(ServingLibrary().c_str(), RTLD_NOW | RTLD_GLOBAL); };
+  }
+  return chorus::Supervise(supervision,
                            [&](const chorus::ServingRun& run) { return Serve(options, run); });
 }
 
@@ -208,5 +248,5 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   command_line.Finish();
   if (command_line.no_supervisor) return Serve(command_line.options, chorus::ServingRun{});
-  return Supervised(std::move(command_line.options));
+  return Supervised(std::move(command_line.options), command_line.spare);
 }

@@ -1,11 +1,78 @@
+#include <poll.h>
 #include <signal.h>
+#include <sys/signalfd.h>
+#include <unistd.h>
 
 #include <cstdio>
 
 #include "chorus/common/logging.h"
+#include "chorus/server/cell_control.h"
 #include "chorus/server/server.h"
 
 namespace chorus {
+namespace {
+
+void PrintListening(const Server& server) {
+  std::printf("chorus-server listening on port %d (metrics %d), http %d\n", server.port(),
+              server.metrics_port(), server.http_port());
+  std::fflush(stdout);
+}
+
+// Carries out one of the supervisor's commands; false if the process must end.
+bool Follow(Server& server, const StatusOr<CellCommand>& command) {
+  if (!command.ok()) {
+    Log().error("supervisor command ignored: {}", command.status().ToString());
+    return true;
+  }
+  if (command->kind == CellCommand::Kind::kQuarantine) {
+    server.Quarantine(command->model, command->why);
+    return true;
+  }
+  Log().info("the spare serves as cell {}", command->cell);
+  if (Status listening = server.Listen(command->cell); !listening.ok()) {
+    Log().error("the spare cannot serve: {}", listening.ToString());
+    return false;
+  }
+  PrintListening(server);
+  return true;
+}
+
+// Waits for SIGTERM or SIGINT (the signal, or 0 if the process must end for
+// another reason), following the supervisor's commands meanwhile.
+int WaitForStop(Server& server, const sigset_t& signals, int control_fd) {
+  const int signal_fd = ::signalfd(-1, &signals, SFD_CLOEXEC);
+  if (signal_fd < 0) {
+    int signal = 0;
+    sigwait(&signals, &signal);
+    return signal;
+  }
+  CellCommandReader commands(control_fd);
+  pollfd watched[2] = {{signal_fd, POLLIN, 0}, {control_fd, POLLIN, 0}};
+  while (true) {
+    const nfds_t count = watched[1].fd >= 0 ? 2 : 1;
+    if (::poll(watched, count, -1) < 0) continue;  // EINTR
+    if (watched[0].revents & POLLIN) {
+      signalfd_siginfo info{};
+      const ssize_t n = ::read(signal_fd, &info, sizeof(info));
+      ::close(signal_fd);
+      return n == sizeof(info) ? static_cast<int>(info.ssi_signo) : SIGTERM;
+    }
+    if (count == 2 && watched[1].revents != 0) {
+      bool keep = true;
+      // The supervisor gone (the pipe closed): PR_SET_PDEATHSIG's SIGTERM follows.
+      if (!commands.ReadAvailable(
+              [&](const StatusOr<CellCommand>& c) { keep = keep && Follow(server, c); })) {
+        watched[1].fd = -1;
+      }
+      if (!keep) {
+        ::close(signal_fd);
+        return 0;
+      }
+    }
+  }
+}
+
+}  // namespace
 
 int ServeUntilStopped(const ServerOptions& options) {
   // Signals are taken synchronously by this thread; every thread started
@@ -23,14 +90,11 @@ int ServeUntilStopped(const ServerOptions& options) {
     std::fprintf(stderr, "chorus-server: %s\n", server.status().ToString().c_str());
     return 1;
   }
-  std::printf("chorus-server listening on port %d (metrics %d), http %d\n", (*server)->port(),
-              (*server)->metrics_port(), (*server)->http_port());
-  std::fflush(stdout);
-  int signal = 0;
-  sigwait(&signals, &signal);
-  Log().info("received signal {}: draining", signal);
+  if (!options.defer_listening) PrintListening(**server);
+  const int signal = WaitForStop(**server, signals, options.control_fd);
+  if (signal != 0) Log().info("received signal {}: draining", signal);
   (*server)->Shutdown();
-  return 0;
+  return signal != 0 ? 0 : 1;
 }
 
 }  // namespace chorus

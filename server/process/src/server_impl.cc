@@ -11,6 +11,7 @@
 #include "chorus/common/logging.h"
 #include "chorus/common/periodic_task.h"
 #include "chorus/common/process_stats.h"
+#include "chorus/common/thread_annotations.h"
 #include "chorus/interpreter/gpu_host.h"
 #include "chorus/server/frontends/grpc/inference_service.h"
 #include "chorus/server/frontends/http/http_endpoint.h"
@@ -35,6 +36,8 @@ class ServerImpl final : public Server {
   int port() const override { return port_; }
   int metrics_port() const override { return metrics_ ? metrics_->port() : -1; }
   int http_port() const override { return http_ ? http_->port() : -1; }
+  Status Listen(int cell) override;
+  void Quarantine(const std::string& model, const std::string& why) override;
   void Shutdown() override;
 
  private:
@@ -68,6 +71,8 @@ class ServerImpl final : public Server {
   std::unique_ptr<HttpEndpoint> http_;
   std::unique_ptr<IdleMemoryReleaser> memory_releaser_;
   std::unique_ptr<PeriodicTask> poller_;  // --model-control-mode poll
+  Mutex listen_mu_;
+  bool listening_ CHORUS_GUARDED_BY(listen_mu_) = false;
   int port_ = 0;
   std::once_flag shutdown_once_;
 };
@@ -94,6 +99,13 @@ StatusOr<RepositoryOptions> RepositoryOptionsOf(const ServerOptions& options, in
   return repository;
 }
 
+// Why training jobs are refused ("" when they are not).
+std::string JobsRefused(const ServerOptions& options) {
+  if (options.cells <= 1) return "";
+  return "training jobs run on a server of one cell; this one runs " +
+         std::to_string(options.cells) + " (--cells), and a job's calls could reach any";
+}
+
 Status ServerImpl::Initialize(const ServerOptions& options) {
   options_ = options;
   if (options.tls_cert.empty() != options.tls_key.empty()) {
@@ -102,19 +114,38 @@ Status ServerImpl::Initialize(const ServerOptions& options) {
   if (options.memory_limit_mib > 0) CHORUS_RETURN_IF_ERROR(LimitDataMiB(options.memory_limit_mib));
   CHORUS_RETURN_IF_ERROR(StartModels(options));
   StartServices(options);
-  CHORUS_RETURN_IF_ERROR(StartGrpc(options));
-  CHORUS_RETURN_IF_ERROR(StartHttp(options));
-  CHORUS_RETURN_IF_ERROR(StartMetrics(options));
-  core_->SetAccepting(true);
-  Log().info(
-      "serving {} model(s) with {} interpreters: gRPC on port {}, HTTP/REST on {}, "
-      "metrics on {}",
-      repository_->Loaded().size(), manager_->size(), port_, http_port(), metrics_port());
   if (StatusOr<double> in_use = DataMiB(); options.memory_limit_mib > 0 && in_use.ok()) {
     Log().info("memory: {:.0f} MiB of private memory in use of the {} MiB limit", *in_use,
                options.memory_limit_mib);
   }
+  if (options.defer_listening) {
+    Log().info("ready as the spare: {} model(s) loaded with {} interpreters, not listening",
+               repository_->Loaded().size(), manager_->size());
+    return OkStatus();
+  }
+  return Listen(options.cell);
+}
+
+Status ServerImpl::Listen(int cell) {
+  MutexLock lock(&listen_mu_);
+  if (listening_) return OkStatus();
+  options_.cell = cell;
+  if (options_.cells > 1 && options_.metrics_port > 0) options_.metrics_port += cell;
+  CHORUS_RETURN_IF_ERROR(StartGrpc(options_));
+  CHORUS_RETURN_IF_ERROR(StartHttp(options_));
+  CHORUS_RETURN_IF_ERROR(StartMetrics(options_));
+  core_->SetAccepting(true);
+  listening_ = true;
+  Log().info(
+      "serving {} model(s) with {} interpreters: gRPC on port {}, HTTP/REST on {}, "
+      "metrics on {}{}",
+      repository_->Loaded().size(), manager_->size(), port_, http_port(), metrics_port(),
+      options_.cells > 1 ? " (cell " + std::to_string(cell) + ")" : "");
   return OkStatus();
+}
+
+void ServerImpl::Quarantine(const std::string& model, const std::string& why) {
+  repository_->Quarantine(model, why);
 }
 
 Status ServerImpl::StartModels(const ServerOptions& options) {
@@ -172,7 +203,13 @@ void ServerImpl::StartServices(const ServerOptions& options) {
   core.strict_readiness = options.strict_readiness;
   core.cache_size_bytes = options.cache_size_bytes;
   using Control = ServerOptions::ModelControl;
-  if (options.model_control == Control::kNone || options.model_control == Control::kPoll) {
+  if (options.cells > 1 && options.model_control != Control::kNone &&
+      options.model_control != Control::kPoll) {
+    core.repository_calls_refused =
+        "the server runs " + std::to_string(options.cells) +
+        " cells, and a call reaches one of them: change the repository and let every cell "
+        "follow it (--model-control-mode poll)";
+  } else if (options.model_control == Control::kNone || options.model_control == Control::kPoll) {
     core.repository_calls_refused =
         options.model_control == Control::kNone
             ? "the server's model control mode is none: every repository model serves from the "
@@ -189,7 +226,7 @@ void ServerImpl::StartServices(const ServerOptions& options) {
   journal_ = std::make_unique<JobJournal>(options.jobs_file);
   training_core_ = std::make_unique<TrainingCore>(
       TrainingCore::Context{placement_.get(), background_.get(), repository_.get(),
-                            authorizer_.get(), trusted_keys_},
+                            authorizer_.get(), trusted_keys_, JobsRefused(options)},
       jobs_.get(), journal_.get());
   training_ =
       std::make_unique<TrainingService>(authorizer_.get(), training_core_.get(), background_.get());
@@ -211,6 +248,9 @@ Status ServerImpl::StartGrpc(const ServerOptions& options) {
   }
   grpc::EnableDefaultHealthCheckService(true);
   grpc::ServerBuilder builder;
+  // gRPC sets SO_REUSEPORT by default: two servers would share a port
+  // silently. Only cells share one.
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, options.cells > 1 ? 1 : 0);
   builder.AddListeningPort(options.host + ":" + std::to_string(options.port), credentials, &port_);
   builder.SetMaxReceiveMessageSize(static_cast<int>(options.max_message_bytes));
   builder.SetMaxSendMessageSize(static_cast<int>(options.max_message_bytes));
@@ -231,6 +271,7 @@ Status ServerImpl::StartHttp(const ServerOptions& options) {
   endpoint.max_body_bytes = options.max_message_bytes;
   endpoint.authorizer = authorizer_.get();
   endpoint.compressible = RestService::Compressible;
+  endpoint.reuse_port = options.cells > 1;
   http_ = std::make_unique<HttpEndpoint>(endpoint);
   rest_->Register(http_.get());
   openai_->Register(http_.get());
@@ -239,7 +280,7 @@ Status ServerImpl::StartHttp(const ServerOptions& options) {
 
 Status ServerImpl::StartMetrics(const ServerOptions& options) {
   if (options.metrics_port < 0) return OkStatus();
-  metrics_ = std::make_unique<HttpEndpoint>(HttpEndpointOptions{});
+  metrics_ = std::make_unique<HttpEndpoint>(HttpEndpointOptions{});  // a port per cell
   httplib::Server* metrics = &metrics_->routes();
   const std::string restarts = RenderRestartMetrics(options.restarts, options.last_exit);
   // KServe v2's health endpoints, for probes that speak HTTP.

@@ -18,6 +18,8 @@
 #include "chorus/common/crash_report.h"
 #include "chorus/common/logging.h"
 #include "chorus/common/process_stats.h"
+#include "chorus/server/cell_control.h"
+#include "server/process/src/preloaded_forks.h"
 
 namespace chorus {
 namespace {
@@ -58,81 +60,22 @@ std::string ReadAvailable(int fd) {
   return text;
 }
 
-// Runs the serving process until it ends; returns its wait status and, in
-// `*record`, the crash record it left: the crashing thread's context, or when
-// it died without a word (SIGKILL), what every thread was running per `board`
-// (may be null). `*stopped` is set when a stop signal came (and was forwarded)
-// meanwhile.
-int RunOnce(const sigset_t& signals, const std::function<int(const ServingRun&)>& serve,
-            const ServingRun& run, CrashBoard* board, int* stopped, std::string* record,
-            double* peak_mib) {
-  int record_pipe[2];
-  if (::pipe2(record_pipe, O_CLOEXEC | O_NONBLOCK) != 0) record_pipe[0] = record_pipe[1] = -1;
-  const pid_t supervisor = ::getpid();
-  const pid_t child = ::fork();
-  if (child < 0) {
-    Log().error("supervisor: fork: {}", std::strerror(errno));
-    return W_EXITCODE(1, 0);
-  }
-  if (child == 0) {
-    // The serving process drains and ends if the supervisor dies, even of SIGKILL.
-    ::prctl(PR_SET_PDEATHSIG, SIGTERM);
-    if (::getppid() != supervisor) ::_exit(0);  // it died before prctl took effect
-    ::close(record_pipe[0]);
-    SetCrashRecordFd(record_pipe[1]);
-    if (board != nullptr) board->Attach();
-    ::_exit(serve(run));
-  }
-  ::close(record_pipe[1]);
-  *peak_mib = 0;
-  Log().info("supervisor: serving process {} started{}", child,
-             run.restarts > 0 ? " (restart " + std::to_string(run.restarts) + ")" : "");
-  while (true) {
-    // Every second, the child's peak memory: if the kernel's OOM killer ends
-    // it (SIGKILL, no report of its own), this is what the log can say.
-    const int sig = NextSignal(signals, Clock::now() + std::chrono::seconds(1));
-    if (sig == 0) {
-      if (StatusOr<double> peak = PeakResidentMiB(child); peak.ok()) *peak_mib = *peak;
-      continue;
-    }
-    if (sig == SIGTERM || sig == SIGINT) {
-      *stopped = sig;
-      ::kill(child, sig);
-      continue;
-    }
-    int status = 0;
-    if (sig == SIGCHLD && ::waitpid(child, &status, WNOHANG) == child) {
-      if (record_pipe[0] >= 0) {
-        *record = ReadAvailable(record_pipe[0]);
-        ::close(record_pipe[0]);
-      }
-      // Killed without a word (SIGKILL), or a crash on a thread that ran
-      // nothing chorus knows of (a kernel's worker thread): what every thread
-      // ran. An exit is chorus' own decision or os._exit, which records itself.
-      const bool named = record->find_first_not_of("\n") != std::string::npos;
-      if (!named && board != nullptr && WIFSIGNALED(status)) {
-        *record = board->RunningNow();
-        if (!record->empty())
-          Log().error("supervisor: the serving process was running: {}", *record);
-      }
-      if (board != nullptr) board->Clear();
-      return status;
-    }
-  }
-}
-
 // Crash times per model and per training job; quarantines one that reaches
 // the limit.
 class CrashHistory {
  public:
   explicit CrashHistory(const SupervisorOptions& options) : options_(options) {}
 
-  void Record(const std::string& record, const std::string& exit, ServingRun* run) {
+  // Counts the crash `record` describes; returns the models it quarantined.
+  std::vector<std::string> Record(const std::string& record, const std::string& exit,
+                                  ServingRun* run) {
     const std::string line = record.substr(0, record.find('\n'));
+    std::vector<std::string> quarantined;
     for (const std::string& model : ModelsInCrashRecord(record)) {
       if (std::optional<std::string> why = Count("model " + model, exit, line)) {
         run->quarantined[model] = *why + "; load it explicitly to re-admit it";
         Log().error("supervisor: model {} {}", model, run->quarantined[model]);
+        quarantined.push_back(model);
       }
     }
     for (const std::string& job : JobsInCrashRecord(record)) {
@@ -141,6 +84,7 @@ class CrashHistory {
         Log().error("supervisor: training job {} {}", job, *why);
       }
     }
+    return quarantined;
   }
 
  private:
@@ -179,6 +123,284 @@ std::vector<std::string> NamesInCrashRecord(const std::string& record, CrashLabe
   return names;
 }
 
+// The serving processes of one supervisor: K cells and the spare, each
+// restarted after a growing pause when it dies.
+class CellSupervisor {
+ public:
+  CellSupervisor(const SupervisorOptions& options, std::function<int(const ServingRun&)> serve)
+      : options_(options), serve_(std::move(serve)), history_(options_) {
+    slots_.resize(std::max(1, options_.cells));
+    for (Slot& slot : slots_) slot.backoff = options_.first_backoff;
+    spare_slot_.backoff = options_.first_backoff;
+    // A board per place, made before any fork (the preloaded process's too);
+    // a board moves with the spare to the cell it takes.
+    for (size_t i = 0; i <= slots_.size(); ++i) boards_.push_back(CrashBoard::Create());
+    for (size_t i = 0; i < slots_.size(); ++i) slots_[i].board = static_cast<int>(i);
+    spare_slot_.board = static_cast<int>(slots_.size());
+  }
+
+  int Run();
+
+ private:
+  static constexpr int kSpare = -1;  // Child::cell of the spare
+
+  // A serving process.
+  struct Child {
+    int cell = 0;         // which cell it serves; kSpare while the spare
+    int record_fd = -1;   // its crash record (read end)
+    int control_fd = -1;  // its commands (write end)
+    Clock::time_point started;
+    double peak_mib = 0;  // peak resident memory, sampled each second
+    int board = 0;        // boards_[board]: what its threads run
+  };
+  // A cell's (or the spare's) place: the process in it, or when it restarts.
+  struct Slot {
+    pid_t pid = 0;  // 0: none now
+    Clock::time_point restart_at;
+    std::chrono::milliseconds backoff{0};
+    int board = 0;  // the boards_ entry of the process in it
+  };
+
+  bool single() const { return slots_.size() == 1 && !options_.spare; }
+  // "serving process", "cell 1's serving process", "the spare serving process".
+  std::string Name(int cell) const {
+    if (cell == kSpare) return "the spare serving process";
+    return single() ? "serving process" : "cell " + std::to_string(cell) + "'s serving process";
+  }
+  Slot& SlotOf(int cell) { return cell == kSpare ? spare_slot_ : slots_[cell]; }
+  CrashBoard* Board(int index) const { return boards_[index].get(); }
+
+  void Start(int cell);
+  // Forks the serving process for `run` itself (no preloaded process).
+  pid_t ForkDirectly(const ServingRun& run, int board, int record_fd, int control_fd);
+  // Its exit, when `pid` is the preloaded process.
+  bool OnPreloadedExit(pid_t pid, int status);
+  void OnExit(pid_t pid, int status);
+  // Hands cell `cell` to the spare; false if there is none to take it.
+  bool Adopt(int cell);
+  void Quarantine(const std::string& model);
+  // Starts the processes whose restart time came; samples peak memory.
+  void Tick();
+  Clock::time_point NextTick() const;
+
+  const SupervisorOptions options_;
+  const std::function<int(const ServingRun&)> serve_;
+  std::vector<std::unique_ptr<CrashBoard>> boards_;
+  std::unique_ptr<PreloadedForks> preloaded_;  // set while one runs
+  CrashHistory history_;
+  ServingRun run_;  // what the next process is told
+  std::map<pid_t, Child> children_;
+  std::vector<Slot> slots_;
+  Slot spare_slot_;
+  int stopping_ = 0;  // the stop signal forwarded, 0 while serving
+  int exit_code_ = 0;
+};
+
+void CellSupervisor::Start(int cell) {
+  int record_pipe[2], control_pipe[2];
+  if (::pipe2(record_pipe, O_CLOEXEC | O_NONBLOCK) != 0) record_pipe[0] = record_pipe[1] = -1;
+  if (::pipe2(control_pipe, O_CLOEXEC | O_NONBLOCK) != 0) control_pipe[0] = control_pipe[1] = -1;
+  Slot& slot = SlotOf(cell);
+  ServingRun run = run_;
+  run.cell = cell == kSpare ? 0 : cell;
+  run.spare = cell == kSpare;
+  pid_t pid = -1;
+  if (preloaded_ != nullptr) {
+    StatusOr<pid_t> forked = preloaded_->Fork(run, slot.board, record_pipe[1], control_pipe[0]);
+    if (forked.ok()) {
+      pid = *forked;
+    } else {
+      Log().error("supervisor: {}; serving processes are forked directly from now on",
+                  forked.status().ToString());
+      preloaded_.reset();
+    }
+  }
+  if (pid < 0) pid = ForkDirectly(run, slot.board, record_pipe[1], control_pipe[0]);
+  ::close(record_pipe[1]);
+  ::close(control_pipe[0]);
+  if (pid < 0) {
+    Log().error("supervisor: fork: {}", std::strerror(errno));
+    ::close(record_pipe[0]);
+    ::close(control_pipe[1]);
+    slot.restart_at = Clock::now() + slot.backoff;
+    return;
+  }
+  slot.pid = pid;
+  children_.emplace(pid, Child{cell, record_pipe[0], control_pipe[1], Clock::now(), 0, slot.board});
+  Log().info("supervisor: {} {} started{}", Name(cell), pid,
+             run.restarts > 0 ? " (restart " + std::to_string(run.restarts) + ")" : "");
+}
+
+pid_t CellSupervisor::ForkDirectly(const ServingRun& run, int board, int record_fd,
+                                   int control_fd) {
+  const pid_t supervisor = ::getpid();
+  const pid_t pid = ::fork();
+  if (pid != 0) return pid;
+  // The serving process drains and ends if the supervisor dies, even of SIGKILL.
+  ::prctl(PR_SET_PDEATHSIG, SIGTERM);
+  if (::getppid() != supervisor) ::_exit(0);  // it died before prctl took effect
+  for (const auto& [other, sibling] : children_) {
+    ::close(sibling.record_fd);
+    ::close(sibling.control_fd);
+  }
+  if (preloaded_ != nullptr) {  // not this process's to kill
+    preloaded_->MarkExited();
+    preloaded_.reset();
+  }
+  SetCrashRecordFd(record_fd);
+  if (Board(board) != nullptr) Board(board)->Attach();
+  ServingRun serving = run;
+  serving.control_fd = control_fd;
+  ::_exit(serve_(serving));
+}
+
+bool CellSupervisor::OnPreloadedExit(pid_t pid, int status) {
+  if (preloaded_ == nullptr || pid != preloaded_->pid()) return false;
+  preloaded_->MarkExited();
+  preloaded_.reset();
+  if (stopping_ == 0) {
+    Log().error(
+        "supervisor: the preloaded process died ({}); serving processes are forked "
+        "directly from now on",
+        DescribeWaitStatus(status));
+  }
+  return true;
+}
+
+bool CellSupervisor::Adopt(int cell) {
+  const pid_t spare = spare_slot_.pid;
+  if (spare == 0) return false;
+  Child& child = children_.at(spare);
+  if (!WriteCellCommand(child.control_fd, {CellCommand::Kind::kServe, cell, "", ""}).ok()) {
+    return false;  // it is dying: its exit comes next
+  }
+  child.cell = cell;
+  slots_[cell].pid = spare;
+  std::swap(slots_[cell].board, spare_slot_.board);  // the dead cell's board is free now
+  spare_slot_.pid = 0;
+  return true;
+}
+
+void CellSupervisor::Quarantine(const std::string& model) {
+  for (const auto& [pid, child] : children_) {
+    WriteCellCommand(child.control_fd,
+                     {CellCommand::Kind::kQuarantine, 0, model, run_.quarantined.at(model)})
+        .IgnoreError();  // one that is gone does not need it
+  }
+}
+
+void CellSupervisor::OnExit(pid_t pid, int status) {
+  auto found = children_.find(pid);
+  if (found == children_.end()) return;
+  Child child = std::move(found->second);
+  children_.erase(found);
+  Slot& slot = SlotOf(child.cell);
+  slot.pid = 0;
+  std::string record;
+  if (child.record_fd >= 0) {
+    record = ReadAvailable(child.record_fd);
+    ::close(child.record_fd);
+  }
+  ::close(child.control_fd);
+  if (stopping_ != 0) {
+    Log().info("supervisor: {} stopped ({})", Name(child.cell), DescribeWaitStatus(status));
+    const int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    if (exit_code_ == 0) exit_code_ = code;
+    return;
+  }
+  // Killed without a word (SIGKILL), or a crash on a thread that ran nothing
+  // chorus knows of (a kernel's worker thread): what every thread ran. An exit
+  // is chorus' own decision or os._exit, which records itself.
+  const bool named = record.find_first_not_of("\n") != std::string::npos;
+  if (!named && Board(child.board) != nullptr && WIFSIGNALED(status)) {
+    record = Board(child.board)->RunningNow();
+    if (!record.empty()) Log().error("supervisor: the serving process was running: {}", record);
+  }
+  if (Board(child.board) != nullptr) Board(child.board)->Clear();
+  const Clock::time_point now = Clock::now();
+  if (now - child.started >= options_.stable_after) slot.backoff = options_.first_backoff;
+  run_.restarts += 1;
+  run_.last_exit = DescribeWaitStatus(status);
+  if (WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL) {
+    // Nothing in the process could report it: the OOM killer, or kill -9.
+    run_.last_exit += " (killed from outside: out of memory? peak RSS " +
+                      std::to_string(static_cast<int64_t>(child.peak_mib)) + " MiB)";
+  }
+  for (const std::string& model : history_.Record(record, run_.last_exit, &run_)) {
+    Quarantine(model);
+  }
+  if (child.cell != kSpare && Adopt(child.cell)) {
+    // The new spare waits as the dead cell's restart would: a crash loop slows.
+    spare_slot_.restart_at = now + slot.backoff;
+    Log().error("supervisor: {} died ({}); the spare {} serves in its place, a new spare in {} ms",
+                Name(child.cell), run_.last_exit, slots_[child.cell].pid, slot.backoff.count());
+  } else {
+    slot.restart_at = now + slot.backoff;
+    Log().error("supervisor: {} died ({}); restart {} in {} ms", Name(child.cell), run_.last_exit,
+                run_.restarts, slot.backoff.count());
+  }
+  slot.backoff = std::min(slot.backoff * 2, options_.max_backoff);
+}
+
+void CellSupervisor::Tick() {
+  for (auto& [pid, child] : children_) {
+    if (StatusOr<double> peak = PeakResidentMiB(pid); peak.ok()) child.peak_mib = *peak;
+  }
+  if (stopping_ != 0) return;
+  const Clock::time_point now = Clock::now();
+  for (size_t cell = 0; cell < slots_.size(); ++cell) {
+    if (slots_[cell].pid == 0 && slots_[cell].restart_at <= now) Start(static_cast<int>(cell));
+  }
+  if (options_.spare && spare_slot_.pid == 0 && spare_slot_.restart_at <= now) Start(kSpare);
+}
+
+Clock::time_point CellSupervisor::NextTick() const {
+  // Every second: the children's peak memory. If the kernel's OOM killer ends
+  // one (SIGKILL, no report of its own), this is what the log can say.
+  Clock::time_point next = Clock::now() + std::chrono::seconds(1);
+  if (stopping_ != 0) return next;  // nothing restarts
+  for (const Slot& slot : slots_) {
+    if (slot.pid == 0) next = std::min(next, slot.restart_at);
+  }
+  if (options_.spare && spare_slot_.pid == 0) next = std::min(next, spare_slot_.restart_at);
+  return next;
+}
+
+int CellSupervisor::Run() {
+  const sigset_t signals = SupervisedSignals();
+  ::sigprocmask(SIG_BLOCK, &signals, nullptr);
+  ::signal(SIGPIPE, SIG_IGN);  // a command to a process that just died
+  if (options_.preload) {
+    std::vector<CrashBoard*> boards;
+    for (const auto& board : boards_) boards.push_back(board.get());
+    StatusOr<std::unique_ptr<PreloadedForks>> started =
+        PreloadedForks::Start(options_.preload, serve_, boards);
+    if (started.ok()) preloaded_ = std::move(*started);
+    if (!started.ok())
+      Log().error("supervisor: no preloaded process: {}", started.status().ToString());
+  }
+  Tick();  // every slot is due
+  while (true) {
+    const int sig = NextSignal(signals, NextTick());
+    if (sig == SIGTERM || sig == SIGINT) {
+      if (children_.empty()) {
+        Log().info("supervisor: stopped while no serving process ran");
+        return 0;
+      }
+      stopping_ = sig;
+      preloaded_.reset();
+      for (const auto& [pid, child] : children_) ::kill(pid, sig);
+    } else if (sig == SIGCHLD) {
+      int status = 0;
+      for (pid_t pid; (pid = ::waitpid(-1, &status, WNOHANG)) > 0;) {
+        if (!OnPreloadedExit(pid, status)) OnExit(pid, status);
+      }
+      if (stopping_ != 0 && children_.empty()) return exit_code_;
+    }
+    Tick();
+  }
+}
+
 }  // namespace
 
 std::vector<std::string> ModelsInCrashRecord(const std::string& record) {
@@ -200,42 +422,7 @@ std::string DescribeWaitStatus(int status) {
 
 int Supervise(const SupervisorOptions& options,
               const std::function<int(const ServingRun&)>& serve) {
-  const sigset_t signals = SupervisedSignals();
-  ::sigprocmask(SIG_BLOCK, &signals, nullptr);
-  ServingRun run;
-  CrashHistory history(options);
-  const std::unique_ptr<CrashBoard> board = CrashBoard::Create();
-  std::chrono::milliseconds backoff = options.first_backoff;
-  while (true) {
-    const Clock::time_point started = Clock::now();
-    int stopped = 0;
-    std::string record;
-    double peak_mib = 0;
-    const int status = RunOnce(signals, serve, run, board.get(), &stopped, &record, &peak_mib);
-    if (stopped != 0) {
-      Log().info("supervisor: serving process stopped ({})", DescribeWaitStatus(status));
-      return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-    }
-    if (Clock::now() - started >= options.stable_after) backoff = options.first_backoff;
-    run.restarts += 1;
-    run.last_exit = DescribeWaitStatus(status);
-    if (WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL) {
-      // Nothing in the process could report it: the OOM killer, or kill -9.
-      run.last_exit += " (killed from outside: out of memory? peak RSS " +
-                       std::to_string(static_cast<int64_t>(peak_mib)) + " MiB)";
-    }
-    history.Record(record, run.last_exit, &run);
-    Log().error("supervisor: serving process died ({}); restart {} in {} ms", run.last_exit,
-                run.restarts, backoff.count());
-    const Clock::time_point resume = Clock::now() + backoff;
-    for (int sig; (sig = NextSignal(signals, resume)) != 0;) {
-      if (sig == SIGTERM || sig == SIGINT) {
-        Log().info("supervisor: stopped while no serving process ran");
-        return 0;
-      }
-    }
-    backoff = std::min(backoff * 2, options.max_backoff);
-  }
+  return CellSupervisor(options, serve).Run();
 }
 
 }  // namespace chorus

@@ -152,6 +152,7 @@ void TrainingCore::Discard(JobEntry& entry) {
 }
 
 StatusOr<TrainingCore::CreatedJob> TrainingCore::Create(const training::JobSpec& spec) {
+  if (!context_.jobs_refused.empty()) return FailedPreconditionError(context_.jobs_refused);
   StatusOr<std::string> id = journal_->NewId();
   if (!id.ok()) return id.status().Annotate("cannot record a new job id");
   const bool across_hosts = spec.hosts_size() > 1;
@@ -198,6 +199,7 @@ Status TrainingCore::ResumeJournaledJobs(const std::map<std::string, std::string
 }
 
 Status TrainingCore::CheckJoin(const training::JoinJobRequest& join) const {
+  if (!context_.jobs_refused.empty()) return FailedPreconditionError(context_.jobs_refused);
   const training::JobSpec& spec = join.spec();
   CHORUS_RETURN_IF_ERROR(ValidateJobSpec(spec));
   const int host = join.host();

@@ -1,5 +1,7 @@
 #include "chorus/server/frontends/http/http_endpoint.h"
 
+#include <sys/socket.h>
+
 #include <nlohmann/json.hpp>
 
 #include "chorus/server/frontends/http/http_status.h"
@@ -83,6 +85,13 @@ HttpEndpoint::HttpEndpoint(const HttpEndpointOptions& options) {
   // Off by default in cpp-httplib: every answer would wait ~40 ms for the
   // client's delayed ACK (Nagle).
   server_->set_tcp_nodelay(true);
+  // cpp-httplib sets SO_REUSEPORT by default: two servers would share a port
+  // silently. Only cells share one.
+  server_->set_socket_options([reuse_port = options.reuse_port](socket_t sock) {
+    const int yes = 1;
+    ::setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+    if (reuse_port) ::setsockopt(sock, SOL_SOCKET, SO_REUSEPORT, &yes, sizeof(yes));
+  });
   const int64_t max_body = options.max_body_bytes;
   if (max_body > 0) server_->set_payload_max_length(static_cast<size_t>(max_body));
   server_->set_error_handler(

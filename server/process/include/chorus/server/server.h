@@ -88,6 +88,18 @@ struct ServerOptions {
   // Set by the supervisor: recorded jobs not recreated (id -> why: they were
   // running when the serving process died repeatedly).
   std::map<std::string, std::string> quarantined_jobs;
+  // Serving cells (chorus-server --cells): processes of one supervisor that
+  // share the ports (SO_REUSEPORT; with one cell a port in use is an error)
+  // and each run their own interpreters. With more than one, cell `cell`
+  // serves metrics on metrics_port + cell, and what would change one cell
+  // only is refused: repository load/unload calls (poll mode follows the
+  // repository in every cell) and training jobs.
+  int cells = 1;
+  int cell = 0;
+  // Start loads every model but listens only on Listen (the warm spare).
+  bool defer_listening = false;
+  // ServeUntilStopped: the supervisor's commands (cell_control.h); -1: none.
+  int control_fd = -1;
 };
 
 // Interface/implementation split as leveldb's DB/DBImpl: Start returns the
@@ -108,6 +120,14 @@ class Server {
   // The HTTP/REST port bound; -1 when disabled.
   virtual int http_port() const = 0;
 
+  // Starts listening as cell `cell` when Start deferred it (a spare); OK and
+  // nothing more if it listens already. Errors: ports not available. Any thread.
+  virtual Status Listen(int cell) = 0;
+
+  // Stops serving `model` (drained), refused with `why` until an explicit
+  // load re-admits it: the supervisor's quarantine. Blocks; any thread.
+  virtual void Quarantine(const std::string& model, const std::string& why) = 0;
+
   // Stops accepting new calls (ServerReady and health turn false), waits up to
   // drain_timeout for in-flight requests to finish, then stops. Idempotent;
   // any thread.
@@ -118,7 +138,8 @@ class Server {
 };
 
 // Serves `options` until SIGTERM or SIGINT, then drains: what chorus-server's
-// serving process runs. Prints the listening line to stdout once serving.
+// serving process runs. Prints the listening line to stdout once serving (a
+// spare: once told to serve). Follows the commands on options.control_fd.
 // Call on the main thread before any other starts (it blocks both signals for
 // every thread it starts). Returns the process's exit status.
 int ServeUntilStopped(const ServerOptions& options);

@@ -2,6 +2,12 @@
 // started again, after a growing pause, whenever it dies of anything but a
 // stop the supervisor was asked for. SIGTERM and SIGINT are forwarded (the
 // serving process drains as it does alone) and end the supervisor too.
+//
+// With cells (--cells K), K serving processes share the ports and each is
+// supervised so; a warm spare (--spare) has loaded every model but accepts
+// nothing until a cell dies, then takes its place at once (cell_control.h)
+// and a new spare starts. Crashes count towards quarantine across cells, and
+// a quarantine reaches the processes that run.
 #ifndef CHORUS_SERVER_SUPERVISOR_H_
 #define CHORUS_SERVER_SUPERVISOR_H_
 
@@ -24,6 +30,12 @@ struct SupervisorOptions {
   // do not load it (recreate it).
   int quarantine_after = 2;
   std::chrono::milliseconds quarantine_window{600000};
+  int cells = 1;       // serving processes at once
+  bool spare = false;  // keep one more ready to replace a cell that dies
+  // Set: run once in a preloaded process (preloaded_forks.h) whose forks
+  // become the serving processes, sharing what it loaded copy-on-write.
+  // Unset: the supervisor forks them itself.
+  std::function<void()> preload;
 };
 
 // What the serving process is told about the ones before it.
@@ -33,6 +45,9 @@ struct ServingRun {
   std::map<std::string, std::string> quarantined;  // model -> why
   // Training jobs not to recreate: job id -> why (they were running each time).
   std::map<std::string, std::string> quarantined_jobs;
+  int cell = 0;         // which cell this process serves as (a spare: the first it may)
+  bool spare = false;   // accept nothing until told to serve (a kServe command)
+  int control_fd = -1;  // the supervisor's commands (cell_control.h); -1: none
 };
 
 // The models a crash record names (CrashLabelsIn), each once, in order.
@@ -40,10 +55,11 @@ std::vector<std::string> ModelsInCrashRecord(const std::string& record);
 // The training jobs it names, likewise.
 std::vector<std::string> JobsInCrashRecord(const std::string& record);
 
-// Runs `serve(run)` in a child process (its return value is the child's exit
-// status) and supervises it as above. Returns the exit status for the
-// supervisor: the serving process's after a forwarded stop, 0 when stopped
-// between restarts. Call first thing in main, before any thread starts.
+// Runs `serve(run)` in child processes (its return value is the child's exit
+// status; each child holds only its own control fd) and supervises them as
+// above. Returns the exit status for the supervisor after a forwarded stop:
+// the first non-zero one of the serving processes', else 0. Call first thing
+// in main, before any thread starts.
 int Supervise(const SupervisorOptions& options, const std::function<int(const ServingRun&)>& serve);
 
 // "exit status 3", "signal SIGSEGV": how a process with wait status `status` ended.

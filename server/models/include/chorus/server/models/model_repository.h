@@ -66,6 +66,9 @@ class ModelRepository {
   // Stops serving `name`: new requests get NOT_FOUND, queued and running ones
   // finish (up to the drain timeout). NOT_FOUND if it is not loaded. Blocks.
   Status Unload(const std::string& name) CHORUS_EXCLUDES(mu_);
+  // Unloads `name` (drained) and refuses it with `why` until an explicit Load
+  // re-admits it: the supervisor's quarantine, arriving while it serves. Blocks.
+  void Quarantine(const std::string& name, const std::string& why) CHORUS_EXCLUDES(mu_);
   // Writes a new version of `name` through `write` (RepositoryLayout::Publish:
   // it appears whole) and loads it. Blocks.
   StatusOr<PublishedVersion> Publish(const std::string& name, int64_t version,

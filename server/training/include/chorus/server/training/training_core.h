@@ -41,6 +41,8 @@ class TrainingCore {
     const Authorizer* authorizer;     // the token this server's calls to others carry
     // When set, jobs run only archives signed by one of these keys.
     std::shared_ptr<const TrustedKeys> trusted_keys;
+    // Non-empty: jobs are refused, with this why (a server of several cells).
+    std::string jobs_refused;
   };
 
   // `journal` records the jobs created with a checkpoint directory.

@@ -32,6 +32,9 @@ struct HttpEndpointOptions {
   // Answers to the paths it accepts are gzip-compressed when the client
   // accepts gzip (never brotli); all others are never compressed. Unset: none.
   std::function<bool(const std::string& path)> compressible;
+  // Share the port with other processes that set it too (serving cells);
+  // otherwise a port in use is an error.
+  bool reuse_port = false;
 };
 
 // Adds a POST route to `server` whose handler finds the whole body in
