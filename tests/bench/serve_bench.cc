@@ -25,6 +25,12 @@
 //   in_process_call_overhead_us  p50 of a model answering through one
 //                           in-process call (chorus.serving.infer) to the
 //                           trivial model, minus the trivial model's p50
+//   cells                   the cells run (server/tests/cells.py, bin/bench_cells):
+//                           --cells 2 --spare under 8 tritonclient clients while a
+//                           poison request kills one cell: refused_during_crash
+//                           (beyond each dead-cell client's broken connection),
+//                           restart_to_ready_s (death to the spare listening),
+//                           footprint_vs_one_cell (PSS of 2 cells over 1)
 //   shm_vs_wire_throughput  4 MiB inputs (a model summing their rows) through
 //                           system shared memory over the same through the
 //                           gRPC wire, concurrency 1, loopback
@@ -409,21 +415,46 @@ nlohmann::json MeasureRestart(const std::string& repository) {
   return result;
 }
 
-// The chaos run's figures (bin/bench_chaos), or nothing when it failed.
-std::optional<nlohmann::json> RunChaos(const Options& options) {
-  const std::string figures = options.data + "/chaos.json";
-  const std::string command = g_bin + "/bench_chaos --out '" + figures + "' --seconds " +
-                              std::to_string(options.chaos_seconds) + " > /dev/null";
+// The figures of a run of bin/`script` (a Python run that writes JSON), or
+// nothing when it failed.
+std::optional<nlohmann::json> RunScript(const std::string& script, const std::string& args,
+                                        const Options& options) {
+  const std::string figures = options.data + "/" + script + ".json";
+  const std::string command =
+      g_bin + "/" + script + " --out '" + figures + "' " + args + " > /dev/null";
   if (std::system(command.c_str()) != 0) {
-    std::fprintf(stderr, "bench_serve: the chaos run failed (%s)\n", command.c_str());
+    std::fprintf(stderr, "bench_serve: %s failed (%s)\n", script.c_str(), command.c_str());
     return std::nullopt;
   }
   std::ifstream in(figures);
-  nlohmann::json chaos = nlohmann::json::parse(in);
+  return nlohmann::json::parse(in);
+}
+
+// The cells run's figures (bin/bench_cells), or nothing when it failed.
+std::optional<nlohmann::json> RunCells(const Options& options) {
+  std::optional<nlohmann::json> cells = RunScript("bench_cells", "", options);
+  if (!cells) return std::nullopt;
+  std::printf(
+      "cells (2, a spare, %d clients): %lld requests, %lld refused during the crash (%lld "
+      "broken connections of the dead cell), spare listening %.3f s after the death, "
+      "footprint %.2fx one cell (%.2fx with the spare)\n\n",
+      (*cells)["clients"].get<int>(), (*cells)["requests"].get<long long>(),
+      (*cells)["refused_during_crash"].get<long long>(),
+      (*cells)["dead_cell_connections_broken"].get<long long>(),
+      (*cells)["restart_to_ready_s"].get<double>(), (*cells)["footprint_vs_one_cell"].get<double>(),
+      (*cells)["footprint_with_spare_vs_one_cell"].get<double>());
+  return cells;
+}
+
+// The chaos run's figures (bin/bench_chaos), or nothing when it failed.
+std::optional<nlohmann::json> RunChaos(const Options& options) {
+  std::optional<nlohmann::json> chaos =
+      RunScript("bench_chaos", "--seconds " + std::to_string(options.chaos_seconds), options);
+  if (!chaos) return std::nullopt;
   std::printf("chaos (%d clients, %.0f s): %lld requests, %lld lost, %d restarts, RSS %+.2f%%\n\n",
-              chaos["clients"].get<int>(), chaos["seconds"].get<double>(),
-              chaos["requests"].get<long long>(), chaos["lost"].get<long long>(),
-              chaos["restarts"].get<int>(), chaos["rss_change_pct"].get<double>());
+              (*chaos)["clients"].get<int>(), (*chaos)["seconds"].get<double>(),
+              (*chaos)["requests"].get<long long>(), (*chaos)["lost"].get<long long>(),
+              (*chaos)["restarts"].get<int>(), (*chaos)["rss_change_pct"].get<double>());
   return chaos;
 }
 
@@ -517,6 +548,9 @@ int main(int argc, char** argv) {
   result.update(MeasureSharedMemory(repository, options));
   result["soak"] = MeasureSoak(repository, options.soak_seconds);
   result.update(MeasureRestart(repository));
+  std::optional<nlohmann::json> cells = RunCells(options);
+  if (!cells) return 1;
+  result["cells"] = *cells;
   std::optional<nlohmann::json> chaos = RunChaos(options);
   if (!chaos) return 1;
   result["chaos"] = *chaos;
