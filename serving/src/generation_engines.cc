@@ -39,11 +39,13 @@ struct GenerationEngines::Loop {
   Mutex mu;
   CondVar changed;
   std::vector<std::pair<std::string, Held>> inbox CHORUS_GUARDED_BY(mu);
-  CondVar idle;  // load reached 0
+  CondVar idle;  // unfinished reached 0
   bool stopping CHORUS_GUARDED_BY(mu) = false;
   bool draining CHORUS_GUARDED_BY(mu) = false;
   GenerationStats stats CHORUS_GUARDED_BY(mu);
-  std::atomic<int> load{0};  // requests in the inbox or the engine
+  std::atomic<int> load{0};  // requests in the inbox or the engine: where the next one goes
+  // load, and requests whose done callback still runs: what Drain waits for.
+  std::atomic<int> unfinished{0};
   // The loop thread's own: requests the engine holds, and those to drop from it.
   std::map<std::string, Held> active;
   std::vector<std::string> to_abort;
@@ -170,6 +172,7 @@ void GenerationEngines::Submit(GenerationRequest request) {
     if (!least->stopping && !least->draining) {
       const Clock::time_point now = Clock::now();
       least->inbox.emplace_back(id, Held{std::move(request), now, now, false});
+      least->unfinished.fetch_add(1);
       least->load.fetch_add(1);
       queued = true;
     }
@@ -189,7 +192,7 @@ bool GenerationEngines::Drain(Clock::time_point deadline) {
   bool drained = true;
   for (auto& loop : loops_) {
     MutexLock lock(&loop->mu);
-    while (loop->load.load() > 0) {
+    while (loop->unfinished.load() > 0) {
       if (!loop->idle.WaitUntil(&loop->mu, deadline) && Clock::now() >= deadline) {
         drained = false;
         break;
@@ -241,8 +244,11 @@ void GenerationEngines::Run(Loop& loop) {
 }
 
 void GenerationEngines::Finish(Loop& loop, Held& held, const Status& status) {
+  // Free before the client hears: its next request may come at once, and
+  // should find this engine (and its prefix cache) idle.
+  loop.load.fetch_sub(1);
   held.request.done(status);
-  if (loop.load.fetch_sub(1) == 1) {
+  if (loop.unfinished.fetch_sub(1) == 1) {
     // Under the lock, so that a Drain between its check and its wait hears it.
     MutexLock lock(&loop.mu);
     loop.idle.SignalAll();

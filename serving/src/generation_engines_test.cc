@@ -182,6 +182,36 @@ TEST_F(GenerationEnginesTest, ConcurrentGreedyRequestsStreamWhatRecomputationGen
   EXPECT_EQ(engines.Stats().cache_blocks_total, 2 * 64);
 }
 
+TEST_F(GenerationEnginesTest, AFollowUpSentAsTheFirstEndsFindsItsEngineIdleAndItsPrefixCached) {
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<GenerationEngines> started,
+                       GenerationEngines::Start(*model_, placement_, TwoEngines()));
+  GenerationEngines& engines = *started;
+  // 64 bytes: 4 blocks of 16 tokens, cached once the first request ends.
+  const std::string prompt = "A follow-up request repeats this prompt of exactly 64 bytes: ok.";
+  ASSERT_EQ(prompt.size(), 64u);
+  std::promise<std::future<Outcome>> follow_up;
+  GenerationRequest first;
+  first.prompt = prompt;
+  first.parameters_json = kGreedy12;
+  first.on_chunk = [](const GenerationChunk&) { return true; };
+  // The client's next request, sent the moment it hears the end: it must reach
+  // the engine that served the first (both are idle then), not the other.
+  first.done = [&](Status status) {
+    EXPECT_OK(status);
+    follow_up.set_value(Generate(engines, prompt, kGreedy12));
+  };
+  engines.Submit(std::move(first));
+  std::future<std::future<Outcome>> sent = follow_up.get_future();
+  ASSERT_EQ(sent.wait_for(std::chrono::seconds(120)), std::future_status::ready);
+  std::future<Outcome> second = sent.get();
+  Outcome outcome = Await(second);
+  ASSERT_OK(outcome.status);
+  const GenerationStats stats = engines.Stats();
+  EXPECT_EQ(stats.prefix_cache_queries, 128u);
+  // Every block of the follow-up's prompt but the last, whose final token is computed.
+  EXPECT_EQ(stats.prefix_cache_hits, 48u);
+}
+
 TEST_F(GenerationEnginesTest, AClientThatGoesAwayOrCancelsFreesItsCache) {
   ASSERT_OK_AND_ASSIGN(std::unique_ptr<GenerationEngines> started,
                        GenerationEngines::Start(*model_, placement_, TwoEngines()));
