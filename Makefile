@@ -24,6 +24,10 @@
 #                      loading embedding another CPython (built --enable-shared;
 #                      a venv with tools/requirements/python-core.txt is made of
 #                      it unless it imports torch), in build-pyV/
+#   make image         deps + build + the OCI image localhost/chorus:latest (Debian's
+#                      mmdebstrap and buildah; size in build/image.json)
+#   make test-image    make image, then run it with podman and call the demo model
+#                      over REST and gRPC (start-to-ready in build/image.json)
 #   make device-bundle PYTHON=...   build/device-bundle.tar.gz for the lent GPU
 #                      machine (docs/gpu.md); make device-rehearsal tries it here
 #
@@ -48,7 +52,7 @@ CTEST_ARGS ?=
 # across runs as ccache's and pip's are.
 export TORCHINDUCTOR_CACHE_DIR ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/chorus/inductor
 
-.PHONY: test-python device-bundle device-rehearsal
+.PHONY: test-python device-bundle device-rehearsal image test-image
 .PHONY: all deps debian-packages print-python configure build test test-core test-asan check-thread-safety check-structure test-other-torch demo bench bench-check bench-check-short clean format check-format check-python
 
 all: build
@@ -138,6 +142,14 @@ check-thread-safety: build
 
 demo: build
 	@CHORUS_PYTHON=$(PYTHON) tools/demo.sh $(BUILD)
+
+# The OCI image (docs/deploy.md): Debian's mmdebstrap and buildah, no registry.
+image: build
+	@tools/install-deps.sh image
+	@tools/image/build.sh $(BUILD) $(PYTHON)
+
+test-image: image
+	@PYTHONPATH=$(BUILD)/share/chorus/python $(PYTHON) tools/image/test.py $(BUILD)
 
 SUITE = PYTHONPATH=$(BUILD)/share/chorus/python $(PYTHON) tests/bench/suite
 

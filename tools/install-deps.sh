@@ -2,6 +2,8 @@
 # Installs the Debian 12 packages chorus needs. Idempotent: prints nothing and
 # touches nothing when every package is already present. torch and the Python
 # packages come from PyPI into a venv (tools/make-venv.sh, run by `make deps`).
+#   tools/install-deps.sh          to build and test chorus
+#   tools/install-deps.sh image    to build and run its container image (make image)
 set -euo pipefail
 
 packages=(
@@ -19,6 +21,11 @@ packages=(
   # network namespaces and veth pairs for the multi-host tests
   iproute2
 )
+
+if [ "${1:-}" = image ]; then
+  # mmdebstrap and buildah make the image; podman (with runc) runs it.
+  packages=(mmdebstrap buildah podman runc uidmap fuse-overlayfs slirp4netns)
+fi
 
 missing=()
 for p in "${packages[@]}"; do
