@@ -28,6 +28,8 @@
 #                      mmdebstrap and buildah; size in build/image.json)
 #   make test-image    make image, then run it with podman and call the demo model
 #                      over REST and gRPC (start-to-ready in build/image.json)
+#   make fuzz          every libFuzzer target (clang sanitizer build, build-asan/) for
+#                      FUZZ_SECONDS (600) each: executions, coverage, crashes
 #   make device-bundle PYTHON=...   build/device-bundle.tar.gz for the lent GPU
 #                      machine (docs/gpu.md); make device-rehearsal tries it here
 #
@@ -52,7 +54,7 @@ CTEST_ARGS ?=
 # across runs as ccache's and pip's are.
 export TORCHINDUCTOR_CACHE_DIR ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/chorus/inductor
 
-.PHONY: test-python device-bundle device-rehearsal image test-image
+.PHONY: test-python device-bundle device-rehearsal image test-image fuzz
 .PHONY: all deps debian-packages print-python configure build test test-core test-asan check-thread-safety check-structure test-other-torch demo bench bench-check bench-check-short clean format check-format check-python
 
 all: build
@@ -134,6 +136,16 @@ test-asan: configure
 	@$(CMAKE) --build $(ASAN_BUILD) -j $(JOBS)
 	cd $(ASAN_BUILD) && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=halt_on_error=1 \
 	  ctest --output-on-failure -L core
+
+# Every libFuzzer target of the sanitizer build for FUZZ_SECONDS each (tools/fuzz.py:
+# executions, coverage, crashes; $(ASAN_BUILD)/fuzz-summary.json).
+FUZZ_SECONDS ?= 600
+fuzz: configure
+	@$(CMAKE) -S . -B $(ASAN_BUILD) -G Ninja -DCHORUS_CORE_ONLY=ON -DCHORUS_PYTHON=$(PYTHON) \
+	  -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_C_COMPILER=clang \
+	  -DCHORUS_SANITIZE=address,undefined -DCMAKE_BUILD_TYPE=Debug >/dev/null
+	@$(CMAKE) --build $(ASAN_BUILD) -j $(JOBS)
+	@$(PYTHON) tools/fuzz.py $(ASAN_BUILD) --seconds $(FUZZ_SECONDS)
 
 # clang's thread-safety analysis and dropped-Status check over every chorus file, with
 # the main build's flags (the torch-free core is also compiled by clang above).

@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "chorus/common/status.h"
-#include "chorus/serving/generation_engines.h"
+#include "chorus/serving/generation_request.h"
 
 namespace chorus {
 
