@@ -75,7 +75,8 @@ def test_cells_refuse_what_would_change_one_cell_only(tmp_path):
         # A training job lives in one process: refused before anything is built.
         with TrainingClient(server.address) as training:
             with pytest.raises(ClientError, match=r"FAILED_PRECONDITION: training jobs run "
-                                                  r"on a server of one cell; this one runs 2"):
+                                                  r"on a server of one serving process; this "
+                                                  r"one runs 2 cells"):
                 training.create_job(**spec(str(tmp_path / "no-archive.pt")))
     finally:
         assert server.stop() == 0

@@ -68,7 +68,7 @@ void ModelRepository::LoadSteps(const std::string& name, int depth) {
     }
     LoadSteps(step.model_name, depth + 1);
     Log().info("model {}: loading {}, a step of it", name, step.model_name);
-    Load(step.model_name).IgnoreError();  // logged; the ensemble's plan names it
+    LoadModel(step.model_name, false).IgnoreError();  // logged; the ensemble's plan names it
   }
 }
 
@@ -77,7 +77,7 @@ void ModelRepository::LoadInOrder(const std::vector<std::string>& names) {
   for (const std::string& name : names) {
     StatusOr<ModelConfig> config = ReadModelConfig(layout_.ModelDir(name));
     if (!config.ok() || !config->ensemble) {
-      Load(name).IgnoreError();  // Load logs it; the model is listed UNAVAILABLE
+      LoadModel(name, false).IgnoreError();  // logged; the model is listed UNAVAILABLE
       continue;
     }
     for (const EnsembleStep& step : *config->ensemble) ensembles[name].push_back(step.model_name);
@@ -120,9 +120,12 @@ std::string WithoutRoot(std::string message, const std::string& root) {
 
 }  // namespace
 
-Status ModelRepository::Load(const std::string& name) {
+Status ModelRepository::Load(const std::string& name) { return LoadModel(name, true); }
+
+Status ModelRepository::LoadModel(const std::string& name, bool readmit) {
   CHORUS_RETURN_IF_ERROR(CheckModelName(name));
   const bool exists = layout_.HasModel(name);
+  int quarantines = 0;
   {
     MutexLock lock(&mu_);
     if (!exists) {
@@ -131,21 +134,27 @@ Status ModelRepository::Load(const std::string& name) {
     }
     Record& record = records_[name];
     if (!record.quarantine.empty()) {
+      if (!readmit) return UnavailableError("model \"" + name + "\" " + record.quarantine);
       Log().warn("model {} re-admitted from quarantine by an explicit load", name);
       record.quarantine.clear();
     }
+    quarantines = record.quarantines;
     if (record.state != ModelState::kReady) record.state = ModelState::kLoading;
   }
   LoadSteps(name);
   const std::string files = Fingerprint(name);
   StatusOr<std::shared_ptr<LoadedModel>> loaded = loader_.LoadNewest(name);
-  std::shared_ptr<LoadedModel> replaced = Settle(name, loaded);
+  std::shared_ptr<LoadedModel> replaced = Settle(name, loaded, quarantines);
   {
     MutexLock lock(&mu_);
     records_[name].files = files;
   }
   if (!loaded.ok()) {
     return Status(loaded.status().code(), WithoutRoot(loaded.status().message(), layout_.root()));
+  }
+  if (replaced == *loaded) {  // quarantined while it loaded: not served
+    replaced->Drain(Clock::now());
+    return UnavailableError("model \"" + name + "\" was quarantined while it loaded");
   }
   Log().info("model {} version {} loaded", name, (*loaded)->version());
   if (replaced) replaced->Drain(Clock::now() + options_.drain_timeout);
@@ -195,9 +204,14 @@ void ModelRepository::Poll() {
 }
 
 std::shared_ptr<LoadedModel> ModelRepository::Settle(
-    const std::string& name, const StatusOr<std::shared_ptr<LoadedModel>>& loaded) {
+    const std::string& name, const StatusOr<std::shared_ptr<LoadedModel>>& loaded,
+    int quarantines) {
   MutexLock lock(&mu_);
   Record& record = records_[name];
+  if (loaded.ok() && record.quarantines != quarantines) {
+    Log().error("model {} was quarantined while it loaded: not served", name);
+    return *loaded;
+  }
   if (!loaded.ok()) {
     Log().error("model {} not loaded: {}", name, loaded.status().ToString());
     // A failed reload keeps the version that was serving.
@@ -239,6 +253,7 @@ void ModelRepository::Quarantine(const std::string& name, const std::string& why
     MutexLock lock(&mu_);
     Record& record = records_[name];
     record.quarantine = why;
+    record.quarantines += 1;  // a load under way does not serve
     record.state = ModelState::kUnavailable;
     unloaded = std::exchange(record.serving, nullptr);
   }

@@ -252,6 +252,26 @@ TEST_F(ModelRepositoryTest, ReloadingServesANewVersionAndRetiresTheOld) {
   EXPECT_THAT(late.get().status, StatusIs(StatusCode::kUnavailable, kDraining));
 }
 
+TEST_F(ModelRepositoryTest, AQuarantineStopsAServingModelUntilAnExplicitLoad) {
+  AddVersion("crashy", "1", ScaleArchive(1));
+  ModelRepository repository(root_, placement_, OneWorker());
+  ASSERT_OK(repository.Load("crashy"));
+  ASSERT_OK_AND_ASSIGN(std::shared_ptr<LoadedModel> served, repository.Find("crashy", ""));
+  repository.Quarantine("crashy", "is quarantined: it crashed a cell twice");
+  EXPECT_THAT(repository.Find("crashy", ""),
+              StatusIs(StatusCode::kUnavailable, HasSubstr("is quarantined: it crashed")));
+  EXPECT_THAT(repository.Index(), ElementsAre(IsEntry("crashy", "", ModelState::kUnavailable,
+                                                      "is quarantined: it crashed a cell twice")));
+  // The repository's own loads leave it alone, a new version too.
+  AddVersion("crashy", "2", ScaleArchive(2));
+  repository.Poll();
+  EXPECT_THAT(repository.Find("crashy", ""), StatusIs(StatusCode::kUnavailable));
+  ASSERT_OK(repository.Load("crashy"));  // an explicit load re-admits it
+  ASSERT_OK_AND_ASSIGN(std::shared_ptr<LoadedModel> again, repository.Find("crashy", ""));
+  EXPECT_EQ(again->version(), "2");
+  ExpectScaled(InferOnce(*again, X()), X(), 2);
+}
+
 TEST_F(ModelRepositoryTest, AFailedReloadKeepsTheServedVersion) {
   AddVersion("versioned", "2", ScaleArchive(2));
   ModelRepository repository(root_, placement_, OneWorker());

@@ -173,11 +173,11 @@ void CommandLine::AddServingOptions(CLI::App& app) {
                  "takes one down while the others answer (with more than one: metrics of cell i "
                  "on --metrics-port + i; repository load/unload calls and training jobs refused)")
       ->check(CLI::Range(1, 64))
-      ->excludes("--no-supervisor")
-      ->excludes("--jobs-file");
+      ->excludes("--no-supervisor");
   app.add_flag("--spare", spare,
                "keep one more serving process with every model loaded, ready to take the place "
-               "of one that dies at once")
+               "of one that dies at once (repository load/unload calls and training jobs "
+               "refused, as with several cells)")
       ->excludes("--no-supervisor");
 }
 
@@ -212,7 +212,7 @@ int Supervised(chorus::ServerOptions options, bool spare) {
   if (options.metrics_port == 0) options.metrics_port = FreePorts(options.host, options.cells);
   if (options.http_port == 0) options.http_port = FreePort(options.host);
   chorus::ScopedTempDir private_dir;
-  if (options.jobs_file.empty() && options.cells == 1) {
+  if (options.jobs_file.empty() && options.cells == 1 && !spare) {
     chorus::StatusOr<chorus::ScopedTempDir> made = chorus::ScopedTempDir::Create("chorus-server-");
     if (made.ok()) {
       private_dir = std::move(*made);
@@ -247,6 +247,14 @@ int main(int argc, char** argv) {
   command_line.AddLimitsAndSecurityOptions(app);
   CLI11_PARSE(app, argc, argv);
   command_line.Finish();
+  if ((command_line.options.cells > 1 || command_line.spare) &&
+      !command_line.options.jobs_file.empty()) {
+    std::fprintf(stderr,
+                 "chorus-server: --jobs-file needs one serving process: no --cells "
+                 "above 1, no --spare (training jobs are refused with them)\n");
+    return 2;
+  }
+  command_line.options.with_spare = command_line.spare;
   if (command_line.no_supervisor) return Serve(command_line.options, chorus::ServingRun{});
   return Supervised(std::move(command_line.options), command_line.spare);
 }

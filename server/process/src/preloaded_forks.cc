@@ -9,6 +9,8 @@
 
 #include <cerrno>
 #include <chrono>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <thread>
@@ -121,6 +123,20 @@ void BecomeSupervisorsChild(pid_t supervisor) {
   ::_exit(0);
 }
 
+// This process's threads (/proc/self/status).
+StatusOr<int> ThreadCount() {
+  FILE* status = std::fopen("/proc/self/status", "r");
+  if (status == nullptr) return UnavailableError("cannot read /proc/self/status");
+  char line[256];
+  int threads = -1;
+  while (std::fgets(line, sizeof(line), status) != nullptr) {
+    if (std::sscanf(line, "Threads: %d", &threads) == 1) break;
+  }
+  std::fclose(status);
+  if (threads < 0) return UnavailableError("no thread count in /proc/self/status");
+  return threads;
+}
+
 }  // namespace
 
 StatusOr<std::unique_ptr<PreloadedForks>> PreloadedForks::Start(
@@ -142,6 +158,9 @@ StatusOr<std::unique_ptr<PreloadedForks>> PreloadedForks::Start(
     ::prctl(PR_SET_NAME, "chorus-preload");
     ::close(sockets[0]);
     preload();
+    // Forking is safe only while this process has one thread: if what it
+    // loaded started one, the supervisor forks serving processes itself.
+    if (StatusOr<int> threads = ThreadCount(); !threads.ok() || *threads != 1) ::_exit(1);
     ServeForks(sockets[1], supervisor, serve, boards);
   }
   ::close(sockets[1]);

@@ -41,6 +41,10 @@ bool Follow(Server& server, const StatusOr<CellCommand>& command) {
 // another reason), following the supervisor's commands meanwhile.
 int WaitForStop(Server& server, const sigset_t& signals, int control_fd) {
   const int signal_fd = ::signalfd(-1, &signals, SFD_CLOEXEC);
+  if (signal_fd < 0 && control_fd >= 0) {
+    Log().error("cannot follow the supervisor's commands: signalfd failed");
+    return 0;  // ends the process: the supervisor starts another
+  }
   if (signal_fd < 0) {
     int signal = 0;
     sigwait(&signals, &signal);

@@ -99,11 +99,20 @@ StatusOr<RepositoryOptions> RepositoryOptionsOf(const ServerOptions& options, in
   return repository;
 }
 
+// The serving processes beside this one, as an operator reads it ("" when none).
+std::string ServingProcesses(const ServerOptions& options) {
+  if (options.cells <= 1 && !options.with_spare) return "";
+  const std::string cells = "runs " + std::to_string(options.cells) + " cells";
+  if (!options.with_spare) return cells;
+  return options.cells > 1 ? cells + " and a spare" : "keeps a spare beside its cell";
+}
+
 // Why training jobs are refused ("" when they are not).
 std::string JobsRefused(const ServerOptions& options) {
-  if (options.cells <= 1) return "";
-  return "training jobs run on a server of one cell; this one runs " +
-         std::to_string(options.cells) + " (--cells), and a job's calls could reach any";
+  const std::string processes = ServingProcesses(options);
+  if (processes.empty()) return "";
+  return "training jobs run on a server of one serving process; this one " + processes +
+         " (--cells, --spare), and a job's calls could reach any";
 }
 
 Status ServerImpl::Initialize(const ServerOptions& options) {
@@ -203,12 +212,12 @@ void ServerImpl::StartServices(const ServerOptions& options) {
   core.strict_readiness = options.strict_readiness;
   core.cache_size_bytes = options.cache_size_bytes;
   using Control = ServerOptions::ModelControl;
-  if (options.cells > 1 && options.model_control != Control::kNone &&
+  if (!ServingProcesses(options).empty() && options.model_control != Control::kNone &&
       options.model_control != Control::kPoll) {
     core.repository_calls_refused =
-        "the server runs " + std::to_string(options.cells) +
-        " cells, and a call reaches one of them: change the repository and let every cell "
-        "follow it (--model-control-mode poll)";
+        "the server " + ServingProcesses(options) +
+        ", and a call reaches one of them: change the repository and let every serving "
+        "process follow it (--model-control-mode poll)";
   } else if (options.model_control == Control::kNone || options.model_control == Control::kPoll) {
     core.repository_calls_refused =
         options.model_control == Control::kNone

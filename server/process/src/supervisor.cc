@@ -51,6 +51,13 @@ int NextSignal(const sigset_t& signals, Clock::time_point until) {
   }
 }
 
+// Whether SIGTERM or SIGINT waits (blocked) for the supervisor's loop.
+bool StopPending() {
+  sigset_t pending;
+  return ::sigpending(&pending) == 0 &&
+         (sigismember(&pending, SIGTERM) == 1 || sigismember(&pending, SIGINT) == 1);
+}
+
 // Everything readable from `fd` now (non-blocking; the writer is gone).
 std::string ReadAvailable(int fd) {
   std::string text;
@@ -171,8 +178,12 @@ class CellSupervisor {
   CrashBoard* Board(int index) const { return boards_[index].get(); }
 
   void Start(int cell);
-  // Forks the serving process for `run` itself (no preloaded process).
-  pid_t ForkDirectly(const ServingRun& run, int board, int record_fd, int control_fd);
+  // Forks the serving process for `run` itself (no preloaded process); the
+  // child keeps record_pipe[1] and control_pipe[0].
+  pid_t ForkDirectly(const ServingRun& run, int board, const int record_pipe[2],
+                     const int control_pipe[2]);
+  // A start that failed (`what`, errno): tried again after the slot's pause, which doubles.
+  void FailedStart(Slot& slot, const char* what);
   // Its exit, when `pid` is the preloaded process.
   bool OnPreloadedExit(pid_t pid, int status);
   void OnExit(pid_t pid, int status);
@@ -197,10 +208,16 @@ class CellSupervisor {
 };
 
 void CellSupervisor::Start(int cell) {
-  int record_pipe[2], control_pipe[2];
-  if (::pipe2(record_pipe, O_CLOEXEC | O_NONBLOCK) != 0) record_pipe[0] = record_pipe[1] = -1;
-  if (::pipe2(control_pipe, O_CLOEXEC | O_NONBLOCK) != 0) control_pipe[0] = control_pipe[1] = -1;
   Slot& slot = SlotOf(cell);
+  int record_pipe[2], control_pipe[2];
+  if (::pipe2(record_pipe, O_CLOEXEC | O_NONBLOCK) != 0) {
+    return FailedStart(slot, "pipe");
+  }
+  if (::pipe2(control_pipe, O_CLOEXEC | O_NONBLOCK) != 0) {
+    ::close(record_pipe[0]);
+    ::close(record_pipe[1]);
+    return FailedStart(slot, "pipe");
+  }
   ServingRun run = run_;
   run.cell = cell == kSpare ? 0 : cell;
   run.spare = cell == kSpare;
@@ -215,15 +232,13 @@ void CellSupervisor::Start(int cell) {
       preloaded_.reset();
     }
   }
-  if (pid < 0) pid = ForkDirectly(run, slot.board, record_pipe[1], control_pipe[0]);
+  if (pid < 0) pid = ForkDirectly(run, slot.board, record_pipe, control_pipe);
   ::close(record_pipe[1]);
   ::close(control_pipe[0]);
   if (pid < 0) {
-    Log().error("supervisor: fork: {}", std::strerror(errno));
     ::close(record_pipe[0]);
     ::close(control_pipe[1]);
-    slot.restart_at = Clock::now() + slot.backoff;
-    return;
+    return FailedStart(slot, "fork");
   }
   slot.pid = pid;
   children_.emplace(pid, Child{cell, record_pipe[0], control_pipe[1], Clock::now(), 0, slot.board});
@@ -231,14 +246,24 @@ void CellSupervisor::Start(int cell) {
              run.restarts > 0 ? " (restart " + std::to_string(run.restarts) + ")" : "");
 }
 
-pid_t CellSupervisor::ForkDirectly(const ServingRun& run, int board, int record_fd,
-                                   int control_fd) {
+void CellSupervisor::FailedStart(Slot& slot, const char* what) {
+  Log().error("supervisor: {}: {}; trying again in {} ms", what, std::strerror(errno),
+              slot.backoff.count());
+  slot.restart_at = Clock::now() + slot.backoff;
+  slot.backoff = std::min(slot.backoff * 2, options_.max_backoff);
+}
+
+pid_t CellSupervisor::ForkDirectly(const ServingRun& run, int board, const int record_pipe[2],
+                                   const int control_pipe[2]) {
   const pid_t supervisor = ::getpid();
   const pid_t pid = ::fork();
   if (pid != 0) return pid;
   // The serving process drains and ends if the supervisor dies, even of SIGKILL.
   ::prctl(PR_SET_PDEATHSIG, SIGTERM);
   if (::getppid() != supervisor) ::_exit(0);  // it died before prctl took effect
+  ::close(record_pipe[0]);                    // the supervisor's ends
+  ::close(control_pipe[1]);
+  const int record_fd = record_pipe[1], control_fd = control_pipe[0];
   for (const auto& [other, sibling] : children_) {
     ::close(sibling.record_fd);
     ::close(sibling.control_fd);
@@ -275,6 +300,7 @@ bool CellSupervisor::Adopt(int cell) {
     return false;  // it is dying: its exit comes next
   }
   child.cell = cell;
+  child.started = Clock::now();  // a crash loop is timed from serving, not from waiting
   slots_[cell].pid = spare;
   std::swap(slots_[cell].board, spare_slot_.board);  // the dead cell's board is free now
   spare_slot_.pid = 0;
@@ -346,7 +372,7 @@ void CellSupervisor::Tick() {
   for (auto& [pid, child] : children_) {
     if (StatusOr<double> peak = PeakResidentMiB(pid); peak.ok()) child.peak_mib = *peak;
   }
-  if (stopping_ != 0) return;
+  if (stopping_ != 0 || StopPending()) return;  // the stop first: nothing starts for nothing
   const Clock::time_point now = Clock::now();
   for (size_t cell = 0; cell < slots_.size(); ++cell) {
     if (slots_[cell].pid == 0 && slots_[cell].restart_at <= now) Start(static_cast<int>(cell));

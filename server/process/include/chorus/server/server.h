@@ -96,6 +96,9 @@ struct ServerOptions {
   // repository in every cell) and training jobs.
   int cells = 1;
   int cell = 0;
+  // The supervisor keeps a spare beside the cells (--spare): what changes one
+  // process only is refused as with several cells.
+  bool with_spare = false;
   // Start loads every model but listens only on Listen (the warm spare).
   bool defer_listening = false;
   // ServeUntilStopped: the supervisor's commands (cell_control.h); -1: none.

@@ -96,8 +96,12 @@ class ModelRepository {
     std::shared_ptr<LoadedModel> serving;  // set when kReady
     std::string failure;                   // why its last load failed, while nothing serves
     std::string quarantine;                // the supervisor's why; Load re-admits
+    int quarantines = 0;                   // times quarantined: a load across one is dropped
     std::string files;                     // the folder's fingerprint at its last load
   };
+  // Load, or (`readmit` false: the repository's own loads, start-up, polling,
+  // an ensemble's steps) UNAVAILABLE for a quarantined model.
+  Status LoadModel(const std::string& name, bool readmit) CHORUS_EXCLUDES(mu_);
   // For an ensemble `name`: loads the models of its steps that do not serve
   // yet (Triton's: loading an ensemble loads what it is made of).
   void LoadSteps(const std::string& name, int depth = 0) CHORUS_EXCLUDES(mu_);
@@ -106,10 +110,12 @@ class ModelRepository {
   // What Poll compares: every file under the model's folder, with its size and time.
   std::string Fingerprint(const std::string& name) const;
   // Records `loaded` (or its failure) as `name`'s outcome; returns the
-  // version it replaced, which the caller drains.
+  // version it replaced, which the caller drains, or `loaded` itself, not
+  // served, if the model was quarantined since the load began (`quarantines`
+  // is the record's count then).
   std::shared_ptr<LoadedModel> Settle(const std::string& name,
-                                      const StatusOr<std::shared_ptr<LoadedModel>>& loaded)
-      CHORUS_EXCLUDES(mu_);
+                                      const StatusOr<std::shared_ptr<LoadedModel>>& loaded,
+                                      int quarantines) CHORUS_EXCLUDES(mu_);
 
   const RepositoryLayout layout_;
   const RepositoryOptions options_;
