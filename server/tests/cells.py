@@ -26,7 +26,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
 import servable_models  # noqa: E402
-from conftest import ServerProcess, package  # noqa: E402
+from conftest import ServerProcess, ThreadGroup, package  # noqa: E402
 
 POISON = 13.0  # servable_models.Crasher dereferences a null pointer
 
@@ -146,20 +146,19 @@ def footprint_of_one_cell(repo, interpreters):
         server.stop()
 
 
-class Traffic:
+class Traffic(ThreadGroup):
     """Steady calls of each client, no retries: (client index, sent, answered, pid or error)."""
 
     def __init__(self, clients):
+        super().__init__()
         self.clients = clients
         self.records = []
         self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._threads = [threading.Thread(target=self._run, args=(i,))
-                         for i in range(len(clients))]
+        self.threads = [threading.Thread(target=self._run, args=(i,)) for i in range(len(clients))]
 
     def _run(self, index):
         client = self.clients[index][0]
-        while not self._stop.is_set():
+        while not self.stop.is_set():
             sent = time.monotonic()
             try:
                 outcome = whoami(client)
@@ -168,16 +167,6 @@ class Traffic:
             with self._lock:
                 self.records.append((index, sent, time.monotonic(), outcome))
             time.sleep(0.005)
-
-    def __enter__(self):
-        for thread in self._threads:
-            thread.start()
-        return self
-
-    def __exit__(self, *exc):
-        self._stop.set()
-        for thread in self._threads:
-            thread.join()
 
 
 def kill_a_cell(server, poison_client, victim, port, cells):

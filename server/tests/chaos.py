@@ -28,7 +28,7 @@ sys.path.insert(0, HERE)
 import servable_models  # noqa: E402
 from chorus.client import ClientError  # noqa: E402
 from chorus.client.training import TrainingClient  # noqa: E402
-from conftest import ServerProcess, metric, package  # noqa: E402
+from conftest import ServerProcess, ThreadGroup, metric, package  # noqa: E402
 from training_specs import package_tiny_llama, spec  # noqa: E402
 
 CLIENTS = 8
@@ -206,27 +206,17 @@ def scraper(server, tally, stop):
         time.sleep(0.5)
 
 
-class Workload:
+class Workload(ThreadGroup):
     """Every client thread of the run, started together and stopped together."""
 
     def __init__(self, server, tally, x, mlp_expected, archive, checkpoints):
-        self._stop = threading.Event()
-        args = (server, tally, self._stop)
-        self._threads = [threading.Thread(target=inference_client, args=(*args, i, x, mlp_expected))
-                         for i in range(CLIENTS)]
-        self._threads += [threading.Thread(target=load_unload, args=args),
-                          threading.Thread(target=training, args=(*args, archive, checkpoints)),
-                          threading.Thread(target=scraper, args=args)]
-
-    def __enter__(self):
-        for thread in self._threads:
-            thread.start()
-        return self
-
-    def __exit__(self, *exc):
-        self._stop.set()
-        for thread in self._threads:
-            thread.join()
+        super().__init__()
+        args = (server, tally, self.stop)
+        self.threads = [threading.Thread(target=inference_client, args=(*args, i, x, mlp_expected))
+                        for i in range(CLIENTS)]
+        self.threads += [threading.Thread(target=load_unload, args=args),
+                         threading.Thread(target=training, args=(*args, archive, checkpoints)),
+                         threading.Thread(target=scraper, args=args)]
 
 
 def send_poison(server, attempt):

@@ -6,6 +6,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 import grpc
@@ -119,6 +120,24 @@ def server(repository):
     process = ServerProcess(repository[0])
     yield process
     assert process.stop() == 0
+
+
+class ThreadGroup:
+    """Threads started together (`with`) and stopped together: each watches `stop`."""
+
+    def __init__(self):
+        self.stop = threading.Event()
+        self.threads = []
+
+    def __enter__(self):
+        for thread in self.threads:
+            thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.stop.set()
+        for thread in self.threads:
+            thread.join()
 
 
 def copy_model(spares, repo, name):
