@@ -23,40 +23,44 @@ namespace {
 
 constexpr size_t kMaxMessage = 1 << 20;  // a ServingRun's JSON (quarantine reasons)
 
+// A datagram of `size` bytes at `data` with room for two fds beside it.
+struct FdMessage {
+  FdMessage(char* data, size_t size) : bytes{data, size} {
+    header.msg_iov = &bytes;
+    header.msg_iovlen = 1;
+    header.msg_control = control;
+    header.msg_controllen = sizeof(control);
+  }
+  FdMessage(const FdMessage&) = delete;
+  FdMessage& operator=(const FdMessage&) = delete;
+
+  iovec bytes;
+  char control[CMSG_SPACE(2 * sizeof(int))] = {};
+  msghdr header{};
+};
+
 // Sends `text` with two fds in one datagram.
 bool SendWithFds(int socket, const std::string& text, int first_fd, int second_fd) {
-  iovec data{const_cast<char*>(text.data()), text.size()};
-  char control[CMSG_SPACE(2 * sizeof(int))] = {};
-  msghdr message{};
-  message.msg_iov = &data;
-  message.msg_iovlen = 1;
-  message.msg_control = control;
-  message.msg_controllen = sizeof(control);
-  cmsghdr* fds = CMSG_FIRSTHDR(&message);
+  FdMessage message(const_cast<char*>(text.data()), text.size());
+  cmsghdr* fds = CMSG_FIRSTHDR(&message.header);
   fds->cmsg_level = SOL_SOCKET;
   fds->cmsg_type = SCM_RIGHTS;
   fds->cmsg_len = CMSG_LEN(2 * sizeof(int));
   const int both[2] = {first_fd, second_fd};
   std::memcpy(CMSG_DATA(fds), both, sizeof(both));
-  return ::sendmsg(socket, &message, MSG_NOSIGNAL) == static_cast<ssize_t>(text.size());
+  return ::sendmsg(socket, &message.header, MSG_NOSIGNAL) == static_cast<ssize_t>(text.size());
 }
 
 // Receives a datagram and its two fds; false when the socket closed.
 bool ReceiveWithFds(int socket, std::string* text, int* first_fd, int* second_fd) {
   text->resize(kMaxMessage);
-  iovec data{text->data(), text->size()};
-  char control[CMSG_SPACE(2 * sizeof(int))] = {};
-  msghdr message{};
-  message.msg_iov = &data;
-  message.msg_iovlen = 1;
-  message.msg_control = control;
-  message.msg_controllen = sizeof(control);
+  FdMessage message(text->data(), text->size());
   ssize_t n;
-  while ((n = ::recvmsg(socket, &message, MSG_CMSG_CLOEXEC)) < 0 && errno == EINTR) {
+  while ((n = ::recvmsg(socket, &message.header, MSG_CMSG_CLOEXEC)) < 0 && errno == EINTR) {
   }
   if (n <= 0) return false;
   text->resize(static_cast<size_t>(n));
-  cmsghdr* fds = CMSG_FIRSTHDR(&message);
+  cmsghdr* fds = CMSG_FIRSTHDR(&message.header);
   if (fds == nullptr || fds->cmsg_type != SCM_RIGHTS ||
       fds->cmsg_len != CMSG_LEN(2 * sizeof(int))) {
     *first_fd = *second_fd = -1;
