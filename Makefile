@@ -54,7 +54,7 @@ CTEST_ARGS ?=
 # across runs as ccache's and pip's are.
 export TORCHINDUCTOR_CACHE_DIR ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/chorus/inductor
 
-.PHONY: test-python device-bundle device-rehearsal image test-image fuzz
+.PHONY: test-python device-bundle device-rehearsal image test-image fuzz asan-build
 .PHONY: all deps debian-packages print-python configure build test test-core test-asan check-thread-safety check-structure test-other-torch demo bench bench-check bench-check-short clean format check-format check-python
 
 all: build
@@ -129,22 +129,21 @@ device-rehearsal: device-bundle
 # The torch-free core (Status, files, ELF edits, library cache) under
 # AddressSanitizer, LeakSanitizer and UBSan, built with clang so that the
 # thread-safety annotations are checked too.
-test-asan: configure
+# The torch-free core built by clang with ASan and UBSan (and the fuzzers).
+asan-build: configure
 	@$(CMAKE) -S . -B $(ASAN_BUILD) -G Ninja -DCHORUS_CORE_ONLY=ON -DCHORUS_PYTHON=$(PYTHON) \
 	  -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_C_COMPILER=clang \
 	  -DCHORUS_SANITIZE=address,undefined -DCMAKE_BUILD_TYPE=Debug >/dev/null
 	@$(CMAKE) --build $(ASAN_BUILD) -j $(JOBS)
+
+test-asan: asan-build
 	cd $(ASAN_BUILD) && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=halt_on_error=1 \
 	  ctest --output-on-failure -L core
 
 # Every libFuzzer target of the sanitizer build for FUZZ_SECONDS each (tools/fuzz.py:
 # executions, coverage, crashes; $(ASAN_BUILD)/fuzz-summary.json).
 FUZZ_SECONDS ?= 600
-fuzz: configure
-	@$(CMAKE) -S . -B $(ASAN_BUILD) -G Ninja -DCHORUS_CORE_ONLY=ON -DCHORUS_PYTHON=$(PYTHON) \
-	  -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_C_COMPILER=clang \
-	  -DCHORUS_SANITIZE=address,undefined -DCMAKE_BUILD_TYPE=Debug >/dev/null
-	@$(CMAKE) --build $(ASAN_BUILD) -j $(JOBS)
+fuzz: asan-build
 	@$(PYTHON) tools/fuzz.py $(ASAN_BUILD) --seconds $(FUZZ_SECONDS)
 
 # clang's thread-safety analysis and dropped-Status check over every chorus file, with
