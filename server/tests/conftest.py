@@ -122,6 +122,14 @@ def server(repository):
     assert process.stop() == 0
 
 
+def wait_until(condition, timeout=120, why=lambda: "timed out"):
+    """Polls `condition` until it holds; fails with why() after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, why()
+        time.sleep(0.05)
+
+
 class ThreadGroup:
     """Threads started together (`with`) and stopped together: each watches `stop`."""
 

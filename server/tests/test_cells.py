@@ -4,7 +4,6 @@ the spare takes its place, and quarantine counts crashes across cells."""
 import os
 import re
 import subprocess
-import time
 
 import pytest
 import tritonclient.grpc as triton
@@ -13,7 +12,7 @@ from tritonclient.utils import InferenceServerException
 import cells
 from chorus.client import ClientError
 from chorus.client.training import TrainingClient
-from conftest import BIN_DIR, ServerProcess
+from conftest import BIN_DIR, ServerProcess, wait_until
 from training_specs import spec
 
 
@@ -40,7 +39,8 @@ def test_a_crashing_cell_loses_no_request_of_the_other_and_the_spare_takes_its_p
         cells.wait_ready(server, 3)
         # The surviving cell and the spare (now a cell) were told; a new spare starts
         # without it.
-        wait_for(lambda: server.log_text().count("] model crashy is quarantined") == 2, server)
+        wait_until(lambda: server.log_text().count("] model crashy is quarantined") == 2, 60,
+                   server.log_text)
         for _ in range(12):
             client = cells.connect(server)
             with pytest.raises(InferenceServerException, match="quarantined"):
@@ -49,13 +49,6 @@ def test_a_crashing_cell_loses_no_request_of_the_other_and_the_spare_takes_its_p
         assert log.count("the spare serves as cell") == 1, log
     finally:
         assert server.stop() == 0
-
-
-def wait_for(condition, server, deadline_s=60):
-    deadline = time.monotonic() + deadline_s
-    while not condition():
-        assert time.monotonic() < deadline, server.log_text()
-        time.sleep(0.05)
 
 
 def test_cells_refuse_what_would_change_one_cell_only(tmp_path):

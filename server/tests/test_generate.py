@@ -8,13 +8,12 @@ a bad parameter is an in-stream error and the stream goes on."""
 import json
 import queue
 import re
-import time
 
 import numpy as np
 import pytest
 
 import tritonclient.grpc as triton_grpc
-from conftest import ServerProcess, metric
+from conftest import ServerProcess, metric, wait_until
 from llm_models import debug_generator, package_llm, recompute_greedy
 
 PROMPTS = ["chorus", "trains and serves Llama 3", "a", "the quick brown fox jumps over",
@@ -246,8 +245,3 @@ def test_a_generative_model_that_kills_the_server_twice_is_quarantined(tmp_path)
         assert server.stop() == 0
 
 
-def wait_until(condition, timeout=120):
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.2)
