@@ -15,7 +15,7 @@ packages=(
   libzip-dev libssl-dev zlib1g-dev libgloo-dev libabsl-dev libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc
   # C++ libraries
   libgtest-dev libgmock-dev libbenchmark-dev libcli11-dev nlohmann-json3-dev
-  libfmt-dev libspdlog-dev libcpp-httplib-dev
+  libfmt-dev libspdlog-dev libcpp-httplib-dev libfp16-dev
   # peers the tests drive: perf_analyzer (tools/install-perf-analyzer.sh) links libb64; curl (REST)
   libb64-0d curl
   # network namespaces and veth pairs for the multi-host tests

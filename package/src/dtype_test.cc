@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <set>
 #include <string>
 
@@ -35,6 +36,34 @@ TEST(DtypeTest, LooksUpManifestAndWireNames) {
   EXPECT_EQ(DtypeByWireName("fp32"), nullptr);
   EXPECT_EQ(DtypeByName("complex64"), nullptr);
   EXPECT_EQ(DtypeByWireName("STRING"), nullptr);
+}
+
+TEST(DtypeTest, HalfAndBFloat16RoundToNearestEven) {
+  EXPECT_EQ(HalfFromFloat(1.0f), 0x3C00);
+  EXPECT_EQ(HalfFromFloat(-2.0f), 0xC000);
+  EXPECT_EQ(HalfFromFloat(0.1f), 0x2E66);
+  EXPECT_EQ(HalfFromFloat(65504.0f), 0x7BFF);  // the largest half
+  EXPECT_EQ(HalfFromFloat(1e6f), 0x7C00);      // beyond it: infinity
+  EXPECT_EQ(HalfToFloat(0x3555), 0.333251953125f);
+  EXPECT_TRUE(std::isnan(HalfToFloat(HalfFromFloat(std::nanf("")))));
+
+  EXPECT_EQ(BFloat16FromFloat(1.0f), 0x3F80);
+  EXPECT_EQ(BFloat16FromFloat(0.1f), 0x3DCD);  // 0x3DCCCCCD rounds up
+  // Ties go to the even neighbour: 0x3F808000 down to 0x3F80, 0x3F818000 up to 0x3F82.
+  EXPECT_EQ(BFloat16FromFloat(1.00390625f), 0x3F80);
+  EXPECT_EQ(BFloat16FromFloat(1.01171875f), 0x3F82);
+  EXPECT_EQ(BFloat16FromFloat(std::nanf("")), 0x7FC0);
+  EXPECT_EQ(BFloat16ToFloat(0xC040), -3.0f);
+  for (uint32_t bits = 0; bits < 0x10000; ++bits) {
+    const float value = BFloat16ToFloat(static_cast<uint16_t>(bits));
+    if (!std::isnan(value)) {
+      ASSERT_EQ(BFloat16FromFloat(value), bits);
+    }
+    const float half = HalfToFloat(static_cast<uint16_t>(bits));
+    if (!std::isnan(half)) {
+      ASSERT_EQ(HalfFromFloat(half), bits);
+    }
+  }
 }
 
 TEST(DtypeTest, StringsAreBytesOnTheWire) {

@@ -7,10 +7,13 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <iterator>
 #include <limits>
 #include <optional>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -110,6 +113,28 @@ TEST(DtypeTableTest, ScalarTypesAreIndexedByTheDtypeEnum) {
   }
   EXPECT_FALSE(DtypeOf(at::kComplexFloat).has_value());
   EXPECT_FALSE(DtypeOf(at::kComplexDouble).has_value());
+}
+
+// The dtype table's torch-free FP16 and BF16 conversions (the REST codec's)
+// give torch's bits.
+TEST(DtypeTableTest, HalfConversionsAreTorchs) {
+  std::mt19937 random(7);
+  std::uniform_int_distribution<uint32_t> any_bits;
+  for (int i = 0; i < 200000; ++i) {
+    const uint32_t bits = any_bits(random);
+    float value;
+    std::memcpy(&value, &bits, sizeof value);
+    if (std::isnan(value)) continue;
+    ASSERT_EQ(HalfFromFloat(value), c10::Half(value).x) << value;
+    ASSERT_EQ(BFloat16FromFloat(value), c10::BFloat16(value).x) << value;
+  }
+  for (uint32_t bits = 0; bits < 0x10000; ++bits) {
+    const uint16_t narrow = static_cast<uint16_t>(bits);
+    const float half = c10::Half(narrow, c10::Half::from_bits());
+    const float bfloat = c10::BFloat16(narrow, c10::BFloat16::from_bits());
+    if (!std::isnan(half)) ASSERT_EQ(HalfToFloat(narrow), half);
+    if (!std::isnan(bfloat)) ASSERT_EQ(BFloat16ToFloat(narrow), bfloat);
+  }
 }
 
 TEST(WireDatatypeTest, ManifestNamesMapToWireNames) {

@@ -2,7 +2,8 @@
 // (torch's), the wire names of the Open Inference Protocol and element sizes.
 // Torch-free; the torch mapping is in chorus/package/torch_dtype.h. Strings
 // (BYTES) have no torch dtype: models see them as lists of str
-// (chorus/serving/string_tensor.h).
+// (chorus/serving/string_tensor.h). FP16 and BF16 convert to and from float
+// here, as torch converts them.
 // Python reads the same table in chorus/dtypes.py (a test compares the two).
 #ifndef CHORUS_PACKAGE_DTYPE_H_
 #define CHORUS_PACKAGE_DTYPE_H_
@@ -51,6 +52,13 @@ const DtypeInfo* DtypeByName(std::string_view name);
 const DtypeInfo* DtypeByWireName(std::string_view wire);
 // The entry of `dtype` (never null).
 const DtypeInfo& InfoOf(Dtype dtype);
+
+// IEEE half (FP16) and bfloat16 (BF16) bits <-> float, rounding to nearest
+// even; a NaN stays a NaN. torch's c10::Half and c10::BFloat16 give the same bits.
+uint16_t HalfFromFloat(float value);
+float HalfToFloat(uint16_t bits);
+uint16_t BFloat16FromFloat(float value);
+float BFloat16ToFloat(uint16_t bits);
 
 }  // namespace chorus
 

@@ -2,8 +2,6 @@
 
 #include <algorithm>
 
-#include <c10/util/BFloat16.h>
-#include <c10/util/Half.h>
 #include <google/protobuf/util/json_util.h>
 
 #include <cstring>
@@ -14,7 +12,7 @@
 
 #include "chorus/package/dtype.h"
 #include "chorus/server/models/infer_parameters.h"
-#include "chorus/server/models/tensor_codec.h"
+#include "chorus/server/models/wire_tensors.h"
 
 namespace chorus {
 namespace {
@@ -111,10 +109,10 @@ Status AppendValue(const Json& value, Dtype dtype, const std::string& input, int
   const double number = value.get<double>();
   switch (dtype) {
     case Dtype::kFloat16:
-      AppendBytes(c10::Half(static_cast<float>(number)).x, raw);
+      AppendBytes(HalfFromFloat(static_cast<float>(number)), raw);
       break;
     case Dtype::kBFloat16:
-      AppendBytes(c10::BFloat16(static_cast<float>(number)).x, raw);
+      AppendBytes(BFloat16FromFloat(static_cast<float>(number)), raw);
       break;
     case Dtype::kFloat32:
       AppendBytes(static_cast<float>(number), raw);
@@ -155,10 +153,9 @@ Json ValueAt(const std::string& raw, Dtype dtype, size_t index) {
     case Dtype::kInt64:
       return ReadBytes<int64_t>(raw, index);
     case Dtype::kFloat16:
-      return static_cast<float>(c10::Half(ReadBytes<uint16_t>(raw, index), c10::Half::from_bits()));
+      return HalfToFloat(ReadBytes<uint16_t>(raw, index));
     case Dtype::kBFloat16:
-      return static_cast<float>(
-          c10::BFloat16(ReadBytes<uint16_t>(raw, index), c10::BFloat16::from_bits()));
+      return BFloat16ToFloat(ReadBytes<uint16_t>(raw, index));
     case Dtype::kFloat32:
       return ReadBytes<float>(raw, index);
     case Dtype::kFloat64:

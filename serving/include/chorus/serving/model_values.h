@@ -14,14 +14,9 @@
 #include <vector>
 
 #include "chorus/common/status.h"
+#include "chorus/serving/string_tensor.h"
 
 namespace chorus {
-
-// A string tensor, flat: its shape and its elements in row-major order.
-struct StringTensor {
-  std::vector<int64_t> shape;
-  std::vector<std::string> elements;
-};
 
 // `tensor` as a model sees it: typed lists (List[str], List[List[str]], ...),
 // so TorchScript accepts them. Requires elements.size() == product of shape.

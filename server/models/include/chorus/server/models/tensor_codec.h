@@ -1,8 +1,7 @@
 // Tensors on the wire (Open Inference Protocol) <-> what models take and
 // return (at::Tensor, or string tensors for BYTES: chorus/serving/
 // model_values.h), validated against a model's manifest before the model ever
-// sees them. BYTES elements travel raw as a 4-byte little-endian length and
-// the bytes, one after another (Triton's layout), or typed in bytes_contents.
+// sees them (the checks, torch-free, are wire_tensors.h's).
 #ifndef CHORUS_SERVER_MODELS_TENSOR_CODEC_H_
 #define CHORUS_SERVER_MODELS_TENSOR_CODEC_H_
 
@@ -17,12 +16,10 @@
 #include "chorus/package/manifest.h"
 #include "chorus/server/models/classification.h"
 #include "chorus/server/models/shared_memory.h"
+#include "chorus/server/models/wire_tensors.h"
 #include "chorus/serving/model_values.h"
 
 namespace chorus {
-
-// KServe datatype name of a manifest dtype ("float32" -> "FP32"), or "".
-std::string WireDatatype(const std::string& manifest_dtype);
 
 // A tensor of `shape` holding `raw` (row-major, native byte order), whose
 // elements are of the wire `datatype` ("FP32"). INVALID_ARGUMENT for an unknown
@@ -30,26 +27,12 @@ std::string WireDatatype(const std::string& manifest_dtype);
 StatusOr<at::Tensor> TensorFromRaw(const std::string& datatype, const std::vector<int64_t>& shape,
                                    const std::string& raw);
 
-// The request's inputs as tensors in the manifest's order. INVALID_ARGUMENT,
-// naming the input, for: an unknown, duplicate or missing input; a datatype
-// or shape that does not match the signature (or a batch over the model's
-// maximum); raw and typed contents together; raw contents of the wrong size;
-// typed contents of the wrong kind or count.
-// An input whose parameters name a shared memory region (shared_memory.h)
-// takes its bytes from there, from `shared_memory` (INVALID_ARGUMENT naming
-// the input without one, or for a region not registered, out of bounds, or
-// of the wrong size); raw contents then come for every input or for the others.
+// The request's inputs as tensors in the manifest's order, checked as
+// CheckInputs (wire_tensors.h) checks them, with its errors. Inputs in shared
+// memory are tensors over it, without a copy, where aligned for their dtype.
 StatusOr<std::vector<c10::IValue>> DecodeInputs(
     const inference::ModelInferRequest& request, const Manifest& manifest,
     const SharedMemoryRegistry* shared_memory = nullptr);
-
-// The string tensor of `shape` that `raw` holds in BYTES' raw layout.
-// INVALID_ARGUMENT for a length running past the end, bytes left over, or an
-// element count the shape does not have.
-StatusOr<StringTensor> StringTensorFromRaw(const std::vector<int64_t>& shape,
-                                           const std::string& raw);
-// `elements` in BYTES' raw layout.
-std::string StringsToRaw(const std::vector<std::string>& elements);
 
 // Inputs given by name (an in-process model call's), checked as DecodeInputs
 // checks the wire's (dtype, shape, batch rows, every input once) and put in
