@@ -5,6 +5,7 @@
 #include "chorus/package/archive.h"
 #include "chorus/package/dtype.h"
 #include "chorus/package/torch_dtype.h"
+#include "chorus/server/models/model_warmup.h"
 #include "chorus/serving/model_values.h"
 
 namespace chorus {

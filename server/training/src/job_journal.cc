@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <optional>
 
@@ -46,7 +47,10 @@ StatusOr<std::vector<JobJournal::Entry>> JobJournal::Open() {
   }
   for (const auto& [id, spec_json] : jobs.items()) {
     if (id.rfind("job-", 0) == 0) {
-      if (std::optional<int64_t> number = ParseNonNegativeInt64(id.substr(4))) {
+      std::optional<int64_t> number = ParseNonNegativeInt64(id.substr(4));
+      if (number && *number == std::numeric_limits<int64_t>::max()) {
+        next_id_ = *number;  // the counter is used up: NewId refuses
+      } else if (number) {
         next_id_ = std::max<int64_t>(next_id_, *number + 1);
       }
     }
@@ -76,6 +80,10 @@ Status JobJournal::Remove(const std::string& id) {
 
 StatusOr<std::string> JobJournal::NewId() {
   MutexLock lock(&mu_);
+  if (next_id_ == std::numeric_limits<int64_t>::max()) {
+    return ResourceExhaustedError("job journal " + path_ + ": every job id up to job-" +
+                                  std::to_string(next_id_) + " is used");
+  }
   const std::string id = "job-" + std::to_string(next_id_++);
   if (!path_.empty()) CHORUS_RETURN_IF_ERROR(WriteLocked());
   return id;

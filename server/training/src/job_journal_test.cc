@@ -74,6 +74,25 @@ TEST_F(JobJournalTest, IdsAreNeverGivenOutTwiceAcrossServingProcesses) {
   EXPECT_EQ(third, "job-3");
 }
 
+// Found by job_journal_fuzzer (UBSan: signed overflow past the last id).
+TEST_F(JobJournalTest, TheLastPossibleIdIsNeverFollowedByAnOverflow) {
+  ASSERT_OK(WriteFileAtomically(path_, R"({"format": "chorus-jobs", "format_version": 1,
+      "jobs": {"job-9223372036854775807": {"name": "last"}}})"));
+  JobJournal journal(path_);
+  ASSERT_OK_AND_ASSIGN(std::vector<JobJournal::Entry> jobs, journal.Open());
+  ASSERT_EQ(jobs.size(), 1u);
+  EXPECT_THAT(journal.NewId().status(),
+              StatusIs(StatusCode::kResourceExhausted, HasSubstr("job-9223372036854775807")));
+
+  ASSERT_OK(WriteFileAtomically(
+      path_, R"({"format": "chorus-jobs", "format_version": 1, "next_id": 9223372036854775806})"));
+  JobJournal counted(path_);
+  ASSERT_OK(counted.Open().status());
+  ASSERT_OK_AND_ASSIGN(std::string last, counted.NewId());
+  EXPECT_EQ(last, "job-9223372036854775806");
+  EXPECT_EQ(counted.NewId().status().code(), StatusCode::kResourceExhausted);
+}
+
 TEST_F(JobJournalTest, AFileThatIsNotAJournalIsDataLossNamingIt) {
   const std::pair<const char*, const char*> cases[] = {
       {"not json", "no \"format\""},

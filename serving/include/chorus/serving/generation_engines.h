@@ -33,19 +33,9 @@
 #include "chorus/interpreter/placement.h"
 #include "chorus/package/model.h"
 #include "chorus/serving/generation_request.h"
+#include "chorus/serving/scheduling_options.h"
 
 namespace chorus {
-
-struct GenerationOptions {
-  int engines = 1;  // interpreters that each run an engine (0: one per interpreter jobs leave)
-  int cache_blocks = 512;  // per engine, of block_size tokens each
-  int block_size = 16;
-  int max_running = 64;  // sequences per engine's batch
-  int max_step_tokens = 512;
-  int prefill_chunk = 256;     // a longer prompt is prefilled over several steps
-  bool prefix_caching = true;  // reuse the KV cache blocks of prompts' common prefixes
-  CrashLabel label;            // what crash reports call the model
-};
 
 // Seconds, in cumulative buckets (Prometheus' histogram).
 struct LatencyHistogram {

@@ -37,43 +37,9 @@
 #include "chorus/interpreter/model_calls.h"
 #include "chorus/package/model.h"
 #include "chorus/serving/model_values.h"
+#include "chorus/serving/scheduling_options.h"
 
 namespace chorus {
-
-struct BatchingOptions {
-  bool enabled = false;
-  int64_t batch_dim = 0;
-  int64_t max_batch_size = 1;
-  // How long a batch may wait for more requests; 0 batches only what is
-  // already queued (Triton's default). config.json: max_queue_delay_us.
-  std::chrono::microseconds max_queue_delay{0};
-  std::vector<int64_t> preferred_batch_sizes;  // stop gathering at any of these
-};
-
-// What happens to requests of one priority level in the queue (Triton's
-// ModelQueuePolicy).
-struct QueuePolicy {
-  enum class TimeoutAction { kReject, kDelay };
-  // A request queued longer than its timeout is answered UNAVAILABLE (kReject)
-  // or put behind every request that has not timed out (kDelay).
-  TimeoutAction timeout_action = TimeoutAction::kReject;
-  std::chrono::microseconds default_timeout{0};  // 0: none
-  bool allow_timeout_override = false;           // a request's "timeout" parameter applies
-  size_t max_queue_size = 0;                     // requests of the level queued; 0: no limit
-};
-
-// Request priorities (Triton's dynamic_batching.priority_levels): level 1 is
-// served first; requests without one get `default_level`.
-struct PriorityOptions {
-  int levels = 0;  // 0: one level, no priorities
-  int default_level = 0;
-  QueuePolicy default_policy;
-  std::map<int, QueuePolicy> policies;  // by level, where not the default
-  const QueuePolicy& PolicyOf(int level) const {
-    auto it = policies.find(level);
-    return it == policies.end() ? default_policy : it->second;
-  }
-};
 
 struct SchedulerOptions {
   BatchingOptions batching;

@@ -30,24 +30,9 @@
 #include "chorus/common/thread_annotations.h"
 #include "chorus/package/model.h"
 #include "chorus/serving/scheduler.h"
+#include "chorus/serving/scheduling_options.h"
 
 namespace chorus {
-
-enum class SequenceStrategy { kDirect, kOldest };
-// What a control input carries (Triton's CONTROL_SEQUENCE_*): START, END and
-// READY are 1 or 0 in the input's dtype; CORRID is the correlation id.
-enum class SequenceControl { kStart, kEnd, kReady, kCorrelationId };
-
-struct SequenceBatching {
-  SequenceStrategy strategy = SequenceStrategy::kDirect;
-  std::chrono::microseconds max_idle{1'000'000};  // Triton's default
-  // Model input -> what chorus fills it with; clients never send these.
-  std::vector<std::pair<std::string, SequenceControl>> controls;
-  // Implicit state: (input, output). The output of one request is the input
-  // of the sequence's next; the first gets zeros of the input's signature
-  // shape (any-size dimensions as 1). Clients see neither.
-  std::vector<std::pair<std::string, std::string>> states;
-};
 
 // A sequence's id: a number (> 0) or a string (non-empty), as the request's
 // sequence_id parameter gives it.

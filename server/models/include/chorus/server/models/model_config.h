@@ -16,9 +16,7 @@
 #include "chorus/common/status.h"
 #include "chorus/package/manifest.h"
 #include "chorus/package/model_format.h"
-#include "chorus/server/models/model_warmup.h"
-#include "chorus/serving/generation_engines.h"
-#include "chorus/serving/sequence_batcher.h"
+#include "chorus/serving/scheduling_options.h"
 
 namespace chorus {
 
@@ -40,6 +38,21 @@ struct EnsembleStep {
   std::string model_version;                      // "": the version serving
   std::map<std::string, std::string> input_map;   // the model's input -> ensemble tensor
   std::map<std::string, std::string> output_map;  // the model's output -> ensemble tensor
+};
+
+// A warm-up sample and its inputs (model_warmup.h runs them).
+struct WarmupInput {
+  enum Kind { kZero, kRandom, kFile } kind = kZero;
+  std::string file;  // kFile: raw bytes in <model>/warmup/ (BYTES: Triton's raw layout)
+  std::optional<std::vector<int64_t>> dims;  // without the batch dimension; default: the
+                                             // signature's, any-size dimensions as 1
+};
+
+struct WarmupSample {
+  std::string name;
+  int64_t batch_size = 1;  // rows along the batch dimension of a batchable model
+  int count = 1;
+  std::map<std::string, WarmupInput> inputs;  // inputs left out get zeros
 };
 
 struct ModelConfig {

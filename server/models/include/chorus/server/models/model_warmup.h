@@ -13,22 +13,9 @@
 
 #include "chorus/common/status.h"
 #include "chorus/package/model.h"
+#include "chorus/server/models/model_config.h"
 
 namespace chorus {
-
-struct WarmupInput {
-  enum Kind { kZero, kRandom, kFile } kind = kZero;
-  std::string file;  // kFile: raw bytes in <model>/warmup/ (BYTES: Triton's raw layout)
-  std::optional<std::vector<int64_t>> dims;  // without the batch dimension; default: the
-                                             // signature's, any-size dimensions as 1
-};
-
-struct WarmupSample {
-  std::string name;
-  int64_t batch_size = 1;  // rows along the batch dimension of a batchable model
-  int count = 1;
-  std::map<std::string, WarmupInput> inputs;  // inputs left out get zeros
-};
 
 // Runs `samples` on `model` (whose signature is `manifest`), each `count`
 // times on each of `interpreters` interpreters (once for models that run on

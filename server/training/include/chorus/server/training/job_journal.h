@@ -36,7 +36,8 @@ class JobJournal {
   Status Remove(const std::string& id) CHORUS_EXCLUDES(mu_);
   // A fresh job id ("job-N"), never one given out before by a serving process
   // of this journal: the counter is kept in the file (so a supervisor's
-  // quarantine of an id never falls on a new job). Thread-safe.
+  // quarantine of an id never falls on a new job). RESOURCE_EXHAUSTED once
+  // the counter reaches INT64_MAX (a journal edited by hand). Thread-safe.
   StatusOr<std::string> NewId() CHORUS_EXCLUDES(mu_);
 
  private:
