@@ -142,9 +142,11 @@ test-asan: asan-build
 
 # Every libFuzzer target of the sanitizer build for FUZZ_SECONDS each (tools/fuzz.py:
 # executions, coverage, crashes; $(ASAN_BUILD)/fuzz-summary.json).
+# FUZZ_TARGETS: some of them only (names, e.g. "kserve_json_fuzzer").
 FUZZ_SECONDS ?= 600
+FUZZ_TARGETS ?=
 fuzz: asan-build
-	@$(PYTHON) tools/fuzz.py $(ASAN_BUILD) --seconds $(FUZZ_SECONDS)
+	@$(PYTHON) tools/fuzz.py $(ASAN_BUILD) --seconds $(FUZZ_SECONDS) $(FUZZ_TARGETS)
 
 # clang's thread-safety analysis and dropped-Status check over every chorus file, with
 # the main build's flags (the torch-free core is also compiled by clang above).

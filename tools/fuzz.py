@@ -4,7 +4,7 @@
 leaves an artifact and a non-zero exit). Writes BUILD/fuzz-summary.json; exits non-zero if
 any target found something.
 
-    python tools/fuzz.py BUILD [--seconds 600]
+    python tools/fuzz.py BUILD [--seconds 600] [TARGET ...]
 """
 
 import argparse
@@ -51,10 +51,16 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("build")
     parser.add_argument("--seconds", type=int, default=600)
-    args = parser.parse_args()
+    parser.add_argument("targets", nargs="*", help="fuzzers to run (default: every one)")
+    args = parser.parse_intermixed_args()
     fuzzers = sorted(glob.glob(os.path.join(args.build, "bin", "*_fuzzer")))
     if not fuzzers:
         sys.exit(f"fuzz: no fuzzers in {args.build}/bin (a clang sanitizer build makes them)")
+    unknown = set(args.targets) - {os.path.basename(f) for f in fuzzers}
+    if unknown:
+        sys.exit(f"fuzz: no fuzzer named {', '.join(sorted(unknown))} in {args.build}/bin")
+    if args.targets:
+        fuzzers = [f for f in fuzzers if os.path.basename(f) in args.targets]
     results = []
     for fuzzer in fuzzers:
         result = run(fuzzer, args.build, args.seconds)
