@@ -7,7 +7,11 @@
 //                           deadline, as the load generator's calls have)
 //   grpc_echo_infer_us_p50  p50 of the same ModelInfer against a gRPC server
 //                           that only echoes it (bench_grpc_echo): gRPC and
-//                           protobuf's cost for a request of this size
+//                           protobuf's cost for a request of this size;
+//                           grpc_echo_handoff_us_p50 the same echoed by a
+//                           worker thread woken for each request (one thread
+//                           hop), grpc_echo_handoff_spin_us_p50 by a spinning
+//                           one; handoff_floor_ratio: the former over the floor
 //   overhead_us_p50_perf_analyzer  the same, measured by Triton's perf_analyzer
 //                           (its gRPC client and its p50), beside ours
 //   sweep                   throughput and p50/p90/p99 latency for the trivial
@@ -76,9 +80,11 @@ class ServerProcess {
            supervised ? "--strict-readiness" : "--no-supervisor", supervised ? "true" : ""},
           repository + "/../server.log", "chorus-server listening on port %d");
   }
-  // bench_grpc_echo: gRPC alone answering ModelInfer (grpc_echo_server.cc).
-  explicit ServerProcess(const std::string& log) {
-    Spawn({g_bin + "/bench_grpc_echo"}, log, "listening on port %d");
+  // bench_grpc_echo: gRPC alone answering ModelInfer (grpc_echo_server.cc),
+  // on gRPC's thread or, `handoff` "sleep" or "spin", on a worker thread.
+  explicit ServerProcess(const std::string& log, const std::string& handoff = "") {
+    Spawn({g_bin + "/bench_grpc_echo", handoff.empty() ? "" : "--handoff", handoff}, log,
+          "listening on port %d");
   }
   ~ServerProcess() {
     kill(pid_, SIGTERM);
@@ -313,6 +319,35 @@ nlohmann::json MeasureInProcessCall(int port, const Options& options) {
           {"in_process_call", {{"through_call_p50_us", p50s[0]}, {"direct_p50_us", p50s[1]}}}};
 }
 
+// The trivial model at concurrency 1 on chorus, against gRPC servers that only
+// echo ModelInfer: on gRPC's thread, and on a worker thread woken for each
+// request (one thread hop, as any server with a request queue makes), in
+// interleaved rounds; then with the worker spinning (alone: it keeps a core).
+// handoff_floor_ratio is the least overhead_us_p50 / grpc_floor_us_p50 a
+// server that hands requests to another thread can reach on this machine.
+nlohmann::json MeasureEchoes(int chorus_port, const Options& options) {
+  nlohmann::json result;
+  {
+    ServerProcess echo(options.data + "/echo.log");
+    ServerProcess handoff(options.data + "/echo_handoff.log", "sleep");
+    auto p50 = [&](int port) { return Load(port, "trivial", 1, options.seconds).p50_us; };
+    Load(echo.port(), "trivial", 1, 0.5);
+    Load(handoff.port(), "trivial", 1, 0.5);
+    std::vector<double> p50s = InterleavedMedians(
+        options.rounds, {[&] { return p50(chorus_port); }, [&] { return p50(echo.port()); },
+                         [&] { return p50(handoff.port()); }});
+    result["overhead_us_p50"] = p50s[0];
+    result["grpc_echo_infer_us_p50"] = p50s[1];
+    result["grpc_echo_handoff_us_p50"] = p50s[2];
+  }
+  {
+    ServerProcess spin(options.data + "/echo_spin.log", "spin");
+    Load(spin.port(), "trivial", 1, 0.5);
+    result["grpc_echo_handoff_spin_us_p50"] = Load(spin.port(), "trivial", 1, options.seconds).p50_us;
+  }
+  return result;
+}
+
 // The trivial model at concurrency 1 (ours, gRPC alone and perf_analyzer's), then
 // the trivial and the Python-heavy model at concurrency 1..16, on 2 interpreters.
 nlohmann::json MeasureOverheadAndSweep(const std::string& repository, const Options& options) {
@@ -320,14 +355,10 @@ nlohmann::json MeasureOverheadAndSweep(const std::string& repository, const Opti
   ServerProcess two(repository, 2);
   Load(two.port(), "trivial", 1, 0.5);  // warm-up
   LoadResult overhead = Load(two.port(), "trivial", 1, options.seconds);
-  result["overhead_us_p50"] = overhead.p50_us;
   result["grpc_floor_us_p50"] = GrpcFloorUs(two.port(), 3000);
   result["grpc_floor_with_deadline_us_p50"] = GrpcFloorUs(two.port(), 3000, true);
-  {
-    ServerProcess echo(options.data + "/echo.log");
-    Load(echo.port(), "trivial", 1, 0.5);
-    result["grpc_echo_infer_us_p50"] = Load(echo.port(), "trivial", 1, options.seconds).p50_us;
-  }
+  result.update(MeasureEchoes(two.port(), options));
+  overhead.p50_us = result["overhead_us_p50"].get<double>();
   // The same request again and again to a model whose answers are cached: all hits but the first.
   Load(two.port(), "trivial_cached", 1, 0.5);
   result["cache_hit_p50_us"] = Load(two.port(), "trivial_cached", 1, options.seconds).p50_us;
@@ -340,9 +371,13 @@ nlohmann::json MeasureOverheadAndSweep(const std::string& repository, const Opti
   std::printf("trivial model, concurrency 1, perf_analyzer: p50 %.0f us\n", perf_analyzer_p50);
   std::printf(
       "\ntrivial model, concurrency 1: p50 %.0f us, p99 %.0f us (gRPC alone: %.0f us, echoing "
-      "ModelInfer: %.0f us)\n",
+      "ModelInfer: %.0f us, on a woken worker thread: %.0f us, on a spinning one: %.0f us)\n",
       overhead.p50_us, overhead.p99_us, result["grpc_floor_us_p50"].get<double>(),
-      result["grpc_echo_infer_us_p50"].get<double>());
+      result["grpc_echo_infer_us_p50"].get<double>(),
+      result["grpc_echo_handoff_us_p50"].get<double>(),
+      result["grpc_echo_handoff_spin_us_p50"].get<double>());
+  result["handoff_floor_ratio"] = result["grpc_echo_handoff_us_p50"].get<double>() /
+                                  result["grpc_floor_us_p50"].get<double>();
   std::printf("%-8s %6s %12s %9s %9s %9s\n", "model", "conc", "requests/s", "p50 us", "p90 us",
               "p99 us");
   for (const char* model : {"trivial", "heavy"}) {
