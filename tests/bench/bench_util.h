@@ -119,14 +119,21 @@ inline void EnsureArchive(const std::string& path, const std::string& python,
              ".py " + scratch + " && mv " + scratch + " " + path + " && rm -r " + path + ".tmp");
 }
 
-// Runs each mode once per round, `rounds` times, interleaved, and returns the
-// per-mode medians of what each run returned.
-inline std::vector<double> InterleavedMedians(int rounds,
-                                              const std::vector<std::function<double()>>& modes) {
+// Runs each mode once per round, `rounds` times, interleaved, and returns
+// what each run returned, per mode.
+inline std::vector<std::vector<double>> InterleavedSamples(
+    int rounds, const std::vector<std::function<double()>>& modes) {
   std::vector<std::vector<double>> samples(modes.size());
   for (int round = 0; round < rounds; ++round) {
     for (size_t m = 0; m < modes.size(); ++m) samples[m].push_back(modes[m]());
   }
+  return samples;
+}
+
+// InterleavedSamples' per-mode medians.
+inline std::vector<double> InterleavedMedians(int rounds,
+                                              const std::vector<std::function<double()>>& modes) {
+  std::vector<std::vector<double>> samples = InterleavedSamples(rounds, modes);
   std::vector<double> medians;
   for (auto& s : samples) medians.push_back(Median(s));
   return medians;

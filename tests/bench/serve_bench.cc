@@ -319,32 +319,101 @@ nlohmann::json MeasureInProcessCall(int port, const Options& options) {
           {"in_process_call", {{"through_call_p50_us", p50s[0]}, {"direct_p50_us", p50s[1]}}}};
 }
 
-// The trivial model at concurrency 1 on chorus, against gRPC servers that only
-// echo ModelInfer: on gRPC's thread, and on a worker thread woken for each
-// request (one thread hop, as any server with a request queue makes), in
-// interleaved rounds; then with the worker spinning (alone: it keeps a core).
-// handoff_floor_ratio is the least overhead_us_p50 / grpc_floor_us_p50 a
-// server that hands requests to another thread can reach on this machine.
-nlohmann::json MeasureEchoes(int chorus_port, const Options& options) {
+// The server's own account of the trivial model's requests (cumulative):
+// count and nanoseconds queued, in its interpreter call, and in all.
+struct ServerTimes {
+  double count = 0, queue_ns = 0, compute_infer_ns = 0, success_ns = 0;
+};
+ServerTimes TrivialServerTimes(int port) {
+  auto stub = inference::GRPCInferenceService::NewStub(
+      grpc::CreateChannel("127.0.0.1:" + std::to_string(port), grpc::InsecureChannelCredentials()));
+  grpc::ClientContext context;
+  inference::ModelStatisticsRequest request;
+  request.set_name("trivial");
+  inference::ModelStatisticsResponse response;
+  ServerTimes times;
+  if (!stub->ModelStatistics(&context, request, &response).ok()) return times;
+  for (const auto& model : response.model_stats()) {
+    const auto& stats = model.inference_stats();
+    times.count += stats.success().count();
+    times.queue_ns += stats.queue().ns();
+    times.compute_infer_ns += stats.compute_infer().ns();
+    times.success_ns += stats.success().ns();
+  }
+  return times;
+}
+
+// A number of `result`.
+double Figure(const nlohmann::json& result, const char* key) { return result[key].get<double>(); }
+
+// The request path at concurrency 1, in interleaved rounds (medians), so that
+// the ratios compare figures of the same moments: gRPC's floor (ServerLive on
+// chorus), chorus' trivial model, its response cache hit, and gRPC servers
+// that only echo ModelInfer: on gRPC's thread, and on a worker thread woken
+// for each request (one thread hop, as any server with a request queue makes).
+// Then the echo on a spinning worker (alone: it keeps a core busy).
+// overhead_floor_ratio and handoff_floor_ratio are the median over rounds of
+// chorus' and the woken worker echo's p50 over the same round's floor: the
+// latter is the least overhead ratio a server handing requests to another
+// thread reaches on this machine.
+nlohmann::json MeasureRequestPath(int chorus_port, const Options& options) {
   nlohmann::json result;
   {
     ServerProcess echo(options.data + "/echo.log");
     ServerProcess handoff(options.data + "/echo_handoff.log", "sleep");
-    auto p50 = [&](int port) { return Load(port, "trivial", 1, options.seconds).p50_us; };
+    auto p50 = [&](int port, const char* model) {
+      return Load(port, model, 1, options.seconds).p50_us;
+    };
+    Load(chorus_port, "trivial_cached", 1, 0.5);
     Load(echo.port(), "trivial", 1, 0.5);
     Load(handoff.port(), "trivial", 1, 0.5);
-    std::vector<double> p50s = InterleavedMedians(
-        options.rounds, {[&] { return p50(chorus_port); }, [&] { return p50(echo.port()); },
-                         [&] { return p50(handoff.port()); }});
-    result["overhead_us_p50"] = p50s[0];
-    result["grpc_echo_infer_us_p50"] = p50s[1];
-    result["grpc_echo_handoff_us_p50"] = p50s[2];
+    const ServerTimes before = TrivialServerTimes(chorus_port);
+    const char* names[] = {"grpc_floor_us_p50", "overhead_us_p50", "cache_hit_p50_us",
+                           "grpc_echo_infer_us_p50", "grpc_echo_handoff_us_p50"};
+    std::vector<std::vector<double>> rounds =
+        InterleavedSamples(options.rounds, {[&] { return GrpcFloorUs(chorus_port, 3000); },
+                                            [&] { return p50(chorus_port, "trivial"); },
+                                            [&] { return p50(chorus_port, "trivial_cached"); },
+                                            [&] { return p50(echo.port(), "trivial"); },
+                                            [&] { return p50(handoff.port(), "trivial"); }});
+    for (size_t m = 0; m < rounds.size(); ++m) {
+      result[names[m]] = Median(rounds[m]);
+      result["request_path_rounds"][names[m]] = rounds[m];
+    }
+    // Ratios to the floor of the same round, then their median.
+    std::vector<double> overhead_ratios, handoff_ratios;
+    for (size_t r = 0; r < rounds[0].size(); ++r) {
+      overhead_ratios.push_back(rounds[1][r] / rounds[0][r]);
+      handoff_ratios.push_back(rounds[4][r] / rounds[0][r]);
+    }
+    result["overhead_floor_ratio"] = Median(overhead_ratios);
+    result["handoff_floor_ratio"] = Median(handoff_ratios);
+    // Means from the server's statistics over the same requests (chorus' trivial model).
+    const ServerTimes after = TrivialServerTimes(chorus_port);
+    const double requests = std::max(1.0, after.count - before.count);
+    result["trivial_in_server_us"] = {
+        {"queue", (after.queue_ns - before.queue_ns) / requests / 1000},
+        {"compute_infer", (after.compute_infer_ns - before.compute_infer_ns) / requests / 1000},
+        {"total", (after.success_ns - before.success_ns) / requests / 1000}};
+    // The least a one-hop server that also calls the model once can take, over the floor.
+    result["handoff_and_model_call_floor_ratio"] =
+        (Median(rounds[4]) + result["trivial_in_server_us"]["compute_infer"].get<double>()) /
+        Median(rounds[0]);
   }
   {
     ServerProcess spin(options.data + "/echo_spin.log", "spin");
     Load(spin.port(), "trivial", 1, 0.5);
-    result["grpc_echo_handoff_spin_us_p50"] = Load(spin.port(), "trivial", 1, options.seconds).p50_us;
+    result["grpc_echo_handoff_spin_us_p50"] =
+        Load(spin.port(), "trivial", 1, options.seconds).p50_us;
   }
+  std::printf(
+      "concurrency 1, p50: gRPC's floor %.0f us; chorus' trivial model %.0f us (%.2fx), a "
+      "response cache hit %.0f us; gRPC echoing ModelInfer %.0f us, echoing it from a woken "
+      "worker thread %.0f us (%.2fx the floor), from a spinning one %.0f us\n",
+      Figure(result, "grpc_floor_us_p50"), Figure(result, "overhead_us_p50"),
+      Figure(result, "overhead_floor_ratio"), Figure(result, "cache_hit_p50_us"),
+      Figure(result, "grpc_echo_infer_us_p50"), Figure(result, "grpc_echo_handoff_us_p50"),
+      Figure(result, "handoff_floor_ratio"), Figure(result, "grpc_echo_handoff_spin_us_p50"));
   return result;
 }
 
@@ -354,30 +423,13 @@ nlohmann::json MeasureOverheadAndSweep(const std::string& repository, const Opti
   nlohmann::json result;
   ServerProcess two(repository, 2);
   Load(two.port(), "trivial", 1, 0.5);  // warm-up
-  LoadResult overhead = Load(two.port(), "trivial", 1, options.seconds);
-  result["grpc_floor_us_p50"] = GrpcFloorUs(two.port(), 3000);
+  result.update(MeasureRequestPath(two.port(), options));
   result["grpc_floor_with_deadline_us_p50"] = GrpcFloorUs(two.port(), 3000, true);
-  result.update(MeasureEchoes(two.port(), options));
-  overhead.p50_us = result["overhead_us_p50"].get<double>();
-  // The same request again and again to a model whose answers are cached: all hits but the first.
-  Load(two.port(), "trivial_cached", 1, 0.5);
-  result["cache_hit_p50_us"] = Load(two.port(), "trivial_cached", 1, options.seconds).p50_us;
-  std::printf("response cache hit, concurrency 1: p50 %.0f us\n",
-              result["cache_hit_p50_us"].get<double>());
   result.update(MeasureInProcessCall(two.port(), options));
   const double perf_analyzer_p50 = PerfAnalyzerP50Us(two.port(), "trivial", options.data);
   result["overhead_us_p50_perf_analyzer"] =
       perf_analyzer_p50 < 0 ? nlohmann::json() : nlohmann::json(perf_analyzer_p50);
   std::printf("trivial model, concurrency 1, perf_analyzer: p50 %.0f us\n", perf_analyzer_p50);
-  std::printf(
-      "\ntrivial model, concurrency 1: p50 %.0f us, p99 %.0f us (gRPC alone: %.0f us, echoing "
-      "ModelInfer: %.0f us, on a woken worker thread: %.0f us, on a spinning one: %.0f us)\n",
-      overhead.p50_us, overhead.p99_us, result["grpc_floor_us_p50"].get<double>(),
-      result["grpc_echo_infer_us_p50"].get<double>(),
-      result["grpc_echo_handoff_us_p50"].get<double>(),
-      result["grpc_echo_handoff_spin_us_p50"].get<double>());
-  result["handoff_floor_ratio"] = result["grpc_echo_handoff_us_p50"].get<double>() /
-                                  result["grpc_floor_us_p50"].get<double>();
   std::printf("%-8s %6s %12s %9s %9s %9s\n", "model", "conc", "requests/s", "p50 us", "p90 us",
               "p99 us");
   for (const char* model : {"trivial", "heavy"}) {
@@ -572,12 +624,20 @@ int main(int argc, char** argv) {
   app.add_option("--seconds", options.seconds, "seconds per measured load");
   app.add_option("--soak-seconds", options.soak_seconds, "soak duration (>= 60 for the report)");
   app.add_option("--chaos-seconds", options.chaos_seconds, "duration of the chaos run");
+  bool request_path_only = false;
+  app.add_flag("--request-path-only", request_path_only,
+               "measure only the request path at concurrency 1 (floor, echoes, chorus, cache hit)");
   CLI11_PARSE(app, argc, argv);
   char self[4096] = {0};
   if (readlink("/proc/self/exe", self, sizeof(self) - 1) <= 0) return 1;
   g_bin = std::string(self).substr(0, std::string(self).rfind('/'));
   const std::string repository = MakeRepository(options.data, g_bin);
 
+  if (request_path_only) {
+    ServerProcess two(repository, 2);
+    Load(two.port(), "trivial", 1, 0.5);  // warm-up
+    return WriteJson(options.out, MeasureRequestPath(two.port(), options)) ? 0 : 1;
+  }
   nlohmann::json result = MeasureOverheadAndSweep(repository, options);
   result.update(MeasureInterpreterScaling(repository, options));
   result.update(MeasureSharedMemory(repository, options));
