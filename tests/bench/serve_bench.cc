@@ -59,6 +59,7 @@
 
 #include "chorus/inference/grpc_service.grpc.pb.h"
 #include "tests/bench/bench_util.h"
+#include "tests/bench/serve_client.h"
 #include "tests/bench/serve_models.h"
 
 namespace chorus::bench {
@@ -135,36 +136,6 @@ class ServerProcess {
   FILE* stream_ = nullptr;
 };
 
-struct LoadResult {
-  double throughput = 0;
-  double p50_us = 0, p90_us = 0, p99_us = 0;
-  int64_t requests = 0, errors = 0;
-  nlohmann::json Json() const {
-    return {{"throughput_per_s", throughput},
-            {"p50_us", p50_us},
-            {"p90_us", p90_us},
-            {"p99_us", p99_us},
-            {"requests", requests},
-            {"errors", errors}};
-  }
-};
-
-inference::ModelInferRequest MakeRequest(const std::string& model, int64_t rows) {
-  inference::ModelInferRequest request;
-  request.set_model_name(model);
-  auto* input = request.add_inputs();
-  input->set_name("x");
-  input->set_datatype("FP32");
-  input->add_shape(rows);
-  input->add_shape(4);
-  std::string raw(rows * 4 * sizeof(float), '\0');
-  for (size_t i = 0; i < raw.size() / sizeof(float); ++i) {
-    reinterpret_cast<float*>(raw.data())[i] = 0.25f * (i % 7);
-  }
-  request.add_raw_input_contents(raw);
-  return request;
-}
-
 // Seconds from a SIGSEGV of the supervised serving process until the server is
 // ready again and answers `model` (the supervisor's restart, model loads).
 double RestartToReadySeconds(const ServerProcess& server, const std::string& model) {
@@ -192,26 +163,6 @@ double RestartToReadySeconds(const ServerProcess& server, const std::string& mod
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   throw std::runtime_error("the server was not ready 120 s after its serving process crashed");
-}
-
-// p50 latency of ServerLive (no model): gRPC's own floor on this machine;
-// `with_deadline`: each call carries a deadline, as the load generator's do.
-double GrpcFloorUs(int port, int calls, bool with_deadline = false) {
-  auto stub = inference::GRPCInferenceService::NewStub(
-      grpc::CreateChannel("127.0.0.1:" + std::to_string(port), grpc::InsecureChannelCredentials()));
-  std::vector<double> latencies;
-  for (int i = 0; i < calls; ++i) {
-    grpc::ClientContext context;
-    if (with_deadline) {
-      context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
-    }
-    inference::ServerLiveRequest request;
-    inference::ServerLiveResponse response;
-    auto sent = Clock::now();
-    stub->ServerLive(&context, request, &response);
-    latencies.push_back(std::chrono::duration<double, std::micro>(Clock::now() - sent).count());
-  }
-  return Median(latencies);
 }
 
 // perf_analyzer's p50 latency (us) for `model` at concurrency 1, from its CSV
@@ -247,56 +198,6 @@ double PerfAnalyzerP50Us(int port, const std::string& model, const std::string& 
   return -1;
 }
 
-// `clients` threads send `model` requests back to back for `seconds`.
-LoadResult Load(int port, const std::string& model, int clients, double seconds) {
-  const int channels = std::min(clients, 8);
-  std::vector<std::unique_ptr<inference::GRPCInferenceService::Stub>> stubs;
-  for (int c = 0; c < channels; ++c) {
-    grpc::ChannelArguments args;
-    args.SetInt("grpc.channel_id", c);  // separate connections
-    stubs.push_back(inference::GRPCInferenceService::NewStub(grpc::CreateCustomChannel(
-        "127.0.0.1:" + std::to_string(port), grpc::InsecureChannelCredentials(), args)));
-  }
-  const inference::ModelInferRequest request = MakeRequest(model, 1);
-  std::mutex mu;
-  std::vector<double> latencies;
-  std::atomic<int64_t> errors{0};
-  const Clock::time_point end = Clock::now() + std::chrono::duration_cast<Clock::duration>(
-                                                   std::chrono::duration<double>(seconds));
-  auto start = Clock::now();
-  std::vector<std::thread> threads;
-  for (int t = 0; t < clients; ++t) {
-    threads.emplace_back([&, t] {
-      std::vector<double> mine;
-      inference::ModelInferResponse response;
-      while (Clock::now() < end) {
-        grpc::ClientContext context;
-        context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
-        auto sent = Clock::now();
-        grpc::Status status = stubs[t % channels]->ModelInfer(&context, request, &response);
-        mine.push_back(std::chrono::duration<double, std::micro>(Clock::now() - sent).count());
-        if (!status.ok()) ++errors;
-      }
-      std::lock_guard<std::mutex> lock(mu);
-      latencies.insert(latencies.end(), mine.begin(), mine.end());
-    });
-  }
-  for (auto& thread : threads) thread.join();
-  const double elapsed = SecondsSince(start);
-  std::sort(latencies.begin(), latencies.end());
-  auto at = [&](double q) {
-    return latencies.empty() ? 0 : latencies[static_cast<size_t>(q * (latencies.size() - 1))];
-  };
-  LoadResult result;
-  result.requests = static_cast<int64_t>(latencies.size());
-  result.errors = errors;
-  result.throughput = latencies.size() / elapsed;
-  result.p50_us = at(0.5);
-  result.p90_us = at(0.9);
-  result.p99_us = at(0.99);
-  return result;
-}
-
 struct Options {
   std::string out = "build/bench/serve.json";
   std::string data = "build/bench-data/serve";
@@ -317,30 +218,6 @@ nlohmann::json MeasureInProcessCall(int port, const Options& options) {
               p50s[0], p50s[1], p50s[0] - p50s[1]);
   return {{"in_process_call_overhead_us", p50s[0] - p50s[1]},
           {"in_process_call", {{"through_call_p50_us", p50s[0]}, {"direct_p50_us", p50s[1]}}}};
-}
-
-// The server's own account of the trivial model's requests (cumulative):
-// count and nanoseconds queued, in its interpreter call, and in all.
-struct ServerTimes {
-  double count = 0, queue_ns = 0, compute_infer_ns = 0, success_ns = 0;
-};
-ServerTimes TrivialServerTimes(int port) {
-  auto stub = inference::GRPCInferenceService::NewStub(
-      grpc::CreateChannel("127.0.0.1:" + std::to_string(port), grpc::InsecureChannelCredentials()));
-  grpc::ClientContext context;
-  inference::ModelStatisticsRequest request;
-  request.set_name("trivial");
-  inference::ModelStatisticsResponse response;
-  ServerTimes times;
-  if (!stub->ModelStatistics(&context, request, &response).ok()) return times;
-  for (const auto& model : response.model_stats()) {
-    const auto& stats = model.inference_stats();
-    times.count += stats.success().count();
-    times.queue_ns += stats.queue().ns();
-    times.compute_infer_ns += stats.compute_infer().ns();
-    times.success_ns += stats.success().ns();
-  }
-  return times;
 }
 
 // A number of `result`.
