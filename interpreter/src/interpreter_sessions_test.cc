@@ -165,6 +165,43 @@ def quick(x):
   EXPECT_EQ(late.status().code(), StatusCode::kDeadlineExceeded);
 }
 
+// The watchdog sleeps until the earliest deadline armed; a later call's
+// earlier deadline must wake it.
+TEST_F(InterpreterTest, AnEarlierDeadlineIsKeptWhileALaterOneIsArmed) {
+  const char* code = R"(
+import time
+
+def busy(seconds):
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        pass
+    return 1
+
+def spin_forever():
+    while True:
+        pass
+)";
+  std::thread long_call([&] {
+    InterpreterSession first = manager().Acquire(0);
+    ASSERT_OK(first.Exec(code));
+    ASSERT_OK_AND_ASSIGN(Object busy, first.Eval("busy"));
+    // Armed first, for a minute: the watchdog sleeps until then.
+    StatusOr<Object> done = busy.Call({1.5}, {}, {steady_clock::now() + std::chrono::seconds(60)});
+    EXPECT_OK(done.status());
+  });
+  std::this_thread::sleep_for(milliseconds(300));
+  InterpreterSession second = manager().Acquire(1);
+  ASSERT_OK(second.Exec(code));
+  ASSERT_OK_AND_ASSIGN(Object spin, second.Eval("spin_forever"));
+  const auto start = steady_clock::now();
+  StatusOr<Object> stopped = spin.Call({}, {}, {start + milliseconds(200)});
+  const auto elapsed = steady_clock::now() - start;
+  long_call.join();
+  EXPECT_EQ(stopped.status().code(), StatusCode::kDeadlineExceeded);
+  EXPECT_GE(elapsed, milliseconds(200));
+  EXPECT_LT(elapsed, milliseconds(5000));
+}
+
 TEST_F(InterpreterTest, ReplicatedObjectServesConcurrentCallersOnManyInterpreters) {
   std::atomic<int> factory_runs{0};
   ReplicatedObject counter = manager().Replicate([&](InterpreterSession& session) {

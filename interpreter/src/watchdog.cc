@@ -16,11 +16,13 @@ Watchdog::~Watchdog() {
 }
 
 void Watchdog::Arm(Clock::time_point deadline, pyside::PySide* side, uint64_t call_token) {
+  bool earlier = false;
   {
     MutexLock lock(&mu_);
     armed_[call_token] = {deadline, side};
+    earlier = deadline < sleeps_until_;
   }
-  wake_.SignalAll();
+  if (earlier) wake_.SignalAll();
 }
 
 void Watchdog::Disarm(uint64_t call_token) {
@@ -37,11 +39,18 @@ void Watchdog::Run() {
       if (next == armed_.end() || it->second.deadline < next->second.deadline) next = it;
     }
     if (next == armed_.end()) {
+      sleeps_until_ = Clock::time_point::max();
       wake_.Wait(&mu_);
+      sleeps_until_ = Clock::time_point::min();
       continue;
     }
     if (Clock::now() < next->second.deadline) {
-      wake_.WaitUntil(&mu_, next->second.deadline);
+      // A copy: Disarm may erase the entry while the thread sleeps (then the
+      // thread wakes once for nothing at its deadline, and looks again).
+      const Clock::time_point until = next->second.deadline;
+      sleeps_until_ = until;
+      wake_.WaitUntil(&mu_, until);
+      sleeps_until_ = Clock::time_point::min();
       continue;
     }
     uint64_t token = next->first;

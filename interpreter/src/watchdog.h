@@ -17,7 +17,10 @@ class PySide;
 // One thread that sleeps until the earliest armed deadline, then calls
 // PySide::Interrupt for it. Thread-safe. Interrupting waits for the target
 // interpreter's GIL (up to Python's switch interval while Python code runs),
-// so deadlines are precise to a few milliseconds.
+// so deadlines are precise to a few milliseconds. Arming wakes the thread
+// only for a deadline earlier than the one it sleeps until: most calls'
+// deadlines come later than those before them, and a wake-up per call costs
+// the call its latency (a futex and a context switch).
 class Watchdog {
  public:
   using Clock = std::chrono::steady_clock;
@@ -46,6 +49,9 @@ class Watchdog {
   CondVar wake_;
   std::map<uint64_t, Entry> armed_ CHORUS_GUARDED_BY(mu_);  // by call token
   bool stopping_ CHORUS_GUARDED_BY(mu_) = false;
+  // When the thread sleeps: until when (max: until woken); min while it runs,
+  // since it then looks at armed_ again before sleeping.
+  Clock::time_point sleeps_until_ CHORUS_GUARDED_BY(mu_) = Clock::time_point::min();
   std::thread thread_;
 };
 
