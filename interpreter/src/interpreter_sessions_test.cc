@@ -251,12 +251,15 @@ TEST_F(InterpreterTest, AcquireOneAvoidsReservedInterpretersUntilAllAreReserved)
   for (int i = 0; i < 2 * kInterpreters; ++i) idle_choices.insert(acquire_one());
   EXPECT_EQ(idle_choices, (std::set<int>{1}));
   {
+    // Held until released, not for a while: a loaded machine cannot end it early.
+    std::atomic<bool> release{false};
     std::thread holder([&] {
       InterpreterSession held = manager().Acquire(1);
-      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+      while (!release.load()) std::this_thread::yield();
     });
     while (manager().Stats()[1].sessions == 0) std::this_thread::yield();
     EXPECT_EQ(acquire_one(), 3);  // the next idle unreserved one
+    release = true;
     holder.join();
   }
 
