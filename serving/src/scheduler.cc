@@ -81,7 +81,7 @@ void ModelScheduler::SubmitOrRun(InferenceRequest request, Done done) {
     --executions_;
     --running_;
   }
-  changed_.SignalAll();  // Drain() may be waiting
+  ran_.SignalAll();  // Drain() may be waiting
 }
 
 void ModelScheduler::Submit(InferenceRequest request, Done done) {
@@ -167,7 +167,7 @@ void ModelScheduler::Drain(Clock::time_point deadline) {
     MutexLock lock(&mu_);
     accepting_ = false;
     while ((!queue_.empty() || running_ > 0) && Clock::now() < deadline) {
-      changed_.WaitUntil(&mu_, std::min(deadline, Clock::now() + std::chrono::milliseconds(50)));
+      ran_.WaitUntil(&mu_, std::min(deadline, Clock::now() + std::chrono::milliseconds(50)));
     }
     abandoned.swap(queue_);
     queued_by_level_.clear();
@@ -304,7 +304,7 @@ void ModelScheduler::WorkerLoop() {
       running_ -= taken;
       --executions_;
     }
-    changed_.SignalAll();  // Drain() may be waiting
+    ran_.SignalAll();  // Drain() may be waiting
   }
 }
 

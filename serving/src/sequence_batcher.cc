@@ -317,7 +317,7 @@ void SequenceBatcher::Finished(const CorrelationId& id, bool end, ModelScheduler
       }
     }
   }
-  changed_.SignalAll();  // Drain may wait
+  ran_.SignalAll();  // Drain may wait
   for (auto& step : dispatch) step();
   done(std::move(result));  // last: it may release what owns this batcher
 }
@@ -328,7 +328,7 @@ void SequenceBatcher::Drain(Clock::time_point deadline) {
     MutexLock lock(&mu_);
     accepting_ = false;
     while (waiting_ + running_ > 0 && Clock::now() < deadline) {
-      changed_.WaitUntil(&mu_, std::min(deadline, Clock::now() + std::chrono::milliseconds(50)));
+      ran_.WaitUntil(&mu_, std::min(deadline, Clock::now() + std::chrono::milliseconds(50)));
     }
     for (auto& [id, sequence] : active_) {
       for (Waiting& waiting : sequence.waiting) abandoned.push_back(std::move(waiting));

@@ -163,7 +163,10 @@ class ModelScheduler {
   const std::function<void(const ExecutionStats&)> on_execution_;
 
   mutable Mutex mu_;
-  CondVar changed_;  // queue grew, or stopping
+  CondVar changed_;  // queue grew, or stopping: the workers wait on it
+  // A run ended: Drain waits on it. Not changed_: a worker ending a run would
+  // wake an idle worker for nothing (a context switch per request).
+  CondVar ran_;
   std::deque<Pending> queue_ CHORUS_GUARDED_BY(mu_);
   std::map<int, size_t> queued_by_level_ CHORUS_GUARDED_BY(mu_);
   size_t running_ CHORUS_GUARDED_BY(mu_) = 0;  // requests

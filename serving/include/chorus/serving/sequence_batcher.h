@@ -124,6 +124,7 @@ class SequenceBatcher {
 
   mutable Mutex mu_;
   CondVar changed_;  // stopping (the reaper waits on it)
+  CondVar ran_;      // a run ended (Drain waits on it; the reaper need not wake)
   std::map<CorrelationId, Sequence> active_ CHORUS_GUARDED_BY(mu_);
   std::vector<int> lane_load_ CHORUS_GUARDED_BY(mu_);  // sequences per lane
   size_t waiting_ CHORUS_GUARDED_BY(mu_) = 0;
