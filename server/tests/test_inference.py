@@ -210,9 +210,16 @@ def test_statistics_and_metrics(server):
         stats = client.statistics("identity").model_stats[0]
         assert stats.inference_stats.success.count >= 1
         assert stats.execution_count >= 1
+        # Decoding and encoding are timed apart from the run, counted as runs are.
+        infer = stats.inference_stats
+        assert infer.compute_input.ns > 0 and infer.compute_output.ns > 0
+        assert infer.compute_input.count == infer.compute_output.count == \
+            infer.compute_infer.count
     metrics = server.metrics()
     for name in ("nv_inference_request_success", "nv_inference_request_failure",
                  "nv_inference_queue_duration_us", "nv_inference_compute_infer_duration_us",
+                 "nv_inference_compute_input_duration_us",
+                 "nv_inference_compute_output_duration_us",
                  "chorus_batch_size_bucket", "chorus_interpreter_busy_seconds_total",
                  "nv_inference_pending_request_count"):
         assert name in metrics

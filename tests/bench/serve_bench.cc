@@ -270,7 +270,9 @@ nlohmann::json MeasureRequestPath(int chorus_port, const Options& options) {
     const double requests = std::max(1.0, after.count - before.count);
     result["trivial_in_server_us"] = {
         {"queue", (after.queue_ns - before.queue_ns) / requests / 1000},
+        {"compute_input", (after.compute_input_ns - before.compute_input_ns) / requests / 1000},
         {"compute_infer", (after.compute_infer_ns - before.compute_infer_ns) / requests / 1000},
+        {"compute_output", (after.compute_output_ns - before.compute_output_ns) / requests / 1000},
         {"total", (after.success_ns - before.success_ns) / requests / 1000}};
     // The least a one-hop server that also calls the model once can take, over the floor.
     result["handoff_and_model_call_floor_ratio"] =

@@ -117,6 +117,8 @@ ServerTimes TrivialServerTimes(int port) {
     times.count += stats.success().count();
     times.queue_ns += stats.queue().ns();
     times.compute_infer_ns += stats.compute_infer().ns();
+    times.compute_input_ns += stats.compute_input().ns();
+    times.compute_output_ns += stats.compute_output().ns();
     times.success_ns += stats.success().ns();
   }
   return times;

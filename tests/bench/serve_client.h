@@ -41,6 +41,7 @@ LoadResult Load(int port, const std::string& model, int clients, double seconds)
 // count and nanoseconds queued, in its interpreter call, and in all.
 struct ServerTimes {
   double count = 0, queue_ns = 0, compute_infer_ns = 0, success_ns = 0;
+  double compute_input_ns = 0, compute_output_ns = 0;  // decoding and encoding
 };
 ServerTimes TrivialServerTimes(int port);
 

@@ -34,10 +34,11 @@ void FillStatistics(const LoadedModel& model, inference::ModelStatistics* out) {
   FillDuration(stats.compute_infer, infer->mutable_compute_infer());
   FillDuration(stats.cache_hit, infer->mutable_cache_hit());
   FillDuration(stats.cache_miss, infer->mutable_cache_miss());
-  // Decoding and encoding tensors are not timed apart from the model's run:
-  // Triton's tools require the three compute counts to agree.
-  infer->mutable_compute_input()->set_count(stats.compute_infer.count);
-  infer->mutable_compute_output()->set_count(stats.compute_infer.count);
+  // Each request's decoding and encoding, counted as its runs are: Triton's
+  // tools require the three compute counts to agree.
+  FillDuration({stats.compute_infer.count, stats.compute_input.ns}, infer->mutable_compute_input());
+  FillDuration({stats.compute_infer.count, stats.compute_output.ns},
+               infer->mutable_compute_output());
   for (const auto& [size, duration] : stats.batches) {
     auto* batch = out->add_batch_stats();
     batch->set_batch_size(size);
@@ -389,10 +390,13 @@ void InferenceCore::InferOnce(std::shared_ptr<LoadedModel> model,
   if (!call.ok()) return done(call.status());
   // A hit needs no decoding when the key comes from the wire bytes.
   CacheLookup cached = LookUpCache(*model, *request, nullptr, response);
+  Clock::duration decoding{0};
   if (!cached.hit) {
+    const Clock::time_point decode_start = Clock::now();
     if (Status decoded = DecodeCallInputs(*model, *request, start, &*call); !decoded.ok()) {
       return done(decoded);
     }
+    decoding = Clock::now() - decode_start;
     if (cached.key.empty()) cached = LookUpCache(*model, *request, &call->inputs, response);
   }
   if (cached.hit) {
@@ -403,20 +407,23 @@ void InferenceCore::InferOnce(std::shared_ptr<LoadedModel> model,
   }
   SequenceBatcher* sequences = model->sequences();
   const bool ensemble = model->ensemble() != nullptr;
-  auto answer = [this, model, request, response, start, cached = std::move(cached),
+  auto answer = [this, model, request, response, start, decoding, cached = std::move(cached),
                  done = std::move(done)](InferenceResult result) {
     Status status = result.status;
+    Clock::duration encoding{0};
     if (status.ok()) {
+      const Clock::time_point encode_start = Clock::now();
       FillResponseHeader(*model, *request, response);
       status = EncodeOutputs(result.outputs, model->manifest(), *request, response,
                              model->annotations().output_labels, &shared_memory_);
+      encoding = Clock::now() - encode_start;
     }
     if (status.ok() && !cached.key.empty()) {
       const Clock::time_point keeping = Clock::now();
       cache_->Insert(cached.key, *response);
       model->RecordCache(false, cached.spent + (Clock::now() - keeping));
     }
-    model->RecordRequest(result, Clock::now() - start);
+    model->RecordRequest(result, Clock::now() - start, decoding, encoding);
     done(status);
   };
   if (ensemble) return RunEnsemble(*model, std::move(*call), std::move(answer));

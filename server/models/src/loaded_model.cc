@@ -82,7 +82,9 @@ void LoadedModel::RecordExecution(const ExecutionStats& stats) {
   stats_.compute_infer.ns += stats.compute_time.count();
 }
 
-void LoadedModel::RecordRequest(const InferenceResult& result, std::chrono::nanoseconds total) {
+void LoadedModel::RecordRequest(const InferenceResult& result, std::chrono::nanoseconds total,
+                                std::chrono::nanoseconds decoding,
+                                std::chrono::nanoseconds encoding) {
   if (ensemble_ && result.status.ok()) {  // an ensemble run is its one execution
     RecordExecution({result.batch_size, 1, result.compute_time, true});
   }
@@ -92,6 +94,14 @@ void LoadedModel::RecordRequest(const InferenceResult& result, std::chrono::nano
   bucket.ns += total.count();
   stats_.queue.count += 1;
   stats_.queue.ns += result.queue_time.count();
+  if (decoding.count() > 0) {
+    stats_.compute_input.count += 1;
+    stats_.compute_input.ns += decoding.count();
+  }
+  if (encoding.count() > 0) {
+    stats_.compute_output.count += 1;
+    stats_.compute_output.ns += encoding.count();
+  }
   stats_.last_inference_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
                                  std::chrono::system_clock::now().time_since_epoch())
                                  .count();

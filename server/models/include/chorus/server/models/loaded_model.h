@@ -29,6 +29,9 @@ struct ModelStatsSnapshot {
     uint64_t ns = 0;
   };
   Duration success, fail, queue, compute_infer;
+  // Requests' tensors decoded from the wire (compute_input) and their answers
+  // encoded (compute_output), per request outside the model's run.
+  Duration compute_input, compute_output;
   Duration cache_hit, cache_miss;  // requests answered from / not found in the response cache
   uint64_t inference_count = 0;    // samples
   uint64_t execution_count = 0;    // model runs
@@ -100,8 +103,10 @@ class LoadedModel {
   // and generations) until `deadline`. Thread-safe.
   void Drain(std::chrono::steady_clock::time_point deadline);
 
-  // Records one answered request (from the server's completion path).
-  void RecordRequest(const InferenceResult& result, std::chrono::nanoseconds total)
+  // Records one answered request (from the server's completion path), with
+  // the time spent decoding its inputs and encoding its outputs, if it did.
+  void RecordRequest(const InferenceResult& result, std::chrono::nanoseconds total,
+                     std::chrono::nanoseconds decoding = {}, std::chrono::nanoseconds encoding = {})
       CHORUS_EXCLUDES(mu_);
   ModelStatsSnapshot Snapshot() const CHORUS_EXCLUDES(mu_);
   // Records a request answered from the response cache (`hit`; also a
