@@ -223,6 +223,19 @@ nlohmann::json MeasureInProcessCall(int port, const Options& options) {
 // A number of `result`.
 double Figure(const nlohmann::json& result, const char* key) { return result[key].get<double>(); }
 
+// The server's mean times (us) per request between two readings of its statistics.
+nlohmann::json MeanServerTimesUs(const ServerTimes& before, const ServerTimes& after) {
+  const double requests = std::max(1.0, after.count - before.count);
+  auto mean = [&](double ServerTimes::*field) {
+    return (after.*field - before.*field) / requests / 1000;
+  };
+  return {{"queue", mean(&ServerTimes::queue_ns)},
+          {"compute_input", mean(&ServerTimes::compute_input_ns)},
+          {"compute_infer", mean(&ServerTimes::compute_infer_ns)},
+          {"compute_output", mean(&ServerTimes::compute_output_ns)},
+          {"total", mean(&ServerTimes::success_ns)}};
+}
+
 // The request path at concurrency 1, in interleaved rounds (medians), so that
 // the ratios compare figures of the same moments: gRPC's floor (ServerLive on
 // chorus), chorus' trivial model, its response cache hit, and gRPC servers
@@ -266,14 +279,7 @@ nlohmann::json MeasureRequestPath(int chorus_port, const Options& options) {
     result["overhead_floor_ratio"] = Median(overhead_ratios);
     result["handoff_floor_ratio"] = Median(handoff_ratios);
     // Means from the server's statistics over the same requests (chorus' trivial model).
-    const ServerTimes after = TrivialServerTimes(chorus_port);
-    const double requests = std::max(1.0, after.count - before.count);
-    result["trivial_in_server_us"] = {
-        {"queue", (after.queue_ns - before.queue_ns) / requests / 1000},
-        {"compute_input", (after.compute_input_ns - before.compute_input_ns) / requests / 1000},
-        {"compute_infer", (after.compute_infer_ns - before.compute_infer_ns) / requests / 1000},
-        {"compute_output", (after.compute_output_ns - before.compute_output_ns) / requests / 1000},
-        {"total", (after.success_ns - before.success_ns) / requests / 1000}};
+    result["trivial_in_server_us"] = MeanServerTimesUs(before, TrivialServerTimes(chorus_port));
     // The least a one-hop server that also calls the model once can take, over the floor.
     result["handoff_and_model_call_floor_ratio"] =
         (Median(rounds[4]) + result["trivial_in_server_us"]["compute_infer"].get<double>()) /
