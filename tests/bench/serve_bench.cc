@@ -511,7 +511,8 @@ int main(int argc, char** argv) {
   app.add_option("--chaos-seconds", options.chaos_seconds, "duration of the chaos run");
   bool request_path_only = false;
   app.add_flag("--request-path-only", request_path_only,
-               "measure only the request path at concurrency 1 (floor, echoes, chorus, cache hit)");
+               "measure only the request paths at concurrency 1 (floor, echoes, chorus, cache "
+               "hit, one in-process model call)");
   CLI11_PARSE(app, argc, argv);
   char self[4096] = {0};
   if (readlink("/proc/self/exe", self, sizeof(self) - 1) <= 0) return 1;
@@ -521,7 +522,9 @@ int main(int argc, char** argv) {
   if (request_path_only) {
     ServerProcess two(repository, 2);
     Load(two.port(), "trivial", 1, 0.5);  // warm-up
-    return WriteJson(options.out, MeasureRequestPath(two.port(), options)) ? 0 : 1;
+    nlohmann::json result = MeasureRequestPath(two.port(), options);
+    result.update(MeasureInProcessCall(two.port(), options));
+    return WriteJson(options.out, result) ? 0 : 1;
   }
   nlohmann::json result = MeasureOverheadAndSweep(repository, options);
   result.update(MeasureInterpreterScaling(repository, options));
