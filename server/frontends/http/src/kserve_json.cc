@@ -257,7 +257,14 @@ Status ParseInput(const Json& input, inference::ModelInferRequest::InferInputTen
   const Json* parameters = Member(input, "parameters");
   if (parameters != nullptr && parameters->is_object() &&
       Member(*parameters, "shared_memory_region") != nullptr) {
-    // Its bytes are in shared memory: the core reads them there.
+    // Its bytes are in shared memory: the core reads them there. Binary bytes
+    // too would be taken by the next binary input, or left over (Triton
+    // refuses such an input as well).
+    if (Member(*parameters, "binary_data_size") != nullptr) {
+      return Invalid(input_name,
+                     "names both a shared_memory_region and a binary_data_size (its bytes come "
+                     "from one or the other)");
+    }
     return ReadParameters(*parameters, tensor->mutable_parameters());
   }
   const Json* binary_size = parameters != nullptr && parameters->is_object()

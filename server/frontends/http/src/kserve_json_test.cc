@@ -112,6 +112,9 @@ TEST(KserveJsonTest, EachMalformedBodyIsRefusedWithWhatIsWrong) {
       {R"({"inputs": [{"name": "x", "datatype": "FP32", "shape": [1],
            "parameters": {"binary_data_size": 4}}]})",
        "exceeds the 0 bytes"},
+      {R"({"inputs": [{"name": "x", "datatype": "FP32", "shape": [1], "parameters":
+           {"shared_memory_region": "r", "shared_memory_byte_size": 4, "binary_data_size": 4}}]})",
+       "input \"x\": names both a shared_memory_region and a binary_data_size"},
       {R"({"id": 5, "inputs": []})", "\"id\" is not a string"},
       {R"({"inputs": [], "outputs": [{"binary_data": true}]})", "output without a \"name\""},
   };
