@@ -225,6 +225,25 @@ Status ReadParameters(const Json& object, InferParameters* parameters) {
   return OkStatus();
 }
 
+// An input's "shape" (may be null) into `tensor`, and its element count.
+Status ParseShape(const Json* shape, inference::ModelInferRequest::InferInputTensor* tensor,
+                  int64_t* elements) {
+  const std::string& input_name = tensor->name();
+  if (shape == nullptr || !shape->is_array()) return Invalid(input_name, "no \"shape\" array");
+  for (const Json& d : *shape) {
+    if (!d.is_number_integer() || d.get<int64_t>() < 0) {
+      return Invalid(input_name, "shape " + shape->dump() + " is not a list of sizes");
+    }
+    const int64_t size = d.get<int64_t>();
+    if (size != 0 && *elements > (int64_t{1} << 56) / size) {
+      return Invalid(input_name, "shape " + shape->dump() + " has too many elements");
+    }
+    tensor->add_shape(size);
+    *elements *= size;
+  }
+  return OkStatus();
+}
+
 // One input's name, datatype and shape; its values go to `raw` (from "data"
 // or from `binary`, which is advanced past them).
 Status ParseInput(const Json& input, inference::ModelInferRequest::InferInputTensor* tensor,
@@ -241,19 +260,8 @@ Status ParseInput(const Json& input, inference::ModelInferRequest::InferInputTen
   }
   tensor->set_datatype(datatype->get<std::string>());
   const Json* shape = Member(input, "shape");
-  if (shape == nullptr || !shape->is_array()) return Invalid(input_name, "no \"shape\" array");
   int64_t elements = 1;
-  for (const Json& d : *shape) {
-    if (!d.is_number_integer() || d.get<int64_t>() < 0) {
-      return Invalid(input_name, "shape " + shape->dump() + " is not a list of sizes");
-    }
-    const int64_t size = d.get<int64_t>();
-    if (size != 0 && elements > (int64_t{1} << 56) / size) {
-      return Invalid(input_name, "shape " + shape->dump() + " has too many elements");
-    }
-    tensor->add_shape(size);
-    elements *= size;
-  }
+  CHORUS_RETURN_IF_ERROR(ParseShape(shape, tensor, &elements));
   const Json* parameters = Member(input, "parameters");
   if (parameters != nullptr && parameters->is_object() &&
       Member(*parameters, "shared_memory_region") != nullptr) {
