@@ -1,8 +1,10 @@
 #include "chorus/server/cell_control.h"
 
+#include <poll.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 #include <nlohmann/json.hpp>
 
@@ -74,11 +76,29 @@ StatusOr<ServingRun> DecodeServingRun(std::string_view text) {
 
 Status WriteCellCommand(int fd, const CellCommand& command) {
   const std::string line = EncodeCellCommand(command);
+  const auto give_up = std::chrono::steady_clock::now() + kCellCommandWriteTimeout;
   for (size_t written = 0; written < line.size();) {
     const ssize_t n = ::write(fd, line.data() + written, line.size() - written);
+    if (n > 0) {
+      written += static_cast<size_t>(n);
+      continue;
+    }
     if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return UnavailableError(std::string("control pipe: ") + std::strerror(errno));
-    written += static_cast<size_t>(n);
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+      // The pipe is full: the process reads it behind. Wait for room, a
+      // while, rather than drop the command (or cut a long line in two).
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+          give_up - std::chrono::steady_clock::now());
+      if (left.count() <= 0) {
+        return UnavailableError("control pipe: full for " +
+                                std::to_string(kCellCommandWriteTimeout.count()) +
+                                " ms (the process does not read it)");
+      }
+      pollfd room{fd, POLLOUT, 0};
+      ::poll(&room, 1, static_cast<int>(left.count()));
+      continue;
+    }
+    return UnavailableError(std::string("control pipe: ") + std::strerror(errno));
   }
   return OkStatus();
 }

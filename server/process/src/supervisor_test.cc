@@ -6,13 +6,18 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <fcntl.h>
+#include <limits.h>
 #include <poll.h>
 
 #include <cstdlib>
 #include <sstream>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "chorus/common/crash_report.h"
+#include "chorus/common/status_matchers.h"
 #include "chorus/server/cell_control.h"
 
 namespace chorus {
@@ -78,6 +83,41 @@ TEST(CellCommandTest, CommandsSurviveTheirEncodingAndBadLinesAreNamed) {
               ::testing::HasSubstr("\"reboot\""));
   EXPECT_FALSE(DecodeCellCommand("serve 1").ok());
   EXPECT_FALSE(DecodeCellCommand("{\"command\": \"serve\", \"cell\": \"1\"}").ok());
+}
+
+TEST(CellCommandTest, AFullPipeIsWaitedOnNotDroppedAndLongLinesArriveWhole) {
+  int pipe_fds[2];
+  ASSERT_EQ(::pipe2(pipe_fds, O_CLOEXEC | O_NONBLOCK), 0);
+  // Fill the pipe with whole commands until it takes no more.
+  const std::string serve = EncodeCellCommand({CellCommand::Kind::kServe, 1, "", ""});
+  int queued = 0;
+  while (::write(pipe_fds[1], serve.data(), serve.size()) == static_cast<ssize_t>(serve.size())) {
+    ++queued;
+  }
+  ASSERT_EQ(errno, EAGAIN);
+  // The reader starts behind: the write below finds the pipe full.
+  std::vector<CellCommand> received;
+  std::thread reader([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    CellCommandReader commands(pipe_fds[0]);
+    pollfd readable{pipe_fds[0], POLLIN, 0};
+    while (::poll(&readable, 1, 10000) > 0 &&
+           commands.ReadAvailable([&](const StatusOr<CellCommand>& command) {
+             ASSERT_TRUE(command.ok()) << command.status().ToString();
+             received.push_back(*command);
+           })) {
+    }
+  });
+  // Longer than PIPE_BUF: written in parts as room comes.
+  const std::string why(3 * PIPE_BUF, 'w');
+  EXPECT_OK(WriteCellCommand(pipe_fds[1], {CellCommand::Kind::kQuarantine, 0, "last", why}));
+  ::close(pipe_fds[1]);
+  reader.join();
+  ::close(pipe_fds[0]);
+  ASSERT_EQ(received.size(), static_cast<size_t>(queued) + 1);
+  EXPECT_EQ(received.back().kind, CellCommand::Kind::kQuarantine);
+  EXPECT_EQ(received.back().model, "last");
+  EXPECT_EQ(received.back().why, why);
 }
 
 // Serving process stand-ins for the supervisor: each says on `events` that

@@ -5,6 +5,7 @@
 #ifndef CHORUS_SERVER_CELL_CONTROL_H_
 #define CHORUS_SERVER_CELL_CONTROL_H_
 
+#include <chrono>
 #include <string>
 #include <string_view>
 
@@ -34,8 +35,13 @@ StatusOr<CellCommand> DecodeCellCommand(std::string_view line);
 std::string EncodeServingRun(const ServingRun& run);
 StatusOr<ServingRun> DecodeServingRun(std::string_view text);
 
+// How long WriteCellCommand waits for room in a full pipe.
+inline constexpr std::chrono::milliseconds kCellCommandWriteTimeout{5000};
+
 // Writes `command` to `fd` whole (a pipe: one write up to PIPE_BUF is atomic,
-// longer ones are written on). Errors: the reader is gone.
+// longer ones are written on); a full non-blocking pipe is waited on, up to
+// kCellCommandWriteTimeout. Errors (UNAVAILABLE): the reader is gone, or
+// did not read for that long.
 Status WriteCellCommand(int fd, const CellCommand& command);
 
 // Reads the commands arriving on a pipe, which may split or join lines.
