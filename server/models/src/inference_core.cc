@@ -36,8 +36,8 @@ void FillStatistics(const LoadedModel& model, inference::ModelStatistics* out) {
   FillDuration(stats.cache_miss, infer->mutable_cache_miss());
   // Each request's decoding and encoding, counted as its runs are: Triton's
   // tools require the three compute counts to agree.
-  FillDuration({stats.compute_infer.count, stats.compute_input.ns}, infer->mutable_compute_input());
-  FillDuration({stats.compute_infer.count, stats.compute_output.ns},
+  FillDuration({stats.compute_infer.count, stats.compute_input_ns}, infer->mutable_compute_input());
+  FillDuration({stats.compute_infer.count, stats.compute_output_ns},
                infer->mutable_compute_output());
   for (const auto& [size, duration] : stats.batches) {
     auto* batch = out->add_batch_stats();

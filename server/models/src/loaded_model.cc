@@ -94,14 +94,8 @@ void LoadedModel::RecordRequest(const InferenceResult& result, std::chrono::nano
   bucket.ns += total.count();
   stats_.queue.count += 1;
   stats_.queue.ns += result.queue_time.count();
-  if (decoding.count() > 0) {
-    stats_.compute_input.count += 1;
-    stats_.compute_input.ns += decoding.count();
-  }
-  if (encoding.count() > 0) {
-    stats_.compute_output.count += 1;
-    stats_.compute_output.ns += encoding.count();
-  }
+  stats_.compute_input_ns += decoding.count();
+  stats_.compute_output_ns += encoding.count();
   stats_.last_inference_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
                                  std::chrono::system_clock::now().time_since_epoch())
                                  .count();

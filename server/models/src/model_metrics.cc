@@ -153,13 +153,13 @@ void AppendRequestMetrics(std::ostream& out, const LoadedModels& models,
             [](S s) { return s.queue.ns / 1000; });
   per_model("nv_inference_compute_input_duration_us", "counter",
             "Cumulative time decoding requests' input tensors, microseconds",
-            [](S s) { return s.compute_input.ns / 1000; });
+            [](S s) { return s.compute_input_ns / 1000; });
   per_model("nv_inference_compute_infer_duration_us", "counter",
             "Cumulative model execution time, microseconds",
             [](S s) { return s.compute_infer.ns / 1000; });
   per_model("nv_inference_compute_output_duration_us", "counter",
             "Cumulative time encoding responses' output tensors, microseconds",
-            [](S s) { return s.compute_output.ns / 1000; });
+            [](S s) { return s.compute_output_ns / 1000; });
   per_model("nv_inference_pending_request_count", "gauge", "Requests queued or running",
             [](S s) { return s.pending; });
   per_model("nv_cache_num_hits_per_model", "counter", "Requests answered from the response cache",

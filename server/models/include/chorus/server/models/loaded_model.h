@@ -29,9 +29,9 @@ struct ModelStatsSnapshot {
     uint64_t ns = 0;
   };
   Duration success, fail, queue, compute_infer;
-  // Requests' tensors decoded from the wire (compute_input) and their answers
-  // encoded (compute_output), per request outside the model's run.
-  Duration compute_input, compute_output;
+  // Time decoding requests' tensors from the wire and encoding their answers,
+  // outside the model's runs (reported with compute_infer's count: Triton's rule).
+  uint64_t compute_input_ns = 0, compute_output_ns = 0;
   Duration cache_hit, cache_miss;  // requests answered from / not found in the response cache
   uint64_t inference_count = 0;    // samples
   uint64_t execution_count = 0;    // model runs
