@@ -27,9 +27,19 @@ ModelScheduler::ModelScheduler(std::shared_ptr<Model> model, SchedulerOptions op
     : model_(std::move(model)),
       options_(std::move(options)),
       on_execution_(std::move(on_execution)) {
-  for (int i = 0; i < std::max(1, options_.workers); ++i) {
-    workers_.emplace_back([this] { WorkerLoop(); });
-  }
+  StartWorkers(std::max(1, options_.workers));
+}
+
+ModelScheduler::ModelScheduler(std::shared_ptr<RequestExecutor> executor, SchedulerOptions options,
+                               std::function<void(const ExecutionStats&)> on_execution)
+    : executor_(std::move(executor)),
+      options_(std::move(options)),
+      on_execution_(std::move(on_execution)) {
+  StartWorkers(std::max(1, executor_->instances()));
+}
+
+void ModelScheduler::StartWorkers(int count) {
+  for (int i = 0; i < count; ++i) workers_.emplace_back([this, i] { WorkerLoop(i); });
 }
 
 ModelScheduler::~ModelScheduler() {
@@ -52,14 +62,19 @@ ModelScheduler::~ModelScheduler() {
 }
 
 int64_t ModelScheduler::BatchSizeOf(const InferenceRequest& request) const {
-  if (!options_.batching.enabled || request.inputs.empty()) return 1;
-  const std::vector<int64_t> shape = ShapeOf(request.inputs[0]);
+  if (!options_.batching.enabled) return 1;
+  // The first input given (an optional one may be left out).
+  auto given = std::find_if(request.inputs.begin(), request.inputs.end(),
+                            [](const c10::IValue& input) { return !input.isNone(); });
+  if (given == request.inputs.end()) return 1;
+  const std::vector<int64_t> shape = ShapeOf(*given);
   if (static_cast<int64_t>(shape.size()) <= options_.batching.batch_dim) return 1;
   return shape[options_.batching.batch_dim];
 }
 
 void ModelScheduler::SubmitOrRun(InferenceRequest request, Done done) {
-  if (request.on_response || options_.batching.max_queue_delay.count() > 0) {
+  // An executor's batch runs on its instance's worker, never on the caller's thread.
+  if (executor_ || request.on_response || options_.batching.max_queue_delay.count() > 0) {
     return Submit(std::move(request), std::move(done));
   }
   bool here = false;
@@ -75,7 +90,7 @@ void ModelScheduler::SubmitOrRun(InferenceRequest request, Done done) {
   std::vector<Pending> batch;
   const int64_t batch_size = BatchSizeOf(request);
   batch.push_back(Pending{std::move(request), std::move(done), Clock::now(), batch_size});
-  Execute(std::move(batch));
+  Execute(std::move(batch), -1);
   {
     MutexLock lock(&mu_);
     --executions_;
@@ -210,7 +225,8 @@ void ModelScheduler::DescribeForCrashReport(const std::vector<Pending>& batch,
 }
 
 bool ModelScheduler::Compatible(const Pending& a, const Pending& b) const {
-  if (a.request.on_response || b.request.on_response) return false;  // streams run alone
+  // A generator's stream runs alone; an executor's requests of streams batch.
+  if (!executor_ && (a.request.on_response || b.request.on_response)) return false;
   const auto& x = a.request.inputs;
   const auto& y = b.request.inputs;
   if (x.size() != y.size()) return false;
@@ -224,6 +240,10 @@ bool ModelScheduler::Compatible(const Pending& a, const Pending& b) const {
     return true;
   };
   for (size_t i = 0; i < x.size(); ++i) {
+    if (x[i].isNone() || y[i].isNone()) {
+      if (x[i].isNone() != y[i].isNone()) return false;  // one left an optional input out
+      continue;
+    }
     if (x[i].isTensor() != y[i].isTensor()) return false;
     if (x[i].isTensor()) {
       // Under the queue's lock: the tensors' own sizes, nothing allocated.
@@ -274,7 +294,7 @@ std::vector<ModelScheduler::Pending> ModelScheduler::NextBatch() {
   return batch;
 }
 
-void ModelScheduler::WorkerLoop() {
+void ModelScheduler::WorkerLoop(int index) {
   bool destroyed = false;
   t_destroyed_by_this_worker = &destroyed;
   while (true) {
@@ -297,8 +317,8 @@ void ModelScheduler::WorkerLoop() {
     if (destroyed) return;  // a callback released what owns `this`
     if (batch.empty()) continue;
     const size_t taken = batch.size();
-    Execute(std::move(batch));  // the batch's callbacks are destroyed with it
-    if (destroyed) return;      // `this` is gone
+    Execute(std::move(batch), index);  // the batch's callbacks are destroyed with it
+    if (destroyed) return;             // `this` is gone
     {
       MutexLock lock(&mu_);
       running_ -= taken;
@@ -360,7 +380,7 @@ ModelCallContext ModelScheduler::CallContextOf(const std::vector<Pending>& batch
   return context;
 }
 
-void ModelScheduler::Execute(std::vector<Pending> batch) {
+void ModelScheduler::Execute(std::vector<Pending> batch, int worker) {
   // Requests that expired or were cancelled in the queue are answered now.
   batch.erase(std::remove_if(batch.begin(), batch.end(), [&](Pending& p) { return Answered(p); }),
               batch.end());
@@ -370,6 +390,7 @@ void ModelScheduler::Execute(std::vector<Pending> batch) {
   const ModelCallContext call_context = CallContextOf(batch);
   ScopedModelCallContext calls_made_here(&call_context);
   const Clock::time_point start = Clock::now();
+  if (executor_) return ExecuteRequests(std::move(batch), worker, start);
   if (batch.front().request.on_response) return ExecuteDecoupled(batch.front(), start);
   int64_t total = 0;
   for (const Pending& p : batch) total += p.batch_size;
@@ -401,6 +422,24 @@ void ModelScheduler::Execute(std::vector<Pending> batch) {
   }
 }
 
+void ModelScheduler::ExecuteRequests(std::vector<Pending> batch, int worker,
+                                     Clock::time_point start) {
+  int64_t total = 0;
+  std::vector<ExecutorRequest> requests;
+  requests.reserve(batch.size());
+  for (Pending& p : batch) {
+    total += p.batch_size;
+    requests.push_back(
+        ExecutorRequest{std::move(p.request), std::move(p.done), start - p.enqueued, p.batch_size});
+  }
+  Status ran = executor_->Execute(std::max(0, worker), std::move(requests));
+  NoteMemoryActivity();
+  if (on_execution_) {
+    on_execution_(
+        ExecutionStats{total, static_cast<int>(batch.size()), Clock::now() - start, ran.ok()});
+  }
+}
+
 void ModelScheduler::LogPythonError(const Status& status) const {
   if (status.python_error() == nullptr) return;
   Log().warn("model {} failed: {}\n{}", model_->manifest() ? model_->manifest()->model_name : "?",
@@ -422,7 +461,9 @@ void ModelScheduler::ExecuteDecoupled(Pending& pending, Clock::time_point start)
           stopped = outputs.status();
           return false;
         }
-        return request.on_response(std::move(*outputs));
+        ModelResponse response;
+        response.outputs = std::move(*outputs);
+        return request.on_response(std::move(response));
       });
   if (status.ok()) status = stopped;
   const auto compute = Clock::now() - start;

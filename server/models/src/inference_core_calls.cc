@@ -45,7 +45,10 @@ NamedValues Pick(const Manifest& manifest, const std::vector<size_t>& positions,
                  std::vector<c10::IValue> outputs) {
   NamedValues named;
   for (size_t i : positions) {
-    if (i < outputs.size()) named.emplace_back(manifest.outputs[i].name, std::move(outputs[i]));
+    // An output the model left out of its answer (None) is not there.
+    if (i < outputs.size() && !outputs[i].isNone()) {
+      named.emplace_back(manifest.outputs[i].name, std::move(outputs[i]));
+    }
   }
   return named;
 }
@@ -75,8 +78,8 @@ void InferenceCore::CallInProcess(ModelCall call,
   request.call_path = std::move(call.context.call_path);
   if (call.on_response && model->scheduling().decoupled) {
     request.on_response = [model, positions = *wanted,
-                           each = std::move(call.on_response)](std::vector<c10::IValue> outputs) {
-      return each(Pick(model->manifest(), positions, std::move(outputs)));
+                           each = std::move(call.on_response)](ModelResponse response) {
+      return each(Pick(model->manifest(), positions, std::move(response.outputs)));
     };
   }
   CallModel(

@@ -31,6 +31,7 @@ LoadedModel::LoadedModel(std::string name, std::string version, std::shared_ptr<
       annotations_(std::move(parts.annotations)),
       manifest_(ServedManifest(*model_, parts.sequences)),
       response_cache_(parts.response_cache),
+      triton_config_(std::move(parts.triton_config)),
       serial_(NextSerial()),
       generation_(std::move(parts.generation)) {
   auto record = [this](const ExecutionStats& stats) { RecordExecution(stats); };
@@ -42,18 +43,38 @@ LoadedModel::LoadedModel(std::string name, std::string version, std::shared_ptr<
 }
 
 LoadedModel::LoadedModel(std::string name, std::string version,
+                         std::shared_ptr<PythonBackendModel> python, Manifest signature,
+                         const SchedulerOptions& options, LoadedModelParts parts)
+    : name_(std::move(name)),
+      version_(std::move(version)),
+      python_(std::move(python)),
+      scheduling_(options),
+      annotations_(std::move(parts.annotations)),
+      manifest_(std::move(signature)),
+      response_cache_(parts.response_cache),
+      triton_config_(std::move(parts.triton_config)),
+      serial_(NextSerial()) {
+  scheduler_ = std::make_unique<ModelScheduler>(
+      python_, options, [this](const ExecutionStats& stats) { RecordExecution(stats); });
+}
+
+LoadedModel::LoadedModel(std::string name, std::string version,
                          std::shared_ptr<const Ensemble> ensemble, Manifest signature,
-                         const SchedulerOptions& options)
+                         const SchedulerOptions& options,
+                         std::shared_ptr<const inference::ModelConfig> triton_config)
     : name_(std::move(name)),
       version_(std::move(version)),
       ensemble_(std::move(ensemble)),
       scheduling_(options),
       manifest_(std::move(signature)),
       response_cache_(false),
+      triton_config_(std::move(triton_config)),
       serial_(NextSerial()) {}
 
 std::string LoadedModel::platform() const {
-  return ensemble_ ? "ensemble" : FormatInfo(model_->format()).platform;
+  if (ensemble_) return "ensemble";
+  if (python_) return "python";  // Triton names a backend's models after it
+  return FormatInfo(model_->format()).platform;
 }
 
 LoadedModel::~LoadedModel() {
@@ -68,6 +89,7 @@ void LoadedModel::Drain(std::chrono::steady_clock::time_point deadline) {
   }
   if (sequences_) sequences_->Drain(deadline);
   if (scheduler_) scheduler_->Drain(deadline);
+  if (python_) python_->Drain(deadline);  // responses its senders still owe
 }
 
 void LoadedModel::RecordExecution(const ExecutionStats& stats) {

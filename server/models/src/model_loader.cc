@@ -7,16 +7,17 @@
 #include "chorus/package/torch_dtype.h"
 #include "chorus/server/models/model_warmup.h"
 #include "chorus/serving/model_values.h"
+#include "server/models/src/model_loader_internal.h"
 
 namespace chorus {
-namespace {
+namespace model_loader {
 
-// Scheduling for a model: its manifest's batching hints, then its config.
 SchedulerOptions SchedulingFor(const ModelConfig& config, const Manifest& manifest,
                                const ModelLoaderOptions& options) {
   SchedulerOptions scheduling;
   scheduling.max_queue = config.max_queue.value_or(options.max_queue);
-  scheduling.workers = options.workers;
+  // Triton's instances run a model at once: its concurrent executions.
+  scheduling.workers = config.instance_count() > 0 ? config.instance_count() : options.workers;
   const Batching& hint = manifest.batching;
   scheduling.batching.enabled =
       hint.batchable && hint.max_batch_size > 1 && config.dynamic_batching.value_or(true);
@@ -32,6 +33,47 @@ SchedulerOptions SchedulingFor(const ModelConfig& config, const Manifest& manife
   }
   return scheduling;
 }
+
+bool HasTensor(const std::vector<TensorSpec>& tensors, const std::string& name) {
+  return std::any_of(tensors.begin(), tensors.end(),
+                     [&](const TensorSpec& spec) { return spec.name == name; });
+}
+
+StatusOr<TensorAnnotations> ResolveAnnotations(const ModelConfig& config, const Manifest& manifest,
+                                               const std::string& model_dir) {
+  TensorAnnotations resolved;
+  for (const auto& [name, annotation] : config.tensors) {
+    const std::string at = "config.json: tensors." + name;
+    const bool input = HasTensor(manifest.inputs, name);
+    if (!input && !HasTensor(manifest.outputs, name)) {
+      return InvalidArgumentError(at + ": the model has no input or output named \"" + name + "\"");
+    }
+    if (annotation.format) {
+      if (!input) return InvalidArgumentError(at + ".format: \"" + name + "\" is an output");
+      resolved.input_formats[name] = *annotation.format;
+    }
+    if (!annotation.label_filename.empty()) {
+      if (input) return InvalidArgumentError(at + ".label_filename: \"" + name + "\" is an input");
+      StatusOr<std::vector<std::string>> labels =
+          ReadLabels(model_dir + "/" + annotation.label_filename);
+      if (!labels.ok()) {
+        return InvalidArgumentError(at + ".label_filename: cannot read " +
+                                    annotation.label_filename + " in the model's folder");
+      }
+      resolved.output_labels[name] = {annotation.label_filename, std::move(*labels)};
+    }
+    if (annotation.reshape)
+      (input ? resolved.input_reshapes : resolved.output_reshapes)[name] = *annotation.reshape;
+  }
+  return resolved;
+}
+
+}  // namespace model_loader
+
+namespace {
+
+using model_loader::ResolveAnnotations;
+using model_loader::SchedulingFor;
 
 // Zeros (empty strings for string inputs) for every input of `manifest`,
 // any-size dimensions made 1.
@@ -136,40 +178,6 @@ Status CheckNoSecondSignature(const Model& model, const ModelConfig& config,
       ") carries its own entry point and signature");
 }
 
-bool HasTensor(const std::vector<TensorSpec>& tensors, const std::string& name) {
-  return std::any_of(tensors.begin(), tensors.end(),
-                     [&](const TensorSpec& spec) { return spec.name == name; });
-}
-
-// config.json's "tensors", checked against the manifest: formats on inputs,
-// labels (read from the model's folder) on outputs.
-StatusOr<TensorAnnotations> ResolveAnnotations(const ModelConfig& config, const Manifest& manifest,
-                                               const std::string& model_dir) {
-  TensorAnnotations resolved;
-  for (const auto& [name, annotation] : config.tensors) {
-    const std::string at = "config.json: tensors." + name;
-    const bool input = HasTensor(manifest.inputs, name);
-    if (!input && !HasTensor(manifest.outputs, name)) {
-      return InvalidArgumentError(at + ": the model has no input or output named \"" + name + "\"");
-    }
-    if (annotation.format) {
-      if (!input) return InvalidArgumentError(at + ".format: \"" + name + "\" is an output");
-      resolved.input_formats[name] = *annotation.format;
-    }
-    if (!annotation.label_filename.empty()) {
-      if (input) return InvalidArgumentError(at + ".label_filename: \"" + name + "\" is an input");
-      StatusOr<std::vector<std::string>> labels =
-          ReadLabels(model_dir + "/" + annotation.label_filename);
-      if (!labels.ok()) {
-        return InvalidArgumentError(at + ".label_filename: cannot read " +
-                                    annotation.label_filename + " in the model's folder");
-      }
-      resolved.output_labels[name] = {annotation.label_filename, std::move(*labels)};
-    }
-  }
-  return resolved;
-}
-
 // A stateful model's config: sequence batching of a model that answers once
 // per request, whose control and state tensors it has.
 Status CheckStateful(const ModelConfig& config, const Model& model) {
@@ -196,13 +204,16 @@ StatusOr<std::shared_ptr<LoadedModel>> ModelLoader::LoadEnsemble(const std::stri
   SchedulerOptions scheduling = SchedulingFor(config, signature, options_);
   scheduling.label = CrashLabel::Model(name, *version);
   return std::make_shared<LoadedModel>(name, *version, std::move(ensemble), std::move(signature),
-                                       scheduling);
+                                       scheduling, config.triton);
 }
 
 StatusOr<std::shared_ptr<LoadedModel>> ModelLoader::LoadNewest(const std::string& name) const {
   CHORUS_ASSIGN_OR_RETURN(ModelConfig config, ReadModelConfig(layout_->ModelDir(name)));
   if (config.ensemble) return LoadEnsemble(name, config);
   CHORUS_ASSIGN_OR_RETURN(std::string version, layout_->LatestVersion(name));
+  if (IsPythonBackend(config, name, version)) {
+    return LoadPythonBackend(name, version, std::move(config));
+  }
   CHORUS_ASSIGN_OR_RETURN(std::string path,
                           layout_->ModelFile(name, version, config.default_model_filename));
   CHORUS_ASSIGN_OR_RETURN(std::shared_ptr<Model> model, LoadModel(path, config, name, version));
@@ -229,7 +240,7 @@ StatusOr<std::shared_ptr<LoadedModel>> ModelLoader::LoadNewest(const std::string
     CHORUS_ASSIGN_OR_RETURN(generation, GenerationEngines::Start(model, placement_, engines));
   }
   LoadedModelParts parts{std::move(generation), std::move(annotations), config.sequence_batching,
-                         config.response_cache};
+                         config.response_cache, config.triton};
   return std::make_shared<LoadedModel>(name, version, std::move(model), scheduling,
                                        std::move(parts));
 }

@@ -2,6 +2,8 @@
 
 #include <ATen/ATen.h>
 
+#include <future>
+
 #include "chorus/common/file_util.h"
 #include "chorus/package/dtype.h"
 #include "chorus/package/torch_dtype.h"
@@ -66,33 +68,55 @@ StatusOr<c10::IValue> SampleValue(const TensorSpec& spec, const WarmupSample& sa
   return c10::IValue(std::move(random));
 }
 
+// The sample's inputs, in the signature's order.
+StatusOr<std::vector<c10::IValue>> SampleInputs(const WarmupSample& sample,
+                                                const Manifest& manifest,
+                                                const std::string& model_dir) {
+  for (const auto& [name, input] : sample.inputs) {
+    bool known = false;
+    for (const TensorSpec& spec : manifest.inputs) known = known || spec.name == name;
+    if (!known) {
+      return InvalidArgumentError("model_warmup \"" + sample.name +
+                                  "\": the model has no input \"" + name + "\"");
+    }
+  }
+  std::vector<c10::IValue> inputs;
+  for (const TensorSpec& spec : manifest.inputs) {
+    CHORUS_ASSIGN_OR_RETURN(c10::IValue value, SampleValue(spec, sample, manifest, model_dir));
+    inputs.push_back(std::move(value));
+  }
+  return inputs;
+}
+
+// One run of a request-answering model's instance on `inputs`, to its end.
+Status RunOnInstance(RequestExecutor& executor, int instance, std::vector<c10::IValue> inputs,
+                     std::chrono::milliseconds timeout) {
+  auto result = std::make_shared<std::promise<Status>>();
+  ExecutorRequest call;
+  call.request.id = "warmup";
+  call.request.inputs = std::move(inputs);
+  call.request.deadline = std::chrono::steady_clock::now() + timeout;
+  call.request.on_response = [](ModelResponse) { return true; };  // a stream, read to its end
+  call.done = [result](InferenceResult answer) { result->set_value(answer.status); };
+  std::future<Status> answered = result->get_future();
+  Status ran = executor.Execute(instance, {std::move(call)});
+  if (answered.wait_for(timeout) != std::future_status::ready) {
+    return DeadlineExceededError("no final response within " + std::to_string(timeout.count()) +
+                                 " ms");
+  }
+  return ran.ok() ? answered.get() : ran;
+}
+
 }  // namespace
 
-Status WarmUp(Model& model, const Manifest& manifest, const std::vector<WarmupSample>& samples,
-              const std::string& model_dir, int interpreters) {
+Status WarmUp(const std::vector<WarmupSample>& samples, const Manifest& manifest,
+              const std::string& model_dir, int replicas, const WarmupRun& run) {
   for (const WarmupSample& sample : samples) {
-    for (const auto& [name, input] : sample.inputs) {
-      bool known = false;
-      for (const TensorSpec& spec : manifest.inputs) known = known || spec.name == name;
-      if (!known) {
-        return InvalidArgumentError("model_warmup \"" + sample.name +
-                                    "\": the model has no input \"" + name + "\"");
-      }
-    }
-    std::vector<c10::IValue> inputs;
-    for (const TensorSpec& spec : manifest.inputs) {
-      CHORUS_ASSIGN_OR_RETURN(c10::IValue value, SampleValue(spec, sample, manifest, model_dir));
-      inputs.push_back(std::move(value));
-    }
-    const bool on_interpreters = FormatInfo(model.format()).runs_on_interpreters;
-    for (int interpreter = 0; interpreter < (on_interpreters ? interpreters : 1); ++interpreter) {
-      for (int run = 0; run < sample.count; ++run) {
-        CallOptions options;
-        options.interpreter = on_interpreters ? interpreter : -1;
-        // Each response of a decoupled model is read to its end.
-        Status status = on_interpreters ? model.ForwardEach(inputs, options,
-                                                            [](const c10::IValue&) { return true; })
-                                        : model.Forward(inputs, options).status();
+    CHORUS_ASSIGN_OR_RETURN(std::vector<c10::IValue> inputs,
+                            SampleInputs(sample, manifest, model_dir));
+    for (int replica = 0; replica < replicas; ++replica) {
+      for (int i = 0; i < sample.count; ++i) {
+        Status status = run(inputs, replica);
         if (!status.ok()) {
           return Status(status.code(), "model_warmup \"" + sample.name +
                                            "\": the model failed: " + status.message());
@@ -101,6 +125,30 @@ Status WarmUp(Model& model, const Manifest& manifest, const std::vector<WarmupSa
     }
   }
   return OkStatus();
+}
+
+Status WarmUp(Model& model, const Manifest& manifest, const std::vector<WarmupSample>& samples,
+              const std::string& model_dir, int interpreters) {
+  const bool on_interpreters = FormatInfo(model.format()).runs_on_interpreters;
+  return WarmUp(samples, manifest, model_dir, on_interpreters ? interpreters : 1,
+                [&](const std::vector<c10::IValue>& inputs, int interpreter) {
+                  CallOptions options;
+                  options.interpreter = on_interpreters ? interpreter : -1;
+                  // Each response of a decoupled model is read to its end.
+                  return on_interpreters
+                             ? model.ForwardEach(inputs, options,
+                                                 [](const c10::IValue&) { return true; })
+                             : model.Forward(inputs, options).status();
+                });
+}
+
+Status WarmUp(RequestExecutor& executor, const Manifest& manifest,
+              const std::vector<WarmupSample>& samples, const std::string& model_dir,
+              std::chrono::milliseconds timeout) {
+  return WarmUp(samples, manifest, model_dir, executor.instances(),
+                [&](const std::vector<c10::IValue>& inputs, int instance) {
+                  return RunOnInstance(executor, instance, inputs, timeout);
+                });
 }
 
 }  // namespace chorus

@@ -77,6 +77,7 @@ at::Tensor CopyOf(std::string_view bytes, const std::vector<int64_t>& shape,
 
 // The value a checked input holds.
 c10::IValue ValueOf(WireInput input) {
+  if (input.dtype == nullptr) return c10::IValue();  // an optional input left out
   const DtypeInfo& dtype = *input.dtype;
   switch (input.source) {
     case WireInput::Source::kStrings:
@@ -137,9 +138,11 @@ StatusOr<std::vector<c10::IValue>> ArrangeInputs(NamedValues named, const Manife
   }
   std::vector<std::vector<int64_t>> shapes;
   for (size_t i = 0; i < values.size(); ++i) {
-    if (values[i].isNone()) {
-      return Invalid(manifest.inputs[i].name, "missing (the model needs every input)");
+    if (values[i].isNone() && manifest.inputs[i].optional) {
+      shapes.emplace_back();
+      continue;
     }
+    if (values[i].isNone()) return Invalid(manifest.inputs[i].name, "missing (a required input)");
     shapes.push_back(ShapeOf(values[i]));
   }
   CHORUS_RETURN_IF_ERROR(CheckBatchRows(shapes, manifest));

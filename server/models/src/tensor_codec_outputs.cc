@@ -99,10 +99,14 @@ Status EncodeOutput(const c10::IValue& value, const TensorSpec& spec, const Mani
   }
   if (value.isTensor()) {
     const at::Tensor tensor = value.toTensor().contiguous();
+    const std::optional<Dtype> dtype = DtypeOf(tensor.scalar_type());
+    if (!dtype) {
+      return InternalError("output \"" + spec.name + "\" has a dtype the protocol cannot carry");
+    }
     const std::string_view bytes(static_cast<const char*>(tensor.data_ptr()),
                                  tensor.numel() * tensor.element_size());
-    return AddOutput(spec.name, WireDatatype(spec.dtype), tensor.sizes().vec(), bytes,
-                     requested.memory, shared_memory, response);
+    return AddOutput(spec.name, InfoOf(*dtype).wire, tensor.sizes().vec(), bytes, requested.memory,
+                     shared_memory, response);
   }
   StatusOr<StringTensor> strings = StringTensorFromIValue(value);
   if (!strings.ok()) {
@@ -137,7 +141,7 @@ Status CheckRequestedOutputs(const inference::ModelInferRequest& request,
 Status EncodeOutputs(const std::vector<c10::IValue>& outputs, const Manifest& manifest,
                      const inference::ModelInferRequest& request,
                      inference::ModelInferResponse* response, const OutputLabelsMap& labels,
-                     const SharedMemoryRegistry* shared_memory) {
+                     const SharedMemoryRegistry* shared_memory, OutputCheck check) {
   CHORUS_RETURN_IF_ERROR(CheckRequestedOutputs(request, manifest));
   std::map<std::string, Requested> wanted;
   for (const auto& output : request.outputs()) wanted[output.name()] = RequestedOf(output).value();
@@ -148,13 +152,14 @@ Status EncodeOutputs(const std::vector<c10::IValue>& outputs, const Manifest& ma
                          " outputs; its signature declares " +
                          std::to_string(manifest.outputs.size()));
   }
-  for (size_t i = 0; i < outputs.size(); ++i) {
+  for (size_t i = 0; i < outputs.size() && check == OutputCheck::kSignature; ++i) {
+    if (outputs[i].isNone()) continue;  // left out of this answer
     CHORUS_RETURN_IF_ERROR(CheckOutputDtype(outputs[i], manifest.outputs[i]));
   }
   for (size_t i = 0; i < outputs.size(); ++i) {
     const TensorSpec& spec = manifest.outputs[i];
     auto asked = wanted.find(spec.name);
-    if (!wanted.empty() && asked == wanted.end()) continue;
+    if (outputs[i].isNone() || (!wanted.empty() && asked == wanted.end())) continue;
     CHORUS_RETURN_IF_ERROR(EncodeOutput(outputs[i], spec, manifest,
                                         wanted.empty() ? Requested{} : asked->second, labels,
                                         shared_memory, response));

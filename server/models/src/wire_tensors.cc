@@ -211,25 +211,6 @@ std::string WireDatatype(const std::string& manifest_dtype) {
   return d ? d->wire : "";
 }
 
-std::string ShapeText(const std::vector<int64_t>& shape) {
-  std::string text = "[";
-  for (size_t i = 0; i < shape.size(); ++i) text += (i ? ", " : "") + std::to_string(shape[i]);
-  return text + "]";
-}
-
-StatusOr<int64_t> ElementCount(const std::vector<int64_t>& shape) {
-  constexpr int64_t kMaxElements = int64_t{1} << 56;
-  int64_t n = 1;
-  for (int64_t d : shape) {
-    if (d < 0) return InvalidArgumentError("negative dimension in shape " + ShapeText(shape));
-    if (d != 0 && n > kMaxElements / d) {
-      return InvalidArgumentError("shape " + ShapeText(shape) + " has too many elements");
-    }
-    n *= d;
-  }
-  return n;
-}
-
 Status CheckByteSize(const DtypeInfo& dtype, const std::vector<int64_t>& shape, size_t size,
                      std::string_view holder) {
   CHORUS_ASSIGN_OR_RETURN(const int64_t elements, ElementCount(shape));
@@ -238,54 +219,6 @@ Status CheckByteSize(const DtypeInfo& dtype, const std::vector<int64_t>& shape, 
   return InvalidArgumentError(std::string(holder) + " " + std::to_string(size) + " bytes; shape " +
                               ShapeText(shape) + " of " + dtype.wire + " needs " +
                               std::to_string(expected));
-}
-
-StatusOr<StringTensor> StringTensorFromRaw(const std::vector<int64_t>& shape,
-                                           std::string_view raw) {
-  CHORUS_ASSIGN_OR_RETURN(const int64_t elements, ElementCount(shape));
-  StringTensor tensor;
-  tensor.shape = shape;
-  size_t at = 0;
-  while (at < raw.size()) {
-    if (raw.size() - at < 4) {
-      return InvalidArgumentError("raw BYTES contents end inside the length of element " +
-                                  std::to_string(tensor.elements.size()));
-    }
-    const auto* p = reinterpret_cast<const unsigned char*>(raw.data() + at);
-    const uint32_t length = p[0] | (p[1] << 8) | (p[2] << 16) | (uint32_t{p[3]} << 24);
-    at += 4;
-    if (raw.size() - at < length) {
-      return InvalidArgumentError("raw BYTES element " + std::to_string(tensor.elements.size()) +
-                                  " claims " + std::to_string(length) + " bytes; " +
-                                  std::to_string(raw.size() - at) + " are left");
-    }
-    if (static_cast<int64_t>(tensor.elements.size()) == elements) {
-      return InvalidArgumentError("raw BYTES contents hold more than the " +
-                                  std::to_string(elements) + " elements of shape " +
-                                  ShapeText(shape));
-    }
-    tensor.elements.emplace_back(raw.substr(at, length));
-    at += length;
-  }
-  if (static_cast<int64_t>(tensor.elements.size()) != elements) {
-    return InvalidArgumentError("raw BYTES contents hold " +
-                                std::to_string(tensor.elements.size()) + " elements; shape " +
-                                ShapeText(shape) + " needs " + std::to_string(elements));
-  }
-  return tensor;
-}
-
-std::string StringsToRaw(const std::vector<std::string>& elements) {
-  size_t size = 0;
-  for (const std::string& element : elements) size += 4 + element.size();
-  std::string raw;
-  raw.reserve(size);
-  for (const std::string& element : elements) {
-    const uint32_t length = static_cast<uint32_t>(element.size());
-    for (int shift = 0; shift < 32; shift += 8) raw.push_back(static_cast<char>(length >> shift));
-    raw += element;
-  }
-  return raw;
 }
 
 Status CheckInputShape(const std::string& name, const std::vector<int64_t>& shape,
@@ -358,8 +291,12 @@ StatusOr<std::vector<WireInput>> CheckInputs(const inference::ModelInferRequest&
   std::vector<WireInput> checked;
   std::vector<std::vector<int64_t>> shapes;
   for (size_t i = 0; i < inputs.size(); ++i) {
-    if (!inputs[i])
-      return Invalid(manifest.inputs[i].name, "missing (the model needs every input)");
+    if (!inputs[i] && manifest.inputs[i].optional) {
+      checked.emplace_back();  // left out: no dtype
+      shapes.emplace_back();
+      continue;
+    }
+    if (!inputs[i]) return Invalid(manifest.inputs[i].name, "missing (a required input)");
     shapes.push_back(inputs[i]->shape);
     checked.push_back(std::move(*inputs[i]));
   }

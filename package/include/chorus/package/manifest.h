@@ -17,6 +17,7 @@ struct TensorSpec {
   std::string name;
   std::string dtype;  // "float32", "int64", ... (torch's names)
   std::vector<int64_t> shape;
+  bool optional = false;  // an input a request may leave out (Triton's optional inputs)
 };
 
 struct EntryPoint {

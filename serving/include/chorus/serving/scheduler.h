@@ -14,7 +14,9 @@
 // dtypes and non-batch dimensions until the batch reaches max_batch_size (or a
 // preferred size); the inputs are concatenated along batch_dim, the model runs
 // once, and every output is split back along batch_dim. Requests past their
-// deadline or cancelled are answered without running.
+// deadline or cancelled are answered without running. A model that answers
+// its requests itself (request_executor.h) gets the batch unjoined instead,
+// on the worker of one of its instances.
 #ifndef CHORUS_SERVING_SCHEDULER_H_
 #define CHORUS_SERVING_SCHEDULER_H_
 
@@ -36,7 +38,9 @@
 #include "chorus/common/thread_annotations.h"
 #include "chorus/interpreter/model_calls.h"
 #include "chorus/package/model.h"
+#include "chorus/serving/inference_request.h"
 #include "chorus/serving/model_values.h"
+#include "chorus/serving/request_executor.h"
 #include "chorus/serving/scheduling_options.h"
 
 namespace chorus {
@@ -53,32 +57,6 @@ struct SchedulerOptions {
   PriorityOptions priorities;
 };
 
-struct InferenceRequest {
-  std::string id;  // the client's request id (crash reports name it); may be ""
-  // In the model's signature order: tensors and string tensors (model_values.h).
-  std::vector<c10::IValue> inputs;
-  std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max();
-  std::shared_ptr<std::atomic<bool>> cancelled;  // optional; set when the client goes away
-  // Set for a decoupled model (one that streams): the request runs alone,
-  // and each response's outputs come here, in order, from the worker, as the
-  // model yields them; returning false stops the model. The Done callback
-  // then reports how it ended, with no outputs.
-  std::function<bool(std::vector<c10::IValue>)> on_response;
-  // The models whose calls led to this one, outermost first (ensembles and
-  // in-process model calls): a call to one of them again is a cycle, refused.
-  std::vector<std::string> call_path;
-  int priority = 0;                      // 1 (first) .. levels; 0: the model's default level
-  std::chrono::microseconds timeout{0};  // queue timeout asked for (the policy decides)
-};
-
-struct InferenceResult {
-  Status status;
-  std::vector<c10::IValue> outputs;  // in the model's output order, as inputs
-  int64_t batch_size = 0;            // samples in the execution this request ran in
-  std::chrono::nanoseconds queue_time{0};
-  std::chrono::nanoseconds compute_time{0};
-};
-
 // One model execution, reported after it ran.
 struct ExecutionStats {
   int64_t batch_size = 0;
@@ -93,6 +71,11 @@ class ModelScheduler {
 
   // `on_execution`, if set, is called from worker threads after every run.
   ModelScheduler(std::shared_ptr<Model> model, SchedulerOptions options,
+                 std::function<void(const ExecutionStats&)> on_execution = nullptr);
+  // A scheduler for a model that answers its requests itself: one worker per
+  // instance of `executor` (options.workers is ignored), batches handed over
+  // unjoined; requests of a stream batch like any other.
+  ModelScheduler(std::shared_ptr<RequestExecutor> executor, SchedulerOptions options,
                  std::function<void(const ExecutionStats&)> on_execution = nullptr);
   // Drains with no wait: queued requests are failed, running ones finish.
   ~ModelScheduler();
@@ -116,6 +99,7 @@ class ModelScheduler {
 
   // Queued plus running requests.
   size_t pending() const CHORUS_EXCLUDES(mu_);
+  // The model it runs; nullptr for an executor's.
   const std::shared_ptr<Model>& model() const { return model_; }
 
  private:
@@ -128,7 +112,9 @@ class ModelScheduler {
     std::chrono::steady_clock::time_point expires = std::chrono::steady_clock::time_point::max();
   };
 
-  void WorkerLoop() CHORUS_EXCLUDES(mu_);
+  void StartWorkers(int count);
+  // Worker `index`'s loop (an executor's: its instance `index`).
+  void WorkerLoop(int index) CHORUS_EXCLUDES(mu_);
   // The rows `request` brings to a batch along the batch dimension.
   int64_t BatchSizeOf(const InferenceRequest& request) const;
   // Takes the next batch from the queue, waiting for stragglers as allowed.
@@ -137,7 +123,11 @@ class ModelScheduler {
   // Adds ", requests <ids>" to `context` (which names the label): what a
   // crash report says this batch was. Allocates nothing (it runs for every execution).
   void DescribeForCrashReport(const std::vector<Pending>& batch, ScopedCrashContext& context) const;
-  void Execute(std::vector<Pending> batch);
+  // Runs `batch` on worker `worker`'s behalf (-1: the caller's thread).
+  void Execute(std::vector<Pending> batch, int worker);
+  // An executor's batch: handed over, each request answered by the executor.
+  void ExecuteRequests(std::vector<Pending> batch, int worker,
+                       std::chrono::steady_clock::time_point start);
   // What calls the model makes to other models while running `batch` carry:
   // its latest deadline, its call paths and this model, its cancellation
   // (a batch of one).
@@ -159,6 +149,7 @@ class ModelScheduler {
   void ApplyQueueTimeouts(std::vector<Pending>* rejected) CHORUS_REQUIRES(mu_);
 
   const std::shared_ptr<Model> model_;
+  const std::shared_ptr<RequestExecutor> executor_;  // set instead of model_
   const SchedulerOptions options_;
   const std::function<void(const ExecutionStats&)> on_execution_;
 

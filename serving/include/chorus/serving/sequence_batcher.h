@@ -34,11 +34,6 @@
 
 namespace chorus {
 
-// A sequence's id: a number (> 0) or a string (non-empty), as the request's
-// sequence_id parameter gives it.
-using CorrelationId = std::variant<uint64_t, std::string>;
-std::string CorrelationIdText(const CorrelationId& id);
-
 struct SequenceRequest {
   CorrelationId id;
   bool start = false;     // resets the sequence's state (a new sequence if unknown)

@@ -13,7 +13,7 @@
 
 #include "chorus/common/status.h"
 #include "chorus/package/manifest.h"
-#include "chorus/server/models/model_config.h"
+#include "chorus/server/config/model_config.h"
 #include "chorus/serving/scheduler.h"
 
 namespace chorus {

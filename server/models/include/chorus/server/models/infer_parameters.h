@@ -5,6 +5,7 @@
 
 #include <string>
 
+#include "chorus/common/parameters.h"
 #include "chorus/inference/grpc_service.pb.h"
 
 namespace chorus {
@@ -21,6 +22,10 @@ inline bool BoolParameter(const InferParameters& parameters, const std::string& 
 inline void SetBoolParameter(InferParameters* parameters, const std::string& key) {
   (*parameters)[key].set_bool_param(true);
 }
+
+// The protocol's parameters as chorus' typed ones, and back.
+Parameters ParametersOf(const InferParameters& parameters);
+void SetParameters(const Parameters& parameters, InferParameters* out);
 
 }  // namespace chorus
 

@@ -186,6 +186,10 @@ class InferenceCore {
   // `call` through the steps of ensemble `model`; `done` exactly once.
   void RunEnsemble(const LoadedModel& model, InferenceRequest call,
                    ModelScheduler::Done done) const;
+  // `result` (OK) into `response`: its header, outputs (reshaped as clients
+  // see them) and parameters.
+  Status EncodeAnswer(const LoadedModel& model, const inference::ModelInferRequest& request,
+                      InferenceResult* result, inference::ModelInferResponse* response) const;
   // Infer, on a model already found and not decoupled.
   void InferOnce(std::shared_ptr<LoadedModel> model, const inference::ModelInferRequest* request,
                  inference::ModelInferResponse* response, Clock::time_point deadline,

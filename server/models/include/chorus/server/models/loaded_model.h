@@ -13,9 +13,10 @@
 
 #include "chorus/common/thread_annotations.h"
 #include "chorus/package/model.h"
+#include "chorus/server/config/model_config.h"
 #include "chorus/server/models/classification.h"
 #include "chorus/server/models/ensemble.h"
-#include "chorus/server/models/model_config.h"
+#include "chorus/server/python_backend/python_backend_model.h"
 #include "chorus/serving/generation_engines.h"
 #include "chorus/serving/scheduler.h"
 #include "chorus/serving/sequence_batcher.h"
@@ -45,6 +46,10 @@ struct ModelStatsSnapshot {
 struct TensorAnnotations {
   std::map<std::string, InputFormat> input_formats;  // by input
   OutputLabelsMap output_labels;                     // by output
+  // Triton's reshape (without the batch dimension): the shape the model
+  // takes of an input, or gives of an output, where clients see the signature's.
+  std::map<std::string, std::vector<int64_t>> input_reshapes;
+  std::map<std::string, std::vector<int64_t>> output_reshapes;
 };
 
 // What serves a model beside its request scheduler, all optional.
@@ -57,16 +62,23 @@ struct LoadedModelParts {
   std::optional<SequenceBatching> sequences;
   // Its answers go to the server's response cache (config "response_cache").
   bool response_cache = false;
+  // Loaded from a config.pbtxt: that config, normalized (what ModelConfig answers).
+  std::shared_ptr<const inference::ModelConfig> triton_config;
 };
 
 class LoadedModel {
  public:
   LoadedModel(std::string name, std::string version, std::shared_ptr<Model> model,
               const SchedulerOptions& options, LoadedModelParts parts = {});
+  // A Triton Python-backend model of signature `signature`: its scheduler
+  // hands batches to `python`'s instances.
+  LoadedModel(std::string name, std::string version, std::shared_ptr<PythonBackendModel> python,
+              Manifest signature, const SchedulerOptions& options, LoadedModelParts parts);
   // An ensemble of signature `signature`: its requests run through `ensemble`'s
   // steps; no model file, no scheduler of its own.
   LoadedModel(std::string name, std::string version, std::shared_ptr<const Ensemble> ensemble,
-              Manifest signature, const SchedulerOptions& options);
+              Manifest signature, const SchedulerOptions& options,
+              std::shared_ptr<const inference::ModelConfig> triton_config = nullptr);
   // Fails what is queued, lets what runs finish.
   ~LoadedModel();
   LoadedModel(const LoadedModel&) = delete;
@@ -74,8 +86,14 @@ class LoadedModel {
 
   const std::string& name() const { return name_; }
   const std::string& version() const { return version_; }
-  // The model its file holds; nullptr for an ensemble.
+  // The model its file holds; nullptr for an ensemble and a Python-backend model.
   const Model* model() const { return model_.get(); }
+  // The Python-backend model it is; nullptr for others.
+  PythonBackendModel* python_backend() const { return python_.get(); }
+  // The config.pbtxt it was loaded from, normalized; nullptr for config.json's.
+  const std::shared_ptr<const inference::ModelConfig>& triton_config() const {
+    return triton_config_;
+  }
   // The ensemble it is; nullptr for a model with a file.
   const std::shared_ptr<const Ensemble>& ensemble() const { return ensemble_; }
   // Triton's platform name ("pytorch_libtorch", "ensemble", ...).
@@ -119,11 +137,13 @@ class LoadedModel {
   const std::string name_;
   const std::string version_;
   const std::shared_ptr<Model> model_;
+  const std::shared_ptr<PythonBackendModel> python_;
   const std::shared_ptr<const Ensemble> ensemble_;
   const SchedulerOptions scheduling_;
   const TensorAnnotations annotations_;
   const Manifest manifest_;
   const bool response_cache_;
+  const std::shared_ptr<const inference::ModelConfig> triton_config_;
   const uint64_t serial_;
   mutable Mutex mu_;
   ModelStatsSnapshot stats_ CHORUS_GUARDED_BY(mu_);

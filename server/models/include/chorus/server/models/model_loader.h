@@ -1,8 +1,9 @@
 // Makes the servable form of a repository model's newest version: reads its
-// config.json, finds the version's file, loads it as the file and the config
-// say (model_format.h), learns its outputs from one run on zeros when
-// config.json leaves them out, and sets up its scheduling and, for a
-// generative model, its generation engines. Thread-safe.
+// config (config.json or Triton's config.pbtxt), finds the version's file,
+// loads it as the file and the config say (model_format.h), learns its
+// outputs from one run on zeros when the config leaves them out, and sets up
+// its scheduling and, for a generative model, its generation engines; or
+// makes a Triton Python-backend model's instances. Thread-safe.
 #ifndef CHORUS_SERVER_MODELS_MODEL_LOADER_H_
 #define CHORUS_SERVER_MODELS_MODEL_LOADER_H_
 
@@ -15,8 +16,8 @@
 #include "chorus/interpreter/placement.h"
 #include "chorus/package/model.h"
 #include "chorus/package/signature.h"
+#include "chorus/server/config/model_config.h"
 #include "chorus/server/models/loaded_model.h"
-#include "chorus/server/models/model_config.h"
 #include "chorus/server/models/repository_layout.h"
 
 namespace chorus {
@@ -31,6 +32,9 @@ struct ModelLoaderOptions {
   std::chrono::milliseconds load_timeout{120000};
   // When set, only archives signed by one of these keys load.
   std::shared_ptr<const TrustedKeys> trusted_keys;
+  // Whether a Python-backend model's auto_complete_config runs (Triton's
+  // default; --disable-auto-complete-config turns it off).
+  bool auto_complete_config = true;
 };
 
 class ModelLoader {
@@ -53,6 +57,15 @@ class ModelLoader {
   // Ensemble `name` of `config`, planned over the step models serving now.
   StatusOr<std::shared_ptr<LoadedModel>> LoadEnsemble(const std::string& name,
                                                       const ModelConfig& config) const;
+  // Python-backend model `name` (version `version`): its config
+  // auto-completed, its instances made, warmed up (model_loader_python.cc).
+  StatusOr<std::shared_ptr<LoadedModel>> LoadPythonBackend(const std::string& name,
+                                                           const std::string& version,
+                                                           ModelConfig config) const;
+  // Whether `name`'s version `version` is a Python-backend model: its
+  // config says so, or names no backend and the folder holds model.py.
+  bool IsPythonBackend(const ModelConfig& config, const std::string& name,
+                       const std::string& version) const;
   // The model at `path`, in the form `config` says.
   StatusOr<std::shared_ptr<Model>> LoadModel(const std::string& path, const ModelConfig& config,
                                              const std::string& name,

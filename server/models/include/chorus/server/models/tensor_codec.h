@@ -44,7 +44,8 @@ StatusOr<std::vector<c10::IValue>> ArrangeInputs(NamedValues named, const Manife
 // (INVALID_ARGUMENT naming the output otherwise). Checked before the model runs.
 Status CheckRequestedOutputs(const inference::ModelInferRequest& request, const Manifest& manifest);
 
-// Fills `response` with `outputs` (manifest order) as raw contents, keeping
+// Fills `response` with `outputs` (manifest order; None: an output the model
+// left out of this answer) as raw contents, keeping
 // only those the request asked for (all when it asked for none); an output
 // asked for with "classification" comes back as its classes
 // (classification.h), labelled from `labels`; one asked for with a shared
@@ -53,10 +54,15 @@ Status CheckRequestedOutputs(const inference::ModelInferRequest& request, const 
 // CheckRequestedOutputs, or for an output that does not fit its region;
 // INTERNAL when the outputs' count or dtypes differ from the manifest's, or
 // a string output is not a well-formed string tensor.
+// How closely a model's outputs must match its signature: its dtypes
+// (kSignature), or as returned (kAsReturned: Triton's Python backend, whose
+// outputs go out in the dtype and shape the model gave them).
+enum class OutputCheck { kSignature, kAsReturned };
 Status EncodeOutputs(const std::vector<c10::IValue>& outputs, const Manifest& manifest,
                      const inference::ModelInferRequest& request,
                      inference::ModelInferResponse* response, const OutputLabelsMap& labels = {},
-                     const SharedMemoryRegistry* shared_memory = nullptr);
+                     const SharedMemoryRegistry* shared_memory = nullptr,
+                     OutputCheck check = OutputCheck::kSignature);
 
 }  // namespace chorus
 

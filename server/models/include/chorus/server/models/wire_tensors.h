@@ -1,7 +1,6 @@
 // Tensors as the Open Inference Protocol carries them, checked before any
-// tensor is made: a request's inputs against a model's signature, BYTES' raw
-// layout (each element a 4-byte little-endian length and its bytes, one
-// after another: Triton's), element and byte counts. Torch-free, so the
+// tensor is made: a request's inputs against a model's signature, element and
+// byte counts (BYTES' raw layout is chorus/serving/string_tensor.h's). Torch-free, so the
 // fuzzers build it without torch; tensor_codec.h makes tensors of what passes.
 #ifndef CHORUS_SERVER_MODELS_WIRE_TENSORS_H_
 #define CHORUS_SERVER_MODELS_WIRE_TENSORS_H_
@@ -24,27 +23,11 @@ namespace chorus {
 // KServe datatype name of a manifest dtype ("float32" -> "FP32"), or "".
 std::string WireDatatype(const std::string& manifest_dtype);
 
-// "[2, 3]": a shape as errors name it.
-std::string ShapeText(const std::vector<int64_t>& shape);
-
-// The number of elements of `shape`. INVALID_ARGUMENT for a negative
-// dimension or a count whose bytes could not be addressed: checked before
-// anything is allocated, so a request cannot make the server allocate what
-// its contents do not back.
-StatusOr<int64_t> ElementCount(const std::vector<int64_t>& shape);
-
 // OK when `size` bytes are what `shape` of the fixed-size `dtype` needs;
 // else INVALID_ARGUMENT "<holder> N bytes; shape [..] of FP32 needs M"
 // (holder: "raw contents hold", ...), or ElementCount's error.
 Status CheckByteSize(const DtypeInfo& dtype, const std::vector<int64_t>& shape, size_t size,
                      std::string_view holder);
-
-// The string tensor of `shape` that `raw` holds in BYTES' raw layout.
-// INVALID_ARGUMENT for a length running past the end, bytes left over, or an
-// element count the shape does not have.
-StatusOr<StringTensor> StringTensorFromRaw(const std::vector<int64_t>& shape, std::string_view raw);
-// `elements` in BYTES' raw layout.
-std::string StringsToRaw(const std::vector<std::string>& elements);
 
 // `shape` of input `name` against its spec (any-size dimensions -1) and the
 // model's largest batch. INVALID_ARGUMENT naming the input otherwise.
@@ -66,7 +49,7 @@ struct WireInput {
     kTyped,    // `typed`: one value per element in the dtype's field, each fitting
     kStrings,  // `strings`: a BYTES input
   };
-  const DtypeInfo* dtype = nullptr;
+  const DtypeInfo* dtype = nullptr;  // nullptr: an optional input the request left out
   std::vector<int64_t> shape;
   Source source = Source::kNone;
   std::string_view bytes;

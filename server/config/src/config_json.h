@@ -1,7 +1,7 @@
 // Reading config.json's values: each error is INVALID_ARGUMENT naming the
 // key ("config.json: <key>: <why>"). Shared by the parsers of model_config.h.
-#ifndef CHORUS_SERVER_MODELS_SRC_CONFIG_JSON_H_
-#define CHORUS_SERVER_MODELS_SRC_CONFIG_JSON_H_
+#ifndef CHORUS_SERVER_CONFIG_SRC_CONFIG_JSON_H_
+#define CHORUS_SERVER_CONFIG_SRC_CONFIG_JSON_H_
 
 #include <cstdint>
 #include <initializer_list>
@@ -34,4 +34,4 @@ struct ModelConfig;
 Status ParseEnsembleConfig(const config_json::Json& config, ModelConfig* out);
 }  // namespace chorus
 
-#endif  // CHORUS_SERVER_MODELS_SRC_CONFIG_JSON_H_
+#endif  // CHORUS_SERVER_CONFIG_SRC_CONFIG_JSON_H_

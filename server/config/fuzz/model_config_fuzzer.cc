@@ -5,7 +5,7 @@
 #include <string_view>
 
 #include "chorus/package/dtype.h"
-#include "chorus/server/models/model_config.h"
+#include "chorus/server/config/model_config.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string_view json(reinterpret_cast<const char*>(data), size);

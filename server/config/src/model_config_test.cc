@@ -1,4 +1,4 @@
-#include "chorus/server/models/model_config.h"
+#include "chorus/server/config/model_config.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>

@@ -1,9 +1,13 @@
+// server/config/: what a model folder says about serving its model, read into
+// one ModelConfig (this header): chorus' own config.json, or Triton's
+// config.pbtxt (triton_config.h), which maps onto the same fields.
+//
 // A model's config.json in the repository (<repository>/<model>/config.json):
 // how to serve the files of its version folders. Every key is optional; an
 // unknown key or a wrong value is INVALID_ARGUMENT naming it. The schema, with
 // its defaults, is in docs/server.md ("Model configuration").
-#ifndef CHORUS_SERVER_MODELS_MODEL_CONFIG_H_
-#define CHORUS_SERVER_MODELS_MODEL_CONFIG_H_
+#ifndef CHORUS_SERVER_CONFIG_MODEL_CONFIG_H_
+#define CHORUS_SERVER_CONFIG_MODEL_CONFIG_H_
 
 #include <chrono>
 #include <cstdint>
@@ -13,10 +17,16 @@
 #include <string_view>
 #include <vector>
 
+#include <memory>
+
 #include "chorus/common/status.h"
 #include "chorus/package/manifest.h"
 #include "chorus/package/model_format.h"
 #include "chorus/serving/scheduling_options.h"
+
+namespace inference {
+class ModelConfig;
+}  // namespace inference
 
 namespace chorus {
 
@@ -29,6 +39,27 @@ enum class InputFormat { kNone, kNchw, kNhwc };
 struct TensorAnnotation {
   std::optional<InputFormat> format;  // inputs only
   std::string label_filename;         // outputs only: one label per line, in the model folder
+  // Triton's reshape: the shape the model takes (an input) or gives (an
+  // output), where the client's is the signature's; without the batch dimension.
+  std::optional<std::vector<int64_t>> reshape;
+};
+
+// One of Triton's instance groups: `count` instances of the model, of one
+// kind, on `gpus` (KIND_GPU).
+struct InstanceGroup {
+  enum class Kind { kAuto, kCpu, kGpu, kModel };
+  std::string name;
+  Kind kind = Kind::kAuto;
+  int count = 1;
+  std::vector<int> gpus;
+};
+
+// Which of a model's versions serve (Triton's version_policy).
+struct VersionPolicy {
+  enum class Kind { kLatest, kAll, kSpecific };
+  Kind kind = Kind::kLatest;
+  int64_t latest = 1;             // kLatest: how many of the highest serve
+  std::vector<int64_t> versions;  // kSpecific: these
 };
 
 // One step of an ensemble (Triton's ModelEnsembling.Step): a model, and
@@ -116,14 +147,37 @@ struct ModelConfig {
   // the config's inputs and outputs.
   std::optional<std::vector<EnsembleStep>> ensemble;
 
+  // Triton's Python backend: the version folder's model.py (or
+  // default_model_filename) defines TritonPythonModel, whose instances run
+  // in the interpreters (chorus/server/python_backend).
+  bool python_backend = false;
+  // Triton's instance groups: how many instances run the model at once (a
+  // Python-backend model's objects; another model's concurrent runs) and on
+  // which devices; empty: the server's default.
+  std::vector<InstanceGroup> instance_groups;
+  VersionPolicy version_policy;
+  // Triton's parameters (key -> string_value), which Python-backend models
+  // read from their config.
+  std::map<std::string, std::string> parameters;
+  // Read from a config.pbtxt: that config as Triton normalizes it (what the
+  // ModelConfig call answers, and a Python-backend model's initialize gets).
+  std::shared_ptr<const inference::ModelConfig> triton;
+
   // True when the config gives a signature (inputs).
   bool has_signature() const { return !inputs.empty(); }
+  // The instances of all groups; 0 when no group gives any.
+  int instance_count() const {
+    int count = 0;
+    for (const InstanceGroup& group : instance_groups) count += group.count;
+    return count;
+  }
 };
 
 // Parses config.json's text. Errors name the key ("config.json: inputs[1].dims: ...").
 StatusOr<ModelConfig> ParseModelConfig(std::string_view json);
-// The config of the model in `model_dir`: its config.json, or the defaults
-// when there is none. Errors name the file.
+// The config of the model in `model_dir`: its config.json or its
+// config.pbtxt (Triton's; triton_config.h), or the defaults when there is
+// neither. Errors name the file; a folder with both is refused.
 StatusOr<ModelConfig> ReadModelConfig(const std::string& model_dir);
 
 // The manifest to serve a manifest-less file with: the config's signature and
@@ -134,4 +188,4 @@ StatusOr<Manifest> SignatureManifest(const ModelConfig& config, const std::strin
 
 }  // namespace chorus
 
-#endif  // CHORUS_SERVER_MODELS_MODEL_CONFIG_H_
+#endif  // CHORUS_SERVER_CONFIG_MODEL_CONFIG_H_

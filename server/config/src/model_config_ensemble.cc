@@ -3,8 +3,8 @@
 // loads, against its steps' models (ensemble.h).
 #include <string>
 
-#include "chorus/server/models/model_config.h"
-#include "server/models/src/config_json.h"
+#include "chorus/server/config/model_config.h"
+#include "server/config/src/config_json.h"
 
 namespace chorus {
 namespace {

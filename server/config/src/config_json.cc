@@ -1,4 +1,4 @@
-#include "server/models/src/config_json.h"
+#include "server/config/src/config_json.h"
 
 #include <algorithm>
 

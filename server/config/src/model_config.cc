@@ -1,13 +1,15 @@
-#include "chorus/server/models/model_config.h"
+#include "chorus/server/config/model_config.h"
 
 #include <algorithm>
+#include <filesystem>
 #include <initializer_list>
 #include <nlohmann/json.hpp>
 
 #include "chorus/common/file_util.h"
 #include "chorus/package/dtype.h"
 #include "chorus/package/format.h"
-#include "server/models/src/config_json.h"
+#include "chorus/server/config/triton_config.h"
+#include "server/config/src/config_json.h"
 
 namespace chorus {
 namespace {
@@ -499,6 +501,13 @@ StatusOr<ModelConfig> ParseModelConfig(std::string_view json) {
 
 StatusOr<ModelConfig> ReadModelConfig(const std::string& model_dir) {
   const std::string path = model_dir + "/config.json";
+  std::error_code error;
+  const bool pbtxt = std::filesystem::exists(model_dir + "/config.pbtxt", error);
+  if (pbtxt && std::filesystem::exists(path, error)) {
+    return InvalidArgumentError(model_dir +
+                                " holds both config.json and config.pbtxt (Triton's): keep one");
+  }
+  if (pbtxt) return ReadTritonConfig(model_dir, model_dir.substr(model_dir.rfind('/') + 1));
   StatusOr<std::string> text = ReadFile(path);
   if (!text.ok()) {
     if (text.status().code() == StatusCode::kNotFound) return ModelConfig{};

@@ -1,0 +1,167 @@
+"""Each model's own modules, side by side in one interpreter.
+
+Triton imports a model in a process of its own, with `<version dir>` and `<model dir>`
+appended to sys.path, so the model's `import util` finds its own `util.py`. chorus runs
+many models in one interpreter, where two models' `util.py` would collide in sys.modules.
+A `ModelNamespace` gives a model's modules names of their own instead:
+
+- the model's package, `_chorus_triton_models.<key>`, searches the version dir, then the
+  model dir (Triton's sys.path order); `model.py` is `<package>.model`;
+- every module loaded from those folders runs with builtins of its own whose
+  `__import__` sends a bare top-level name found in the model's folders (`import util`,
+  `from util import x`, also inside functions at run time) to `<package>.util`; relative
+  imports (`from . import x`) resolve in the package as usual;
+- names found elsewhere import normally. As in Triton, where the model's folders come last
+  on sys.path, an installed module of the same name wins over the model's file;
+- `overrides` names modules to give the model for some names instead (chorus gives each
+  model its own `triton_python_backend_utils`).
+
+Where chorus differs from Triton: `import util` and `from . import util` give the same
+module (Triton loads it twice, as `util` and `1.util`); `importlib.import_module("util")`
+does not go through `__import__`, so it finds only installed modules; and a model's
+builtins are a copy made when it loads (later additions to `builtins` are not seen).
+"""
+
+import builtins
+import hashlib
+import importlib
+import importlib.abc
+import importlib.machinery
+import importlib.util
+import re
+import sys
+from types import ModuleType
+from typing import Any, Dict, List, Mapping, Optional, Sequence
+
+__all__ = ["ModelNamespace", "ROOT"]
+
+ROOT = "_chorus_triton_models"
+
+_real_import = builtins.__import__
+
+
+class _NamespacedLoader(importlib.machinery.SourceFileLoader):
+    """Runs a model's source file with the model's builtins."""
+
+    def __init__(self, fullname: str, path: str, model_builtins: Dict[str, Any]):
+        super().__init__(fullname, path)
+        self._builtins = model_builtins
+
+    def exec_module(self, module: ModuleType) -> None:
+        # exec() keeps a module's own __builtins__, and every function defined in the
+        # module looks its imports up there.
+        module.__dict__["__builtins__"] = self._builtins
+        super().exec_module(module)
+
+
+class _ModelModuleFinder(importlib.abc.MetaPathFinder):
+    """Finds the modules of every namespace's package (registered in sys.meta_path)."""
+
+    def __init__(self) -> None:
+        self.namespaces: Dict[str, "ModelNamespace"] = {}
+
+    def find_spec(self, fullname: str, path: Optional[Sequence[str]] = None,
+                  target: Optional[ModuleType] = None) -> Optional[importlib.machinery.ModuleSpec]:
+        if not fullname.startswith(ROOT + "."):
+            return None
+        namespace = self.namespaces.get(".".join(fullname.split(".")[:2]))
+        if namespace is None or path is None:
+            return None
+        spec = importlib.machinery.PathFinder.find_spec(fullname, path)
+        if spec is None or not isinstance(spec.loader, importlib.machinery.SourceFileLoader):
+            return spec  # a namespace package, or a compiled module: as found
+        assert spec.origin is not None
+        loader = _NamespacedLoader(fullname, spec.origin, namespace.builtins)
+        return importlib.util.spec_from_file_location(
+            fullname, spec.origin, loader=loader,
+            submodule_search_locations=spec.submodule_search_locations)
+
+
+def _finder() -> _ModelModuleFinder:
+    """This interpreter's finder, put in sys.meta_path and sys.modules[ROOT] the first time."""
+    for finder in sys.meta_path:
+        if isinstance(finder, _ModelModuleFinder):
+            return finder
+    finder = _ModelModuleFinder()
+    sys.meta_path.insert(0, finder)
+    root = ModuleType(ROOT, "The modules of the Triton Python-backend models chorus runs.")
+    root.__path__ = []
+    sys.modules.setdefault(ROOT, root)
+    return finder
+
+
+def _identifier(key: str) -> str:
+    """A Python identifier unique to `key`: readable, with a hash against collisions."""
+    readable = re.sub(r"\W", "_", key)[:40]
+    return f"m_{readable}_{hashlib.sha256(key.encode()).hexdigest()[:10]}"
+
+
+class ModelNamespace:
+    """The modules of one model: its files import each other under names of their own."""
+
+    def __init__(self, key: str, search_dirs: List[str],
+                 overrides: Optional[Mapping[str, ModuleType]] = None):
+        self.package_name = f"{ROOT}.{_identifier(key)}"
+        self.search_dirs = list(search_dirs)
+        self._overrides = dict(overrides or {})
+        # Top-level name -> whether it is a module of the model's folders.
+        self._is_own_module: Dict[str, bool] = {}
+        self.builtins = dict(builtins.__dict__)
+        self.builtins["__import__"] = self._import
+        finder = _finder()
+        package = ModuleType(self.package_name)
+        package.__path__ = list(search_dirs)
+        package.__package__ = self.package_name
+        sys.modules[self.package_name] = package
+        finder.namespaces[self.package_name] = self
+
+    def load_file(self, path: str, module_name: str) -> ModuleType:
+        """Runs the source file `path` as the module `<package>.<module_name>`."""
+        fullname = f"{self.package_name}.{module_name}"
+        loader = _NamespacedLoader(fullname, path, self.builtins)
+        spec = importlib.util.spec_from_file_location(fullname, path, loader=loader)
+        assert spec is not None
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[fullname] = module
+        try:
+            loader.exec_module(module)
+        except BaseException:
+            del sys.modules[fullname]
+            raise
+        return module
+
+    def close(self) -> None:
+        """Forgets the model's modules (in sys.modules and the finder)."""
+        _finder().namespaces.pop(self.package_name, None)
+        prefix = self.package_name + "."
+        for name in [n for n in sys.modules if n == self.package_name or n.startswith(prefix)]:
+            del sys.modules[name]
+
+    def _import(self, name: str, globals: Any = None, locals: Any = None,
+                fromlist: Sequence[str] = (), level: int = 0) -> ModuleType:
+        """`__import__` for the model's modules."""
+        if level == 0:
+            top = name.partition(".")[0]
+            if name in self._overrides:
+                return self._overrides[name]
+            if self._is_model_module(top):
+                return self._import_own(name, fromlist)
+        return _real_import(name, globals, locals, fromlist, level)
+
+    def _import_own(self, name: str, fromlist: Sequence[str]) -> ModuleType:
+        fullname = f"{self.package_name}.{name}"
+        if fromlist:
+            return _real_import(fullname, None, None, fromlist, 0)  # the module named
+        importlib.import_module(fullname)
+        return sys.modules[f"{self.package_name}.{name.partition('.')[0]}"]  # its top
+
+    def _is_model_module(self, top: str) -> bool:
+        known = self._is_own_module.get(top)
+        if known is None:
+            known = self._is_own_module[top] = self._found_only_in_folders(top)
+        return known
+
+    def _found_only_in_folders(self, top: str) -> bool:
+        if top in sys.modules or importlib.util.find_spec(top) is not None:
+            return False  # installed (or built in): Triton's sys.path finds it first
+        return importlib.machinery.PathFinder.find_spec(top, self.search_dirs) is not None
