@@ -17,6 +17,10 @@
 #   make bench-check   make bench, then its ratios against tests/bench/suite/baseline.json
 #   make bench-check-short  the suite's short form against its baseline (~2 min)
 #   make bench-NAME    deps + build + benchmark NAME -> build/bench/NAME.json
+#   make triton-examples  deps + build + Triton's Python-backend examples
+#                      (../shared/triton-python/examples, skipped when absent)
+#                      served unchanged, each client run unchanged
+#                      -> build/triton_examples.json (also in make test)
 #   make test-other-torch  the interpreter core built against each of
 #                      OTHER_TORCH_VERSIONS (a venv per version, as for the default)
 #                      in build-torchV/, and its tests
@@ -54,7 +58,7 @@ CTEST_ARGS ?=
 # across runs as ccache's and pip's are.
 export TORCHINDUCTOR_CACHE_DIR ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/chorus/inductor
 
-.PHONY: test-python device-bundle device-rehearsal image test-image fuzz asan-build
+.PHONY: triton-examples test-python device-bundle device-rehearsal image test-image fuzz asan-build
 .PHONY: all deps debian-packages print-python configure build test test-core test-asan check-thread-safety check-structure test-other-torch demo bench bench-check bench-check-short clean format check-format check-python
 
 all: build
@@ -180,6 +184,11 @@ bench-check-short: build
 
 bench-%: build
 	@$(BUILD)/bin/bench_$* --out $(BUILD)/bench/$*.json
+
+# Triton's examples against chorus-server on ports 8000-8002 (which must be
+# free): tests/triton_examples/run_examples.py.
+triton-examples: build
+	@$(PYTHON) tests/triton_examples/run_examples.py --build $(BUILD)
 
 # The Python the build embeds (for running chorus' Python tools and examples).
 print-python: deps

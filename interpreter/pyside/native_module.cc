@@ -5,6 +5,7 @@
 #include <chrono>
 #include <optional>
 #include <string>
+#include <variant>
 #include <vector>
 
 #include "interpreter/pyside/convert.h"
@@ -174,21 +175,79 @@ bool StringsFrom(PyObject* list, std::vector<std::string>* out) {
   return !PyErr_Occurred();
 }
 
-// model_call_start(model, inputs, version, outputs, timeout, stream, wait) -> handle
-PyObject* ModelCallStart(PyObject* /*self*/, PyObject* args) {
-  const char *model, *version = "";
-  PyObject *inputs, *outputs = Py_None;
+// `dict` (name -> bool, int, float or str) as parameters; None: none.
+bool ParametersFrom(PyObject* dict, Parameters* out) {
+  if (dict == Py_None) return true;
+  if (!PyDict_Check(dict)) {
+    PyErr_SetString(PyExc_TypeError, "parameters must be a dict: name -> bool, int, float or str");
+    return false;
+  }
+  PyObject *key, *value;
+  for (Py_ssize_t at = 0; PyDict_Next(dict, &at, &key, &value);) {
+    const char* name = PyUnicode_Check(key) ? PyUnicode_AsUTF8(key) : nullptr;
+    if (name == nullptr) {
+      if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "parameter names must be str");
+      return false;
+    }
+    if (PyBool_Check(value)) {
+      (*out)[name] = value == Py_True;
+    } else if (PyLong_Check(value)) {
+      (*out)[name] = static_cast<int64_t>(PyLong_AsLongLong(value));
+    } else if (PyFloat_Check(value)) {
+      (*out)[name] = PyFloat_AS_DOUBLE(value);
+    } else if (const char* text = PyUnicode_Check(value) ? PyUnicode_AsUTF8(value) : nullptr) {
+      (*out)[name] = std::string(text);
+    } else {
+      if (!PyErr_Occurred()) {
+        PyErr_Format(PyExc_TypeError, "parameter '%s' must be a bool, int, float or str", name);
+      }
+      return false;
+    }
+    if (PyErr_Occurred()) return false;
+  }
+  return true;
+}
+
+// A correlation id: an int (>= 0) or a str.
+bool CorrelationIdFrom(PyObject* id, ModelCall* call) {
+  if (id == nullptr || id == Py_None) return true;
+  if (PyUnicode_Check(id)) {
+    const char* text = PyUnicode_AsUTF8(id);
+    if (text == nullptr) return false;
+    call->correlation_id = std::string(text);
+    return true;
+  }
+  const unsigned long long number = PyLong_AsUnsignedLongLong(id);
+  if (PyErr_Occurred()) return false;
+  call->correlation_id = static_cast<uint64_t>(number);
+  return true;
+}
+
+// model_call_start(model, inputs, version, outputs, timeout, stream, wait, *,
+//                  parameters=None, request_id="", correlation_id=0, flags=0) -> handle
+PyObject* ModelCallStart(PyObject* /*self*/, PyObject* args, PyObject* kwargs) {
+  static const char* kKeywords[] = {"model",      "inputs",         "version", "outputs",
+                                    "timeout",    "stream",         "wait",    "parameters",
+                                    "request_id", "correlation_id", "flags",   nullptr};
+  const char *model, *version = "", *request_id = "";
+  PyObject *inputs, *outputs = Py_None, *parameters = Py_None, *correlation_id = nullptr;
   double timeout = 0;
   int stream = 0, wait = 1;
-  if (!PyArg_ParseTuple(args, "sO|sOdpp:model_call_start", &model, &inputs, &version, &outputs,
-                        &timeout, &stream, &wait)) {
+  unsigned int flags = 0;
+  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "sO|sOdpp$OsOI:model_call_start",
+                                   const_cast<char**>(kKeywords), &model, &inputs, &version,
+                                   &outputs, &timeout, &stream, &wait, &parameters, &request_id,
+                                   &correlation_id, &flags)) {
     return nullptr;
   }
   ModelCall call;
   call.model = model;
   call.version = version;
   call.caller_waits = wait != 0;
-  if (!NamedValuesFrom(inputs, &call.inputs) || !StringsFrom(outputs, &call.outputs)) {
+  call.request_id = request_id;
+  call.flags = flags;
+  if (!NamedValuesFrom(inputs, &call.inputs) || !StringsFrom(outputs, &call.outputs) ||
+      !ParametersFrom(parameters, &call.parameters) || !CorrelationIdFrom(correlation_id, &call)) {
     return nullptr;
   }
   const auto limit = std::chrono::nanoseconds(static_cast<int64_t>(std::max(0.0, timeout) * 1e9));
@@ -199,16 +258,73 @@ PyObject* ModelCallStart(PyObject* /*self*/, PyObject* args) {
   return PyLong_FromUnsignedLongLong(*handle);
 }
 
-// model_call_next(handle) -> {name: tensor} or None at the end
-PyObject* ModelCallNext(PyObject* /*self*/, PyObject* arg) {
-  const uint64_t handle = PyLong_AsUnsignedLongLong(arg);
-  if (PyErr_Occurred()) return nullptr;
-  StatusOr<std::optional<NamedValues>> next = std::optional<NamedValues>();
-  Py_BEGIN_ALLOW_THREADS next = g_host->NextModelResponse(handle);
-  Py_END_ALLOW_THREADS if (!next.ok()) return RaiseCallFailed(next.status());
-  if (!next->has_value()) Py_RETURN_NONE;
+// model_load(model, config_json="", files=None): loads a model, waiting for it.
+PyObject* ModelLoad(PyObject* /*self*/, PyObject* args) {
+  const char *model, *config = "";
+  PyObject* files = Py_None;
+  if (!PyArg_ParseTuple(args, "s|sO:model_load", &model, &config, &files)) return nullptr;
+  ModelLoadRequest load{model, config, {}};
+  if (files != Py_None) {
+    if (!PyDict_Check(files)) {
+      PyErr_SetString(PyExc_TypeError, "files must be a dict: path -> bytes");
+      return nullptr;
+    }
+    PyObject *path, *contents;
+    for (Py_ssize_t at = 0; PyDict_Next(files, &at, &path, &contents);) {
+      const char* name = PyUnicode_Check(path) ? PyUnicode_AsUTF8(path) : nullptr;
+      if (name == nullptr || !PyBytes_Check(contents)) {
+        if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "files must map str to bytes");
+        return nullptr;
+      }
+      load.files[name] =
+          std::string(PyBytes_AS_STRING(contents), static_cast<size_t>(PyBytes_GET_SIZE(contents)));
+    }
+  }
+  Status loaded;
+  Py_BEGIN_ALLOW_THREADS loaded = g_host->LoadModel(std::move(load));
+  Py_END_ALLOW_THREADS if (!loaded.ok()) return RaiseCallFailed(loaded);
+  Py_RETURN_NONE;
+}
+
+// model_unload(model, unload_dependents=False): asks for the model's unload
+// (it drains on its own). chorus unloads the model named only.
+PyObject* ModelUnload(PyObject* /*self*/, PyObject* args) {
+  const char* model;
+  int dependents = 0;
+  if (!PyArg_ParseTuple(args, "s|p:model_unload", &model, &dependents)) return nullptr;
+  if (dependents != 0) {
+    return RaiseCallFailed(UnimplementedError(
+        "unload_dependents is not served: unload the models an ensemble uses by name"));
+  }
+  Status asked;
+  Py_BEGIN_ALLOW_THREADS asked = g_host->UnloadModel(model);
+  Py_END_ALLOW_THREADS if (!asked.ok()) return RaiseCallFailed(asked);
+  Py_RETURN_NONE;
+}
+
+// model_ready(model, version="") -> bool
+PyObject* ModelReady(PyObject* /*self*/, PyObject* args) {
+  const char *model, *version = "";
+  if (!PyArg_ParseTuple(args, "s|s:model_ready", &model, &version)) return nullptr;
+  StatusOr<bool> ready = false;
+  Py_BEGIN_ALLOW_THREADS ready = g_host->ModelReady(model, version);
+  Py_END_ALLOW_THREADS if (!ready.ok()) return RaiseCallFailed(ready.status());
+  return PyBool_FromLong(*ready);
+}
+
+// log(level, message): to the server's log (0 info, 1 warning, 2 error, 3 verbose).
+PyObject* LogLine(PyObject* /*self*/, PyObject* args) {
+  int level;
+  const char* message;
+  if (!PyArg_ParseTuple(args, "is:log", &level, &message)) return nullptr;
+  g_host->LogLine(level, message);
+  Py_RETURN_NONE;
+}
+
+// `values` as a dict name -> tensor (or string tensor); nullptr with an exception set.
+PyObject* NamedValuesToPython(const NamedValues& values) {
   PyObject* dict = PyDict_New();
-  for (const auto& [name, value] : **next) {
+  for (const auto& [name, value] : values) {
     PyObject* converted = dict ? IValueToPython(value) : nullptr;
     if (converted == nullptr || PyDict_SetItemString(dict, name.c_str(), converted) < 0) {
       Py_XDECREF(converted);
@@ -218,6 +334,75 @@ PyObject* ModelCallNext(PyObject* /*self*/, PyObject* arg) {
     Py_DECREF(converted);
   }
   return dict;
+}
+
+// `parameters` as a dict name -> bool, int, float or str.
+PyObject* ParametersToPython(const Parameters& parameters) {
+  PyObject* dict = PyDict_New();
+  for (const auto& entry : parameters) {
+    PyObject* value = dict == nullptr ? nullptr
+                                      : std::visit(
+                                            [](const auto& v) -> PyObject* {
+                                              using T = std::decay_t<decltype(v)>;
+                                              if constexpr (std::is_same_v<T, bool>)
+                                                return PyBool_FromLong(v);
+                                              if constexpr (std::is_same_v<T, int64_t>)
+                                                return PyLong_FromLongLong(v);
+                                              if constexpr (std::is_same_v<T, uint64_t>)
+                                                return PyLong_FromUnsignedLongLong(v);
+                                              if constexpr (std::is_same_v<T, double>)
+                                                return PyFloat_FromDouble(v);
+                                              if constexpr (std::is_same_v<T, std::string>) {
+                                                return PyUnicode_DecodeUTF8(
+                                                    v.data(), static_cast<Py_ssize_t>(v.size()),
+                                                    "surrogateescape");
+                                              }
+                                            },
+                                            entry.second);
+    if (value == nullptr || PyDict_SetItemString(dict, entry.first.c_str(), value) < 0) {
+      Py_XDECREF(value);
+      Py_XDECREF(dict);
+      return nullptr;
+    }
+    Py_DECREF(value);
+  }
+  return dict;
+}
+
+// (outputs, parameters, error, final): error None, or (message, code name)
+// for an error response (then outputs is None); final: the call's last.
+PyObject* DetailedResponse(const CallResponse& response) {
+  PyObject* parameters = ParametersToPython(response.parameters);
+  if (parameters == nullptr) return nullptr;
+  PyObject* final = PyBool_FromLong(response.final);
+  if (!response.error.ok()) {
+    return Py_BuildValue("(ON(ss)N)", Py_None, parameters, response.error.message().c_str(),
+                         StatusCodeName(response.error.code()), final);
+  }
+  PyObject* outputs = NamedValuesToPython(response.outputs);
+  if (outputs == nullptr) {
+    Py_DECREF(parameters);
+    Py_DECREF(final);
+    return nullptr;
+  }
+  return Py_BuildValue("(NNON)", outputs, parameters, Py_None, final);
+}
+
+// model_call_next(handle, detailed=False) -> the call's next outputs {name:
+// tensor} (an error response raised), or with `detailed` (outputs,
+// parameters, error, final); None at its end.
+PyObject* ModelCallNext(PyObject* /*self*/, PyObject* args) {
+  unsigned long long handle;
+  int detailed = 0;
+  if (!PyArg_ParseTuple(args, "K|p:model_call_next", &handle, &detailed)) return nullptr;
+  StatusOr<std::optional<CallResponse>> next = std::optional<CallResponse>();
+  Py_BEGIN_ALLOW_THREADS next = g_host->NextModelResponse(handle);
+  Py_END_ALLOW_THREADS if (!next.ok()) return RaiseCallFailed(next.status());
+  if (!next->has_value()) Py_RETURN_NONE;
+  const CallResponse& response = **next;
+  if (detailed) return DetailedResponse(response);
+  if (!response.error.ok()) return RaiseCallFailed(response.error);
+  return NamedValuesToPython(response.outputs);
 }
 
 PyObject* ModelCallEnd(PyObject* /*self*/, PyObject* arg) {
@@ -272,12 +457,23 @@ PyMethodDef kMethods[] = {
      "another interpreter registered"},
     {"library_fallback", LibraryFallbackFn, METH_VARARGS,
      "library_fallback(library, dispatch_key, fn, with_keyset=False): register a fallback"},
-    {"model_call_start", ModelCallStart, METH_VARARGS,
+    {"model_call_start",
+     reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(ModelCallStart)),
+     METH_VARARGS | METH_KEYWORDS,
      "model_call_start(model, inputs, version='', outputs=None, timeout=0.0, stream=False, "
-     "wait=True) -> handle: call a served model (chorus.serving); wait=False: never on this "
-     "thread"},
-    {"model_call_next", ModelCallNext, METH_O,
-     "model_call_next(handle) -> the call's next outputs {name: tensor}, or None at its end"},
+     "wait=True, *, parameters=None, request_id='', correlation_id=0, flags=0) -> handle: call "
+     "a served model (chorus.serving, Triton's BLS); wait=False: never on this thread"},
+    {"model_load", ModelLoad, METH_VARARGS,
+     "model_load(model, config_json='', files=None): load a model (Triton's load_model)"},
+    {"model_unload", ModelUnload, METH_VARARGS,
+     "model_unload(model, unload_dependents=False): ask for a model's unload"},
+    {"model_ready", ModelReady, METH_VARARGS,
+     "model_ready(model, version='') -> whether it serves (raises for an unknown model)"},
+    {"log", LogLine, METH_VARARGS,
+     "log(level, message): to the server's log (0 info, 1 warning, 2 error, 3 verbose)"},
+    {"model_call_next", ModelCallNext, METH_VARARGS,
+     "model_call_next(handle, detailed=False) -> the call's next outputs {name: tensor}, or "
+     "with detailed (outputs, parameters, error, final); None at its end"},
     {"model_call_end", ModelCallEnd, METH_O, "model_call_end(handle): forget (and stop) the call"},
     {"library_reset", LibraryResetFn, METH_O,
      "library_reset(library): remove the library's registrations and close it"},

@@ -341,6 +341,23 @@ void InterpreterLoader::SharePages(const std::map<std::string, std::string>& cop
   }
 }
 
+void InterpreterLoader::LogLine(int level, const std::string& message) {
+  switch (level) {
+    case 1:
+      chorus::Log().warn("{}", message);
+      break;
+    case 2:
+      chorus::Log().error("{}", message);
+      break;
+    case 3:
+      chorus::Log().debug("{}", message);
+      break;
+    default:
+      chorus::Log().info("{}", message);
+      break;
+  }
+}
+
 void InterpreterLoader::ReportExit(int status) {
   std::fflush(nullptr);
   const std::string header =

@@ -74,10 +74,18 @@ class InterpreterLoader final : public pyside::HostServices {
                                     bool stream) override {
     return model_calls_.Start(std::move(call), timeout, stream);
   }
-  StatusOr<std::optional<NamedValues>> NextModelResponse(uint64_t handle) override {
+  StatusOr<std::optional<CallResponse>> NextModelResponse(uint64_t handle) override {
     return model_calls_.Next(handle);
   }
   void EndModelCall(uint64_t handle) override { model_calls_.End(handle); }
+  Status LoadModel(ModelLoadRequest load) override {
+    return model_calls_.LoadModel(std::move(load));
+  }
+  Status UnloadModel(const std::string& model) override { return model_calls_.UnloadModel(model); }
+  StatusOr<bool> ModelReady(const std::string& model, const std::string& version) override {
+    return model_calls_.ModelReady(model, version);
+  }
+  void LogLine(int level, const std::string& message) override;
   // Where model code's calls to served models go.
   ModelCallTable& model_calls() { return model_calls_; }
   void* TakeAutogradEngine() override;

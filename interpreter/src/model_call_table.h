@@ -24,15 +24,26 @@ class ModelCallTable {
   // the call's handle for Next and End.
   StatusOr<uint64_t> Start(ModelCall call, std::chrono::nanoseconds timeout, bool stream)
       CHORUS_EXCLUDES(mu_);
-  // Waits for the call's next response: its outputs, nullopt once it ended
-  // well, or its error. The caller's cancellation reaches the call.
-  StatusOr<std::optional<NamedValues>> Next(uint64_t handle) CHORUS_EXCLUDES(mu_);
-  // Forgets the call, stopping it if it still runs. Any handle.
+  // Waits for the call's next response (an error response among them),
+  // nullopt once it ended well, or its error. The caller's cancellation
+  // reaches the call.
+  StatusOr<std::optional<CallResponse>> Next(uint64_t handle) CHORUS_EXCLUDES(mu_);
+  // Forgets the call, stopping it if it still runs; a Next waiting on it
+  // returns CANCELLED. Any handle.
   void End(uint64_t handle) CHORUS_EXCLUDES(mu_);
+
+  // The handler's repository calls, waited for (an unload only asked for:
+  // Triton's unload returns before the model is gone).
+  Status LoadModel(ModelLoadRequest load) CHORUS_EXCLUDES(mu_);
+  Status UnloadModel(const std::string& model) CHORUS_EXCLUDES(mu_);
+  StatusOr<bool> ModelReady(const std::string& model, const std::string& version)
+      CHORUS_EXCLUDES(mu_);
 
  private:
   struct Call;
   std::shared_ptr<Call> Find(uint64_t handle) CHORUS_EXCLUDES(mu_);
+  // The handler, or UNAVAILABLE when the server is not serving.
+  StatusOr<std::shared_ptr<ModelCallHandler>> Handler() CHORUS_EXCLUDES(mu_);
 
   Mutex mu_;
   std::shared_ptr<ModelCallHandler> handler_ CHORUS_GUARDED_BY(mu_);

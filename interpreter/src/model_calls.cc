@@ -1,7 +1,9 @@
 #include <algorithm>
 #include <deque>
+#include <future>
 #include <string>
 
+#include "chorus/common/logging.h"
 #include "chorus/interpreter/model_calls.h"
 #include "interpreter/src/model_call_table.h"
 
@@ -27,7 +29,7 @@ const ModelCallContext* CurrentModelCallContext() { return t_context; }
 struct ModelCallTable::Call {
   Mutex mu;
   CondVar changed;
-  std::deque<NamedValues> responses CHORUS_GUARDED_BY(mu);
+  std::deque<CallResponse> responses CHORUS_GUARDED_BY(mu);
   bool finished CHORUS_GUARDED_BY(mu) = false;
   Status status CHORUS_GUARDED_BY(mu);
   // The inner call's own flag: set by End, or when the caller is cancelled.
@@ -37,18 +39,31 @@ struct ModelCallTable::Call {
   // Past it, Next stops waiting (a model blocked in C may answer later).
   std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max();
 
-  void Push(NamedValues values) CHORUS_EXCLUDES(mu) {
+  void Push(CallResponse response) CHORUS_EXCLUDES(mu) {
     MutexLock lock(&mu);
-    responses.push_back(std::move(values));
+    responses.push_back(std::move(response));
     changed.SignalAll();
   }
   void Finish(Status result) CHORUS_EXCLUDES(mu) {
     MutexLock lock(&mu);
+    if (finished) return;  // ended by End() first
     finished = true;
     status = std::move(result);
     changed.SignalAll();
   }
 };
+
+void ModelCallHandler::LoadModel(ModelLoadRequest load, std::function<void(Status)> done) {
+  done(UnimplementedError("model code cannot load models here"));
+}
+
+void ModelCallHandler::UnloadModel(std::string model, std::function<void(Status)> done) {
+  done(UnimplementedError("model code cannot unload models here"));
+}
+
+StatusOr<bool> ModelCallHandler::ModelReady(const std::string& model, const std::string& version) {
+  return UnimplementedError("model code cannot ask for models' readiness here");
+}
 
 void ModelCallTable::SetHandler(std::shared_ptr<ModelCallHandler> handler) {
   MutexLock lock(&mu_);
@@ -79,14 +94,17 @@ StatusOr<uint64_t> ModelCallTable::Start(ModelCall call, std::chrono::nanosecond
   state->deadline = call.context.deadline;
   call.context.cancelled = state->cancelled;
   if (stream) {
-    call.on_response = [state](NamedValues values) {
-      state->Push(std::move(values));
+    call.on_response = [state](CallResponse response) {
+      state->Push(std::move(response));
       return !state->cancelled->load();
     };
   }
-  handler->Call(std::move(call), [state](StatusOr<NamedValues> outputs) {
-    if (outputs.ok() && !outputs->empty()) state->Push(std::move(*outputs));
-    state->Finish(outputs.status());
+  handler->Call(std::move(call), [state](StatusOr<CallResponse> answer) {
+    if (answer.ok() && (!answer->outputs.empty() || !answer->parameters.empty())) {
+      answer->final = true;  // the one answer of a model that answers once
+      state->Push(std::move(*answer));
+    }
+    state->Finish(answer.status());
   });
   return handle;
 }
@@ -97,7 +115,7 @@ std::shared_ptr<ModelCallTable::Call> ModelCallTable::Find(uint64_t handle) {
   return it == calls_.end() ? nullptr : it->second;
 }
 
-StatusOr<std::optional<NamedValues>> ModelCallTable::Next(uint64_t handle) {
+StatusOr<std::optional<CallResponse>> ModelCallTable::Next(uint64_t handle) {
   std::shared_ptr<Call> call = Find(handle);
   if (call == nullptr) return InvalidArgumentError("no open model call " + std::to_string(handle));
   MutexLock lock(&call->mu);
@@ -114,12 +132,12 @@ StatusOr<std::optional<NamedValues>> ModelCallTable::Next(uint64_t handle) {
     call->changed.WaitUntil(&call->mu, std::min(call->deadline, now + kCancelPoll));
   }
   if (!call->responses.empty()) {
-    NamedValues values = std::move(call->responses.front());
+    CallResponse response = std::move(call->responses.front());
     call->responses.pop_front();
-    return std::optional<NamedValues>(std::move(values));
+    return std::optional<CallResponse>(std::move(response));
   }
   if (!call->status.ok()) return call->status;
-  return std::optional<NamedValues>();
+  return std::optional<CallResponse>();
 }
 
 void ModelCallTable::End(uint64_t handle) {
@@ -132,6 +150,34 @@ void ModelCallTable::End(uint64_t handle) {
     calls_.erase(it);
   }
   call->cancelled->store(true);
+  call->Finish(Status(StatusCode::kCancelled, "the call was ended"));
+}
+
+StatusOr<std::shared_ptr<ModelCallHandler>> ModelCallTable::Handler() {
+  MutexLock lock(&mu_);
+  if (handler_ == nullptr) return UnavailableError("the server is not serving");
+  return handler_;
+}
+
+Status ModelCallTable::LoadModel(ModelLoadRequest load) {
+  CHORUS_ASSIGN_OR_RETURN(std::shared_ptr<ModelCallHandler> handler, Handler());
+  auto result = std::make_shared<std::promise<Status>>();
+  std::future<Status> loaded = result->get_future();
+  handler->LoadModel(std::move(load), [result](Status status) { result->set_value(status); });
+  return loaded.get();
+}
+
+Status ModelCallTable::UnloadModel(const std::string& model) {
+  CHORUS_ASSIGN_OR_RETURN(std::shared_ptr<ModelCallHandler> handler, Handler());
+  handler->UnloadModel(model, [model](Status status) {
+    if (!status.ok()) Log().warn("model code's unload of {}: {}", model, status.ToString());
+  });
+  return OkStatus();
+}
+
+StatusOr<bool> ModelCallTable::ModelReady(const std::string& model, const std::string& version) {
+  CHORUS_ASSIGN_OR_RETURN(std::shared_ptr<ModelCallHandler> handler, Handler());
+  return handler->ModelReady(model, version);
 }
 
 }  // namespace chorus

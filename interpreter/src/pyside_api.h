@@ -31,7 +31,7 @@ class DispatchKeySet;
 
 namespace chorus::pyside {
 
-inline constexpr uint32_t kAbiVersion = 4;
+inline constexpr uint32_t kAbiVersion = 5;
 inline constexpr char kEntryPoint[] = "chorus_pyside_create";
 
 // A strong reference to a Python object of one interpreter (really a PyObject*).
@@ -100,9 +100,18 @@ class HostServices {
                                             bool stream) = 0;
   // Waits for the call's next response (call it without holding a GIL):
   // its outputs, nullopt at its end, or its error.
-  virtual StatusOr<std::optional<NamedValues>> NextModelResponse(uint64_t handle) = 0;
+  virtual StatusOr<std::optional<CallResponse>> NextModelResponse(uint64_t handle) = 0;
   // Forgets the call, stopping it if it still runs.
   virtual void EndModelCall(uint64_t handle) = 0;
+  // Model code's repository calls (Triton's pb_utils.load_model, ...):
+  // a load is waited for (call it without holding a GIL), an unload only
+  // asked for; readiness NOT_FOUND for a model the repository lacks.
+  virtual Status LoadModel(ModelLoadRequest load) = 0;
+  virtual Status UnloadModel(const std::string& model) = 0;
+  virtual StatusOr<bool> ModelReady(const std::string& model, const std::string& version) = 0;
+  // Model code's log line (Triton's pb_utils.Logger): `level` 0 info,
+  // 1 warning, 2 error, 3 verbose; to the server's log.
+  virtual void LogLine(int level, const std::string& message) = 0;
   // Model code is ending the process (os._exit(status)): writes the crash
   // report's account of the calling thread (what it runs, its interpreter
   // and Python stack) to the log first.

@@ -566,17 +566,22 @@ def test_backend_loads_completes_and_runs_an_instance(tmp_path, capsys):
     backend.load("echo/1", "echo", "1", str(tmp_path / "echo"), "model.py")
     config = json.loads(backend.auto_complete_config("echo/1", json.dumps({"name": "echo"})))
     assert config["max_batch_size"] == 4 and config["input"][0]["name"] == "x"
-    backend.create_instance("echo/1", "echo_0_0", {"model_config": json.dumps(config)})
-    model = backend._instances["echo_0_0"].model
-    assert model.args == {"model_config": json.dumps(config)}
+    # The args reach initialize in Triton's key order, whatever order C++ gave them in.
+    order = ["model_config", "model_instance_kind", "model_instance_name",
+             "model_instance_device_id", "model_repository", "model_version", "model_name"]
+    args = {key: "x" for key in reversed(order)} | {"model_config": json.dumps(config)}
+    backend.create_instance("echo/1", "echo_0_0", args)
+    model = backend._instances[("echo/1", "echo_0_0")].model
+    assert backend.has_is_ready("echo/1")
+    assert model.args == args and list(model.args) == order
     assert model.model_dir == str(tmp_path / "echo" / "1")
     assert model.bls_error == "BLS is only supported during the 'execute' function."
-    assert backend.is_ready("echo_0_0")
+    assert backend.is_ready("echo/1", "echo_0_0")
     model.ready = "yes"  # not a bool: not ready
-    assert not backend.is_ready("echo_0_0")
-    backend.finalize("echo_0_0")
+    assert not backend.is_ready("echo/1", "echo_0_0")
+    backend.finalize("echo/1", "echo_0_0")
     assert "finalize failed, which is only logged" in capsys.readouterr().err
-    assert not backend.is_ready("echo_0_0")
+    assert not backend.is_ready("echo/1", "echo_0_0")
     backend.unload("echo/1")
     assert not [n for n in sys.modules if n.startswith(ROOT + ".m_echo")]
 

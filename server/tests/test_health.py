@@ -50,7 +50,8 @@ def test_a_model_that_failed_to_load_makes_the_server_not_ready_by_default(
             assert root not in str(refused.value), refused.value
             with pytest.raises(ClientError) as unavailable:
                 client.infer("broken", {"x": torch.zeros(1, 4).numpy()})
-            assert "is not loaded" in str(unavailable.value)
+            assert "Request for unknown model: 'broken' has no available versions: it failed " \
+                "to load: " in str(unavailable.value)
             assert root not in str(unavailable.value), unavailable.value
         assert http_health(server, "live") == (200, {"live": True})
         assert http_health(server, "ready") == (503, {"ready": False})

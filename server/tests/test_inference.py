@@ -84,8 +84,10 @@ def _bad(name="mlp", datatype="FP32", shape=(1, 4), raw=None, typed=None, versio
 
 
 BAD_REQUESTS = [
-    ("unknown model", _bad(name="nope", raw=bytes(16)), grpc.StatusCode.NOT_FOUND, "unknown model"),
-    ("unknown version", _bad(version="7", raw=bytes(16)), grpc.StatusCode.NOT_FOUND, "no version"),
+    ("unknown model", _bad(name="nope", raw=bytes(16)), grpc.StatusCode.NOT_FOUND,
+     "Request for unknown model: 'nope' is not found"),
+    ("unknown version", _bad(version="7", raw=bytes(16)), grpc.StatusCode.NOT_FOUND,
+     "Request for unknown model: 'mlp' version 7 is not found"),
     ("wrong dtype", _bad(datatype="INT64", raw=bytes(32)), grpc.StatusCode.INVALID_ARGUMENT,
      "expected datatype FP32, got INT64"),
     ("wrong shape", _bad(shape=(1, 5), raw=bytes(20)), grpc.StatusCode.INVALID_ARGUMENT,

@@ -67,7 +67,8 @@ def test_health_and_metadata(rest_server, http):
     # Every field, zero-valued ones too, as Triton prints them.
     assert config["input"] == [{"name": "x", "data_type": "TYPE_FP32", "dims": [4],
                                 "format": "FORMAT_NONE", "allow_ragged_batch": False,
-                                "is_shape_tensor": False, "optional": False}]
+                                "is_shape_tensor": False, "optional": False,
+                                "is_non_linear_format_io": False}]
     assert config["dynamic_batching"]["max_queue_delay_microseconds"] == 20000
     status, live = curl(rest_server, "GET", "/v2/health/live")
     assert (status, live) == (200, {"live": True})

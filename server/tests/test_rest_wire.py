@@ -1,7 +1,7 @@
 """Wire details Triton's clients rely on, each found trying them against chorus as a new
 user would: every field of a model's config printed (zeros too), compression of infer
-and generate answers only (gzip, as Triton), load parameters refused rather than ignored,
-and Triton's own names for the server's flags."""
+and generate answers only (gzip, as Triton), unknown load parameters refused rather than
+ignored, and Triton's own names for the server's flags."""
 
 import gzip
 import http.client
@@ -19,7 +19,6 @@ import servable_models
 import tritonclient.grpc as triton_grpc
 import tritonclient.http as triton_http
 from conftest import BIN_DIR, ServerProcess, package
-from tritonclient.utils import InferenceServerException
 
 
 @pytest.fixture(scope="module")
@@ -92,21 +91,38 @@ def test_tritonclient_aio_reads_every_answer(rest_server):
     assert result.as_numpy(output).shape == (2, 3)
 
 
-def test_load_parameters_are_refused_not_ignored(rest_server):
-    http_client = triton_http.InferenceServerClient(f"127.0.0.1:{rest_server.http_port}")
-    grpc_client = triton_grpc.InferenceServerClient(f"127.0.0.1:{rest_server.port}")
-    config = json.dumps({"max_batch_size": 4})
-    for client in (http_client, grpc_client):
-        with pytest.raises(InferenceServerException) as refused:
-            client.load_model("mlp", config=config)
-        assert 'load parameter "config" of model mlp is not supported' in str(refused.value)
-        with pytest.raises(InferenceServerException) as refused:
-            client.load_model("mlp", files={"file:1/model.pt": b"not a model"})
-        assert 'load parameter "file:1/model.pt"' in str(refused.value)
-        client.load_model("mlp")  # with no parameters: loads (it is loaded already)
-        assert client.is_model_ready("mlp")
-    http_client.close()
-    grpc_client.close()
+def test_load_parameters_chorus_does_not_take_are_refused_not_ignored(rest_server):
+    # ("config" and "file:<path>", Triton's, are taken: test_triton_surface.py.)
+    import grpc
+    from tritonclient.grpc import service_pb2, service_pb2_grpc
+
+    status, _, body = fetch(rest_server, "POST", "/v2/repository/models/mlp/load",
+                            json.dumps({"parameters": {"unknownparam": "x"}}))
+    assert status == 400
+    assert json.loads(body)["error"].startswith("load parameter 'unknownparam' is not supported")
+    status, _, body = fetch(rest_server, "POST", "/v2/repository/models/mlp/load", "{not json")
+    assert status == 400
+    assert json.loads(body)["error"].startswith("failed to parse the request JSON buffer")
+    with grpc.insecure_channel(f"127.0.0.1:{rest_server.port}") as channel:
+        stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
+        for key, value, why in (
+                ("unknownparam", service_pb2.ModelRepositoryParameter(string_param="x"),
+                 "load parameter 'unknownparam' is not supported"),
+                ("config", service_pb2.ModelRepositoryParameter(bytes_param=b"{}"),
+                 "invalid value type for load parameter 'config', expected string_param."),
+                ("file:1/model.pt", service_pb2.ModelRepositoryParameter(string_param="x"),
+                 "invalid value type for load parameter 'file:1/model.pt', expected "
+                 "bytes_param.")):
+            request = service_pb2.RepositoryModelLoadRequest(model_name="mlp")
+            request.parameters[key].CopyFrom(value)
+            with pytest.raises(grpc.RpcError) as refused:
+                stub.RepositoryModelLoad(request, timeout=60)
+            assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+            assert refused.value.details().startswith(why), refused.value.details()
+    client = triton_http.InferenceServerClient(f"127.0.0.1:{rest_server.http_port}")
+    client.load_model("mlp")  # with no parameters: loads (it is loaded already)
+    assert client.is_model_ready("mlp")
+    client.close()
 
 
 def test_tritons_flag_names_are_accepted(repository):

@@ -108,8 +108,8 @@ def test_every_bad_region_reference_is_refused_by_name(server, regions):
         requested.set_shared_memory("small", 16)
         with pytest.raises(InferenceServerException, match="24 bytes do not fit the 16 bytes"):
             client.infer("mlp", [infer_input(module, x)], outputs=[requested])
-    with pytest.raises(InferenceServerException, match="CUDA shared memory is not served"):
-        grpc_client.get_cuda_shared_memory_status()
+    # CUDA shared memory: none here, as a CPU-only Triton (test_triton_surface.py).
+    assert len(grpc_client.get_cuda_shared_memory_status().regions) == 0
     grpc_client.unregister_system_shared_memory()  # all
     assert len(grpc_client.get_system_shared_memory_status().regions) == 0
     grpc_client.close()

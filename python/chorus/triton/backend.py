@@ -7,21 +7,24 @@ the batch with its message. Calls to one instance never overlap.
     load(model_key, model_name, version, model_dir, file_name)
     auto_complete_config(model_key, config_json) -> config_json
     create_instance(model_key, instance_name, args)
-    execute(instance_name, requests, decoupled)
-    is_ready(instance_name) -> bool
-    finalize(instance_name)
+    execute(model_key, instance_name, requests, decoupled)
+    has_is_ready(model_key) -> bool
+    is_ready(model_key, instance_name) -> bool
+    finalize(model_key, instance_name)
     unload(model_key)
 
-`model_key` names one loaded version of a model in the process (the C++ side may load it
-in several interpreters, once in each); `instance_name` names one instance in the process.
+`model_key` names one load of one version of a model in the process (the C++ side may load
+it in several interpreters, once in each); `instance_name` is Triton's name of one of its
+instances (`<group>_<index>`, the same for every load and version of the model).
 
 Importing this module registers `chorus.triton.utils` as `triton_python_backend_utils`
 and `chorus.triton.c_utils` as `c_python_backend_utils` in this interpreter; nothing of
 the kind is installed on disk, so a Triton install outside chorus is not shadowed.
 
 Where chorus differs from Triton: `auto_complete_config` runs in an interpreter where the
-model file is loaded for serving (Triton runs it in a throw-away process), so what the
-file sets up when imported is shared with the instances there.
+model file is loaded (Triton runs it in a throw-away process); the file's modules are
+forgotten after it, and imported again for the instances. A checkpoint `torch.load` reads
+from the model's folder is mapped, not read (`weights.py`): one copy for every instance.
 """
 
 import dataclasses
@@ -29,9 +32,9 @@ import json
 import os
 import sys
 from types import ModuleType
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Tuple
 
-from . import bls, c_utils, utils
+from . import bls, c_utils, utils, weights
 from .errors import TritonModelException
 from .instance import ModelInstance
 from .model_config import ModelConfig
@@ -47,13 +50,14 @@ sys.modules["c_python_backend_utils"] = c_utils
 @dataclasses.dataclass
 class _LoadedModel:
     name: str
+    model_dir: str
     model_file: str
     namespace: ModelNamespace
     model_class: type
 
 
 _models: Dict[str, _LoadedModel] = {}
-_instances: Dict[str, ModelInstance] = {}
+_instances: Dict[Tuple[str, str], ModelInstance] = {}  # by (model_key, instance_name)
 
 
 def _model_utils(version_dir: str) -> ModuleType:
@@ -84,6 +88,7 @@ def load(model_key: str, model_name: str, version: str, model_dir: str, file_nam
                                    f"\"{file_name}\".")
     namespace = ModelNamespace(model_key, [version_dir, model_dir],
                                {"triton_python_backend_utils": _model_utils(version_dir)})
+    weights.share_folder(model_dir)
     try:
         module = namespace.load_file(path, file_name[:-len(".py")])
         model_class = getattr(module, "TritonPythonModel", None)
@@ -92,8 +97,9 @@ def load(model_key: str, model_name: str, version: str, model_dir: str, file_nam
                                  "'TritonPythonModel'")
     except BaseException:
         namespace.close()
+        weights.forget_folder(model_dir)
         raise
-    _models[model_key] = _LoadedModel(model_name, path, namespace, model_class)
+    _models[model_key] = _LoadedModel(model_name, model_dir, path, namespace, model_class)
 
 
 def auto_complete_config(model_key: str, config_json: str) -> str:
@@ -120,6 +126,18 @@ def _output_names(args: Dict[str, str]) -> List[str]:
         return []
 
 
+# The keys of initialize()'s args, in the order Triton's dict has them.
+_ARGS_ORDER = ("model_config", "model_instance_kind", "model_instance_name",
+               "model_instance_device_id", "model_repository", "model_version", "model_name")
+
+
+def _triton_args(args: Dict[str, str]) -> Dict[str, str]:
+    """`args` with Triton's keys first, in Triton's order (other keys after them)."""
+    ordered = {key: args[key] for key in _ARGS_ORDER if key in args}
+    ordered.update((key, value) for key, value in args.items() if key not in ordered)
+    return ordered
+
+
 def create_instance(model_key: str, instance_name: str, args: Dict[str, str]) -> None:
     """Makes the instance `instance_name`: `TritonPythonModel()`, then its `initialize(args)`
     (args as Triton gives them: model_config, model_instance_kind...)."""
@@ -128,25 +146,30 @@ def create_instance(model_key: str, instance_name: str, args: Dict[str, str]) ->
         model_object = model.model_class()
         initialize = getattr(model_object, "initialize", None)
         if initialize is not None:
-            initialize(dict(args))
-    _instances[instance_name] = ModelInstance(instance_name, model_object, model.model_file,
-                                              _output_names(args))
+            initialize(_triton_args(args))
+    _instances[(model_key, instance_name)] = ModelInstance(
+        instance_name, model_object, model.model_file, _output_names(args))
 
 
-def execute(instance_name: str, requests: List[Any], decoupled: bool) -> None:
+def execute(model_key: str, instance_name: str, requests: List[Any], decoupled: bool) -> None:
     """Runs the instance's `execute` on a batch of request handles
     (torch.classes.chorus.PythonBackendRequest) and answers every request."""
-    _instances[instance_name].execute(requests, decoupled)
+    _instances[(model_key, instance_name)].execute(requests, decoupled)
 
 
-def is_ready(instance_name: str) -> bool:
-    instance = _instances.get(instance_name)
+def has_is_ready(model_key: str) -> bool:
+    """Whether the model's class defines `is_ready` (else it is ready once loaded)."""
+    return callable(getattr(_models[model_key].model_class, "is_ready", None))
+
+
+def is_ready(model_key: str, instance_name: str) -> bool:
+    instance = _instances.get((model_key, instance_name))
     return instance is not None and instance.is_ready()
 
 
-def finalize(instance_name: str) -> None:
+def finalize(model_key: str, instance_name: str) -> None:
     """Calls the instance's `finalize()` (errors logged, not raised) and forgets it."""
-    instance = _instances.pop(instance_name, None)
+    instance = _instances.pop((model_key, instance_name), None)
     if instance is not None:
         instance.finalize()
 
@@ -156,3 +179,4 @@ def unload(model_key: str) -> None:
     model = _models.pop(model_key, None)
     if model is not None:
         model.namespace.close()
+        weights.forget_folder(model.model_dir)

@@ -6,10 +6,11 @@ the same path as `chorus.serving.infer`): the call goes through the other model'
 scheduler, and its tensors cross interpreters without copies. Errors of the call come
 back as the response's `error()`, never raised.
 
-`exec(decoupled=True)` returns a `ResponseIterator` over the called model's responses; it
-ends with an empty response (the final flag), also when the model sent its last response
-with the final flag. `cancel()` stops the call; the iterator then ends with a CANCELLED
-error response. An iterator dropped before its end stops the call (Triton reads the rest).
+`exec(decoupled=True)` returns a `ResponseIterator` over the called model's responses,
+error responses among them: it ends with the response the model sent with the final flag
+(a model that answers once: its one response), or with an empty response when the final
+flag came alone. `cancel()` stops the call; the iterator then ends with a CANCELLED error
+response. An iterator dropped before its end stops the call (Triton reads the rest).
 
 BLS is refused while `initialize`, `finalize` or `auto_complete_config` runs on the
 calling thread (`forbidden()`), with Triton's message. Triton, with one instance per
@@ -19,9 +20,10 @@ one interpreter, cannot tell which model another thread works for, and allows it
 
 import contextlib
 import dataclasses
+import json
 import threading
 import weakref
-from typing import Any, Dict, Iterator, List, Optional, Tuple
+from typing import Any, Iterator, List, Optional, Tuple
 
 from .errors import ErrorCode, TritonError, TritonModelException, error_code_of_status
 from .native import chorus_module
@@ -64,29 +66,13 @@ class Call:
     flags: int
 
 
-class _NativeCalls:
-    # Whether model_call_start takes the request's fields (parameters=, request_id=...);
-    # learned on the first call, as older servers do not.
-    takes_request_fields: Optional[bool] = None
-
-
 def _start(chorus: Any, spec: Call, stream: bool) -> int:
     inputs = {tensor.name(): call_input_form(tensor) for tensor in spec.inputs}
     version = str(spec.model_version) if spec.model_version >= 0 else ""
-    args = (spec.model_name, inputs, version, spec.requested_output_names or None,
-            spec.timeout_us / 1e6, stream, True)
-    if _NativeCalls.takes_request_fields is not False:
-        fields = {"parameters": spec.parameters, "request_id": spec.request_id,
-                  "correlation_id": spec.correlation_id, "flags": spec.flags}
-        try:
-            handle = chorus.model_call_start(*args, **fields)
-            _NativeCalls.takes_request_fields = True
-            return handle
-        except TypeError as e:
-            if _NativeCalls.takes_request_fields or "keyword argument" not in str(e):
-                raise
-            _NativeCalls.takes_request_fields = False
-    return chorus.model_call_start(*args)
+    return chorus.model_call_start(
+        spec.model_name, inputs, version, spec.requested_output_names or None,
+        spec.timeout_us / 1e6, stream, True, parameters=json.loads(spec.parameters or "{}"),
+        request_id=spec.request_id, correlation_id=spec.correlation_id, flags=spec.flags)
 
 
 def _failure(error: BaseException) -> InferenceResponse:
@@ -96,9 +82,15 @@ def _failure(error: BaseException) -> InferenceResponse:
     return InferenceResponse(error=TritonError(message, error_code_of_status(status)))
 
 
-def _response_of(outputs: Dict[str, Any]) -> InferenceResponse:
+def _response_of(answer: Tuple[Any, ...]) -> InferenceResponse:
+    """The response for one answer of `_chorus.model_call_next(handle, detailed=True)`:
+    (outputs, parameters, error, final), error (message, status) for an error response."""
+    outputs, parameters, error, _ = answer
+    if error is not None:
+        return InferenceResponse(error=TritonError(error[0], error_code_of_status(error[1])),
+                                 parameters=parameters)
     return InferenceResponse([tensor_of_call_output(name, value)
-                              for name, value in outputs.items()])
+                              for name, value in (outputs or {}).items()], parameters=parameters)
 
 
 def call(spec: Call, decoupled: bool) -> Any:
@@ -109,14 +101,14 @@ def call(spec: Call, decoupled: bool) -> Any:
     try:
         handle = _start(chorus, spec, stream=False)
         try:
-            outputs = chorus.model_call_next(handle)
+            answer = chorus.model_call_next(handle, True)
         finally:
             chorus.model_call_end(handle)
     except chorus.ModelCallFailed as e:
         return _failure(e)
-    if outputs is None:
+    if answer is None:
         return InferenceResponse(error=TritonError("Unexpected empty response."))
-    return _response_of(outputs)
+    return _response_of(answer)
 
 
 class _Stream:
@@ -128,9 +120,10 @@ class _Stream:
         self._handle: Optional[int] = handle
         self._lock = threading.Lock()
 
-    def next(self) -> Optional[Dict[str, Any]]:
+    def next(self) -> Any:
+        """The next answer, (outputs, parameters, error); None at the end."""
         handle = self._handle
-        return None if handle is None else self.chorus.model_call_next(handle)
+        return None if handle is None else self.chorus.model_call_next(handle, True)
 
     def end(self) -> None:
         with self._lock:
@@ -188,16 +181,19 @@ class ResponseIterator:
         if self._cancelled:
             return _cancelled_response(), True
         try:
-            outputs = self._stream.next()
+            answer = self._stream.next()
         except self._stream.chorus.ModelCallFailed as e:
             self._stream.end()
             return (_cancelled_response() if self._cancelled else _failure(e)), True
-        if outputs is None:
+        if answer is None:
             self._stream.end()
             if self._cancelled:
                 return _cancelled_response(), True
             return InferenceResponse._stream_end(), True
-        return _response_of(outputs), False
+        final = bool(answer[3])
+        if final:
+            self._stream.end()
+        return _response_of(answer), final
 
     def cancel(self) -> None:
         """Stops the call (nothing happens once it has ended)."""

@@ -79,15 +79,17 @@ def failure_message(instance_name: str, error: BaseException) -> str:
     return f"Failed to process the request(s) for model '{instance_name}', message: {detail}"
 
 
-def fail_unfinished(requests: Sequence[InferenceRequest], message: str) -> List[BaseException]:
+def fail_unfinished(requests: Sequence[InferenceRequest], message: str) -> List[str]:
     """Ends every request not yet finished with `message` (INTERNAL) and closes every
-    sender; returns the errors met sending (each request is tried)."""
-    errors: List[BaseException] = []
+    sender; returns what went wrong sending (each request is tried). The errors are
+    returned as text: an exception kept here would hold this frame, and through it the
+    requests' handles, in a reference cycle until a garbage collection."""
+    errors: List[str] = []
     for request in requests:
         try:
             request.get_response_sender().fail(message, ErrorCode.INTERNAL)
         except Exception as e:  # one request's failure must not keep the others waiting
-            errors.append(e)
+            errors.append(str(e))
     return errors
 
 

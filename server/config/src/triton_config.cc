@@ -14,7 +14,8 @@ namespace chorus {
 namespace {
 
 namespace pb = google::protobuf;
-using Json = nlohmann::json;
+// Ordered: Triton prints a config's fields in their declaration order.
+using Json = nlohmann::ordered_json;
 
 // Keeps the parser's first error, with where it is.
 class FirstError : public pb::io::ErrorCollector {

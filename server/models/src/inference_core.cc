@@ -147,12 +147,28 @@ bool InferenceCore::ModelReady(const std::string& name, const std::string& versi
   return accepting() && repository_->Find(name, version).ok();
 }
 
+void InferenceCore::ModelReady(const std::string& name, const std::string& version,
+                               std::function<void(bool)> done) const {
+  StatusOr<std::shared_ptr<LoadedModel>> model = repository_->Find(name, version);
+  if (!accepting() || !model.ok()) return done(false);
+  PythonBackendModel* python = (*model)->python_backend();
+  if (python == nullptr) return done(true);
+  // `model` rides along: the check runs on the model, which must outlive it.
+  python->CheckReady(
+      [model = std::move(*model), done = std::move(done)](bool ready) { done(ready); });
+}
+
 Status InferenceCore::ModelMetadata(const std::string& name, const std::string& version,
                                     inference::ModelMetadataResponse* response) const {
   CHORUS_ASSIGN_OR_RETURN(std::shared_ptr<LoadedModel> model, repository_->Find(name, version));
   const Manifest& manifest = model->manifest();
   response->set_name(model->name());
-  response->add_versions(model->version());
+  if (!version.empty()) {
+    response->add_versions(model->version());
+  } else {
+    for (const std::string& ready : repository_->ReadyVersions(name)) response->add_versions(ready);
+    if (response->versions().empty()) response->add_versions(model->version());  // just unloaded
+  }
   response->set_platform(model->platform());
   auto fill = [](const TensorSpec& spec, inference::ModelMetadataResponse::TensorMetadata* out) {
     out->set_name(spec.name);
@@ -202,19 +218,14 @@ void InferenceCore::RepositoryIndex(bool ready_only,
 }
 
 void InferenceCore::LoadModel(std::string name, std::function<void(Status)> done,
-                              const std::vector<std::string>& parameters) {
+                              ModelOverride override) {
   if (!options_.repository_calls_refused.empty()) {
     return done(
         FailedPreconditionError("cannot load " + name + ": " + options_.repository_calls_refused));
   }
-  if (!parameters.empty()) {
-    return done(InvalidArgumentError(
-        "load parameter \"" + parameters.front() + "\" of model " + name +
-        " is not supported: chorus loads a model's config.json and archives from the model "
-        "repository; write them there, then load the model"));
-  }
   ModelRepository* repository = repository_;
-  ChangeRepository([repository, name = std::move(name)] { return repository->Load(name); },
+  ChangeRepository([repository, name = std::move(name),
+                    override = std::move(override)] { return repository->Load(name, override); },
                    std::move(done));
 }
 
@@ -224,8 +235,13 @@ void InferenceCore::UnloadModel(std::string name, std::function<void(Status)> do
                                         options_.repository_calls_refused));
   }
   ModelRepository* repository = repository_;
-  ChangeRepository([repository, name = std::move(name)] { return repository->Unload(name); },
-                   std::move(done));
+  ChangeRepository(
+      [repository, name = std::move(name)] {
+        Status unloaded = repository->Unload(name);
+        // Nothing of it loaded: nothing to do (Triton answers OK).
+        return unloaded.code() == StatusCode::kNotFound ? OkStatus() : unloaded;
+      },
+      std::move(done));
 }
 
 void InferenceCore::ChangeRepository(std::function<Status()> change,

@@ -194,23 +194,25 @@ Status CheckStateful(const ModelConfig& config, const Model& model) {
 }  // namespace
 
 StatusOr<std::shared_ptr<LoadedModel>> ModelLoader::LoadEnsemble(const std::string& name,
+                                                                 const std::string& version,
                                                                  const ModelConfig& config) const {
-  StatusOr<std::string> version = layout_->LatestVersion(name);
-  if (!version.ok() && version.status().code() != StatusCode::kNotFound) return version.status();
-  if (!version.ok()) version = std::string("1");  // an ensemble needs no version folder
-  CHORUS_ASSIGN_OR_RETURN(Manifest signature, SignatureManifest(config, name, *version));
+  CHORUS_ASSIGN_OR_RETURN(Manifest signature, SignatureManifest(config, name, version));
+  // Its outputs' labels (label_filename), reshapes and formats, as any
+  // model's: a label file that cannot be read fails the load.
+  CHORUS_ASSIGN_OR_RETURN(TensorAnnotations annotations,
+                          ResolveAnnotations(config, signature, layout_->ModelDir(name)));
   CHORUS_ASSIGN_OR_RETURN(std::shared_ptr<const Ensemble> ensemble,
                           Ensemble::Plan(name, signature, *config.ensemble, find_));
   SchedulerOptions scheduling = SchedulingFor(config, signature, options_);
-  scheduling.label = CrashLabel::Model(name, *version);
-  return std::make_shared<LoadedModel>(name, *version, std::move(ensemble), std::move(signature),
-                                       scheduling, config.triton);
+  scheduling.label = CrashLabel::Model(name, version);
+  return std::make_shared<LoadedModel>(name, version, std::move(ensemble), std::move(signature),
+                                       scheduling, config.triton, std::move(annotations));
 }
 
-StatusOr<std::shared_ptr<LoadedModel>> ModelLoader::LoadNewest(const std::string& name) const {
-  CHORUS_ASSIGN_OR_RETURN(ModelConfig config, ReadModelConfig(layout_->ModelDir(name)));
-  if (config.ensemble) return LoadEnsemble(name, config);
-  CHORUS_ASSIGN_OR_RETURN(std::string version, layout_->LatestVersion(name));
+StatusOr<std::shared_ptr<LoadedModel>> ModelLoader::Load(const std::string& name,
+                                                         const std::string& version,
+                                                         ModelConfig config) const {
+  if (config.ensemble) return LoadEnsemble(name, version, config);
   if (IsPythonBackend(config, name, version)) {
     return LoadPythonBackend(name, version, std::move(config));
   }

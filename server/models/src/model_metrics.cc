@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "chorus/common/prometheus.h"
+#include "chorus/server/python_backend/custom_metrics.h"
 
 namespace chorus {
 namespace {
@@ -229,6 +230,8 @@ std::string RenderModelMetrics(const ModelRepository& repository,
   AppendBatchSizeHistogram(out, models, stats);
   AppendGenerationMetrics(out, models);
   AppendInterpreterMetrics(out, manager);
+  // Python-backend models' own metrics (pb_utils.MetricFamily), process-wide.
+  out << python_backend::RenderCustomMetrics();
   return out.str();
 }
 

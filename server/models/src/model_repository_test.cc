@@ -225,10 +225,10 @@ TEST_F(ModelRepositoryTest, TheHighestNumberedVersionIsServed) {
   ExpectScaled(InferOnce(*served, X()), X(), 10);
   ASSERT_OK_AND_ASSIGN(std::shared_ptr<LoadedModel> by_version, repository.Find("versioned", "10"));
   EXPECT_EQ(by_version, served);
-  // Only the highest version is loaded.
+  // Only the highest version is loaded (the default version policy); Triton's texts.
   EXPECT_THAT(repository.Find("versioned", "2"),
               StatusIs(StatusCode::kNotFound,
-                       "model \"versioned\" has no version \"2\" loaded (serving version 10)"));
+                       "Request for unknown model: 'versioned' version 2 is not found"));
   EXPECT_THAT(repository.Index(), ElementsAre(IsEntry("versioned", "10", ModelState::kReady, "")));
 }
 
@@ -245,7 +245,13 @@ TEST_F(ModelRepositoryTest, ReloadingServesANewVersionAndRetiresTheOld) {
   ASSERT_OK_AND_ASSIGN(std::shared_ptr<LoadedModel> current, repository.Find("versioned", ""));
   EXPECT_EQ(current->version(), "11");
   ExpectScaled(InferOnce(*current, X()), X(), 11);
-  EXPECT_THAT(repository.Index(), ElementsAre(IsEntry("versioned", "11", ModelState::kReady, "")));
+  EXPECT_THAT(repository.Index(),
+              ElementsAre(IsEntry("versioned", "1", ModelState::kUnavailable, "unloaded"),
+                          IsEntry("versioned", "11", ModelState::kReady, "")));
+  EXPECT_THAT(repository.Find("versioned", "1"),
+              StatusIs(StatusCode::kUnavailable,
+                       "Request for unknown model: 'versioned' version 1 is not at ready state: "
+                       "unloaded"));
   // A request that still reaches the old version is refused, at once.
   std::future<InferenceResult> late = Submit(*old, X());
   ASSERT_TRUE(Answered(late));
@@ -279,20 +285,26 @@ TEST_F(ModelRepositoryTest, AFailedReloadKeepsTheServedVersion) {
 
   AddVersion("versioned", "3", Corpus("truncated.pt"));
   EXPECT_THAT(repository.Load("versioned"),
-              StatusIs(StatusCode::kInvalidArgument, StartsWith("truncated")));
+              StatusIs(StatusCode::kInvalidArgument,
+                       StartsWith("load failed for model 'versioned': version 3 is at UNAVAILABLE "
+                                  "state: INVALID_ARGUMENT: truncated")));
   ASSERT_OK_AND_ASSIGN(std::shared_ptr<LoadedModel> served, repository.Find("versioned", ""));
   EXPECT_EQ(served->version(), "2");
   ExpectScaled(InferOnce(*served, X()), X(), 2);
-  EXPECT_THAT(repository.Index(), ElementsAre(IsEntry("versioned", "2", ModelState::kReady, "")));
+  EXPECT_THAT(repository.Index(), ElementsAre(IsEntry("versioned", "2", ModelState::kReady, ""),
+                                              IsEntry("versioned", "3", ModelState::kUnavailable,
+                                                      StartsWith("INVALID_ARGUMENT: truncated"))));
 
   // Only the highest version is tried: an empty folder above fails the reload.
   ASSERT_OK(MakeDirectories(root_ + "/versioned/4"));
   EXPECT_THAT(repository.Load("versioned"),
               StatusIs(StatusCode::kNotFound,  // clients see paths within the repository
-                       "versioned/4 has no .pt or .pt2 file (or set default_model_filename)"));
+                       "load failed for model 'versioned': version 4 is at UNAVAILABLE state: "
+                       "NOT_FOUND: versioned/4 has no .pt or .pt2 file (or set "
+                       "default_model_filename)"));
   ASSERT_OK_AND_ASSIGN(served, repository.Find("versioned", ""));
   EXPECT_EQ(served->version(), "2");
-  EXPECT_THAT(repository.Index(), ElementsAre(IsEntry("versioned", "2", ModelState::kReady, "")));
+  EXPECT_THAT(repository.Index()[0], IsEntry("versioned", "2", ModelState::kReady, ""));
 }
 
 TEST_F(ModelRepositoryTest, LoadAllServesTheGoodModelsAndListsWhyTheOthersAreNot) {
@@ -316,17 +328,18 @@ TEST_F(ModelRepositoryTest, LoadAllServesTheGoodModelsAndListsWhyTheOthersAreNot
   EXPECT_THAT(
       repository.Index(),
       ElementsAre(
-          IsEntry("broken", "", ModelState::kUnavailable,
+          IsEntry("broken", "1", ModelState::kUnavailable,
                   AllOf(StartsWith("INVALID_ARGUMENT: truncated"), HasSubstr(" broken/1/model.pt"),
                         Not(HasSubstr(root_)))),
           IsEntry("empty", "", ModelState::kUnavailable,
-                  "NOT_FOUND: model empty has no numbered version folder"),
+                  "NOT_FOUND: at least one version must be available under the version policy "
+                  "of model 'empty': the model has no numbered version folder"),
           IsEntry("good", "1", ModelState::kReady, ""),
-          IsEntry("stock", "", ModelState::kUnavailable,
+          IsEntry("stock", "1", ModelState::kUnavailable,
                   AllOf(StartsWith("FAILED_PRECONDITION: stock/1/model.pt"),
                         HasSubstr("is a torch.package archive without a chorus manifest: give "
                                   "its entry point and signature in stock/config.json"))),
-          IsEntry("torchscript", "", ModelState::kUnavailable,
+          IsEntry("torchscript", "1", ModelState::kUnavailable,
                   StartsWith("FAILED_PRECONDITION: torchscript/1/model.pt is a TorchScript file "
                              "that carries no signature: give it in torchscript/config.json"))));
 
@@ -334,12 +347,18 @@ TEST_F(ModelRepositoryTest, LoadAllServesTheGoodModelsAndListsWhyTheOthersAreNot
   ASSERT_EQ(loaded.size(), 1u);
   EXPECT_EQ(loaded[0]->name(), "good");
   ExpectScaled(InferOnce(*loaded[0], X()), X(), 3);
-  // In the repository but not serving: UNAVAILABLE with why (Triton's code).
+  // In the repository but not serving: UNAVAILABLE with why; Triton's text first.
   EXPECT_THAT(repository.Find("broken", ""),
               StatusIs(StatusCode::kUnavailable,
-                       StartsWith("model \"broken\" is not loaded: INVALID_ARGUMENT: truncated")));
-  EXPECT_THAT(repository.Find("no_such_model", ""),
-              StatusIs(StatusCode::kNotFound, "unknown model \"no_such_model\""));
+                       StartsWith("Request for unknown model: 'broken' has no available versions: "
+                                  "it failed to load: INVALID_ARGUMENT: truncated")));
+  EXPECT_THAT(repository.Find("broken", "1"),
+              StatusIs(StatusCode::kUnavailable,
+                       StartsWith("Request for unknown model: 'broken' version 1 is not at ready "
+                                  "state: INVALID_ARGUMENT: truncated")));
+  EXPECT_THAT(
+      repository.Find("no_such_model", ""),
+      StatusIs(StatusCode::kNotFound, "Request for unknown model: 'no_such_model' is not found"));
   EXPECT_THAT(repository.Find(".hidden", ""), StatusIs(StatusCode::kNotFound));
 }
 
@@ -430,10 +449,11 @@ TEST_F(ModelRepositoryTest, UnloadAnswersQueuedRequestsThenStopsServing) {
     ExpectScaled(answers[i].get(), inputs[i], 3);
   }
   EXPECT_THAT(repository.Find("scale", ""),
-              StatusIs(StatusCode::kNotFound, "unknown model \"scale\""));
+              StatusIs(StatusCode::kNotFound,
+                       "Request for unknown model: 'scale' has no available versions"));
   EXPECT_THAT(repository.Index(),
               ElementsAre(IsEntry("other", "1", ModelState::kReady, ""),
-                          IsEntry("scale", "", ModelState::kUnavailable, "unloaded")));
+                          IsEntry("scale", "1", ModelState::kUnavailable, "unloaded")));
   EXPECT_THAT(repository.Unload("scale"),
               StatusIs(StatusCode::kNotFound, "model scale is not loaded"));
   std::future<InferenceResult> late = Submit(*model, X());
@@ -511,10 +531,15 @@ TEST_F(ModelRepositoryTest, AConfigJsonThatCannotBeReadKeepsTheModelUnavailable)
   const std::string garbled = "garbled/config.json is not a JSON object";
   const std::string listed = "listed/config.json is not a JSON object";
   const std::string mistyped = "mistyped/config.json: ";
-  EXPECT_THAT(repository.Load("garbled"), StatusIs(StatusCode::kInvalidArgument, garbled));
-  EXPECT_THAT(repository.Load("listed"), StatusIs(StatusCode::kInvalidArgument, listed));
-  EXPECT_THAT(repository.Load("mistyped"),
-              StatusIs(StatusCode::kInvalidArgument, StartsWith(mistyped)));
+  const std::string poll = "', failed to poll from model repository: ";  // Triton's, first
+  EXPECT_THAT(repository.Load("garbled"),
+              StatusIs(StatusCode::kInvalidArgument, "failed to load 'garbled" + poll + garbled));
+  EXPECT_THAT(repository.Load("listed"),
+              StatusIs(StatusCode::kInvalidArgument, "failed to load 'listed" + poll + listed));
+  EXPECT_THAT(repository.Load("mistyped"), StatusIs(StatusCode::kInvalidArgument,
+                                                    StartsWith("failed to load 'mistyped" + poll)));
+  EXPECT_THAT(repository.Load("nowhere"),
+              StatusIs(StatusCode::kNotFound, StartsWith("failed to load 'nowhere" + poll)));
   EXPECT_THAT(repository.Loaded(), IsEmpty());
   EXPECT_THAT(
       repository.Index(),

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <optional>
+#include <string_view>
 
 #include "chorus/common/file_util.h"
 #include "chorus/common/numbers.h"
@@ -56,6 +57,31 @@ Status CheckModelName(const std::string& name) {
   return OkStatus();
 }
 
+StatusOr<ScopedTempDir> WritePrivateModelFolder(const std::string& name,
+                                                const std::map<std::string, std::string>& files) {
+  CHORUS_RETURN_IF_ERROR(CheckModelName(name));
+  for (const auto& [path, contents] : files) {
+    bool within = !path.empty() && path[0] != '/' && path.find('\0') == std::string::npos;
+    for (size_t start = 0; within && start <= path.size();) {
+      const size_t end = std::min(path.find('/', start), path.size());
+      const std::string_view part(path.data() + start, end - start);
+      within = !part.empty() && part != "." && part != "..";
+      start = end + 1;
+    }
+    if (!within) {
+      return InvalidArgumentError("load parameter 'file:" + path +
+                                  "': the path must name a file within the model's folder");
+    }
+  }
+  CHORUS_ASSIGN_OR_RETURN(ScopedTempDir dir, ScopedTempDir::Create(".chorus-load-" + name + "-"));
+  for (const auto& [path, contents] : files) {
+    const std::string target = dir.path() + "/" + name + "/" + path;
+    CHORUS_RETURN_IF_ERROR(MakeDirectories(target.substr(0, target.rfind('/'))));
+    CHORUS_RETURN_IF_ERROR(WriteFileAtomically(target, contents));
+  }
+  return dir;
+}
+
 Status RepositoryLayout::CheckRoot() const {
   if (IsDirectory(root_)) return OkStatus();
   return NotFoundError("model repository " + root_ + " is not a directory");
@@ -67,6 +93,16 @@ std::vector<std::string> RepositoryLayout::ModelNames() const {
 
 bool RepositoryLayout::HasModel(const std::string& name) const {
   return IsDirectory(ModelDir(name));
+}
+
+std::map<int64_t, std::string> RepositoryLayout::Versions(const std::string& name) const {
+  std::map<int64_t, std::string> versions;
+  for (const std::string& entry : Entries(ModelDir(name), /*directories=*/true)) {
+    if (std::optional<int64_t> number = ParseNonNegativeInt64(entry)) {
+      versions.emplace(*number, entry);
+    }
+  }
+  return versions;
 }
 
 StatusOr<std::string> RepositoryLayout::LatestVersion(const std::string& name) const {

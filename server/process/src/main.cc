@@ -17,8 +17,12 @@
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <cstdio>
+#include <cstdlib>
+#include <iterator>
 #include <string>
+#include <vector>
 
 #include "chorus/common/crash_report.h"
 #include "chorus/common/file_util.h"
@@ -111,18 +115,79 @@ struct CommandLine {
   bool no_supervisor = false;
   bool eager_imports = false;
   bool spare = false;
+  // Triton's flags, mapped onto the above (AddTritonOptions).
+  bool strict_model_config = false, disable_auto_complete = false;
+  bool allow_http = true, allow_metrics = true;
+  int log_verbose = 0;
+  int64_t exit_timeout_secs = -1;
+  std::string backend_directory;
+  std::vector<std::string> backend_configs;
 
   void AddServingOptions(CLI::App& app);
   void AddLimitsAndSecurityOptions(CLI::App& app);
+  void AddTritonOptions(CLI::App& app);
   void Finish() {
     options.request_timeout = std::chrono::milliseconds(timeout_ms);
+    if (exit_timeout_secs >= 0) drain_ms = exit_timeout_secs * 1000;
     options.drain_timeout = std::chrono::milliseconds(drain_ms);
     options.model_load_timeout = std::chrono::milliseconds(load_timeout_ms);
     options.idle_memory_release = std::chrono::milliseconds(idle_release_ms);
     options.defer_imports = !eager_imports;
     options.repository_poll = std::chrono::seconds(std::max<int64_t>(1, poll_secs));
+    options.auto_complete_config = !strict_model_config && !disable_auto_complete;
+    if (!allow_http) options.http_port = -1;
+    if (!allow_metrics) options.metrics_port = -1;
+    // Read where the logger is made, in this process and the serving one.
+    if (log_verbose > 0) ::setenv("CHORUS_LOG_LEVEL", "debug", 1);
   }
 };
+
+// Whether --backend-config `setting` ("<backend>,<name>=<value>") may be
+// accepted and ignored: a Python backend setting of its stub processes and
+// their shared memory, which chorus' in-process models do not have. Any
+// other would be a promise not kept.
+bool HarmlessBackendConfig(const std::string& setting) {
+  static const char* const kStubSettings[] = {"shm-default-byte-size", "shm-growth-byte-size",
+                                              "shm-region-prefix-name", "shm-message-queue-size",
+                                              "stub-timeout-seconds"};
+  const size_t comma = setting.find(',');
+  const size_t equals = setting.find('=');
+  if (comma == std::string::npos || equals == std::string::npos || equals < comma) return false;
+  if (setting.substr(0, comma) != "python") return false;
+  const std::string name = setting.substr(comma + 1, equals - comma - 1);
+  return std::any_of(std::begin(kStubSettings), std::end(kStubSettings),
+                     [&](const char* stub) { return name == stub; });
+}
+
+void CommandLine::AddTritonOptions(CLI::App& app) {
+  app.add_option("--strict-model-config", strict_model_config,
+                 "Triton's: true turns auto-completion of Python-backend configs off");
+  app.add_flag("--disable-auto-complete-config", disable_auto_complete,
+               "Triton's: a Python-backend model's auto_complete_config is not run");
+  app.add_option("--model-config-name", options.model_config_name,
+                 "Triton's: a model's config is <model>/configs/<name>.pbtxt where it has one");
+  app.add_option("--exit-on-error", options.exit_on_error,
+                 "Triton's: exit when a model fails to load at start (default false: the others "
+                 "serve); true needs --no-supervisor");
+  app.add_option("--log-verbose", log_verbose, "Triton's: 1 or more logs at debug level");
+  app.add_option("--exit-timeout-secs", exit_timeout_secs,
+                 "Triton's name for --drain-timeout-ms, in seconds");
+  app.add_option("--allow-http", allow_http, "Triton's: false is --http-port -1");
+  app.add_option("--allow-metrics", allow_metrics, "Triton's: false is --metrics-port -1");
+  app.add_option("--backend-directory", backend_directory,
+                 "Triton's: accepted and unused (the Python backend is built in)");
+  app.add_option("--backend-config", backend_configs,
+                 "Triton's: only the Python backend's stub and shared-memory settings, which "
+                 "have no meaning here (no stub processes), are accepted, and ignored")
+      ->check(CLI::Validator(
+          [](std::string& setting) {
+            return HarmlessBackendConfig(setting)
+                       ? std::string()
+                       : "chorus has no equivalent of --backend-config " + setting +
+                             " (accepted: python,shm-*=... and python,stub-timeout-seconds=...)";
+          },
+          "BACKEND,SETTING=VALUE"));
+}
 
 void CommandLine::AddServingOptions(CLI::App& app) {
   // Triton's names (--model-store, --grpc-port) are accepted too.
@@ -245,8 +310,15 @@ int main(int argc, char** argv) {
   CommandLine command_line;
   command_line.AddServingOptions(app);
   command_line.AddLimitsAndSecurityOptions(app);
+  command_line.AddTritonOptions(app);
   CLI11_PARSE(app, argc, argv);
   command_line.Finish();
+  if (command_line.options.exit_on_error && !command_line.no_supervisor) {
+    std::fprintf(stderr,
+                 "chorus-server: --exit-on-error true needs --no-supervisor (the supervisor "
+                 "would start the serving process again)\n");
+    return 2;
+  }
   if ((command_line.options.cells > 1 || command_line.spare) &&
       !command_line.options.jobs_file.empty()) {
     std::fprintf(stderr,

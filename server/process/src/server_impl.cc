@@ -45,7 +45,9 @@ class ServerImpl final : public Server {
   Status StartModels(const ServerOptions& options);
   // The models to serve at start, as the model control mode says.
   Status LoadStartupModels(const ServerOptions& options);
-  // The cores and services over them (not yet listening).
+  // The inference core over the repository, and model code's calls to it.
+  void StartCore(const ServerOptions& options);
+  // The services over the cores (not yet listening).
   void StartServices(const ServerOptions& options);
   Status StartGrpc(const ServerOptions& options);
   Status StartMetrics(const ServerOptions& options);
@@ -96,6 +98,8 @@ StatusOr<RepositoryOptions> RepositoryOptionsOf(const ServerOptions& options, in
   }
   repository.load_timeout = options.model_load_timeout;
   repository.quarantined = options.quarantined;
+  repository.auto_complete_config = options.auto_complete_config;
+  repository.config_name = options.model_config_name;
   return repository;
 }
 
@@ -169,6 +173,7 @@ Status ServerImpl::StartModels(const ServerOptions& options) {
   trusted_keys_ = repository.trusted_keys;
   repository_ =
       std::make_unique<ModelRepository>(options.model_repository, placement_.get(), repository);
+  StartCore(options);
   CHORUS_RETURN_IF_ERROR(LoadStartupModels(options));
   if (options.idle_memory_release.count() > 0) {
     // Without a GPU, the pages loading torch's CUDA libraries touched are
@@ -197,6 +202,9 @@ Status ServerImpl::LoadStartupModels(const ServerOptions& options) {
       repository_->Load(name).IgnoreError();  // logged; listed UNAVAILABLE with why
     }
   }
+  if (options.exit_on_error && !repository_->AllLoaded()) {
+    return InternalError("failed to load all models (--exit-on-error; the log says why)");
+  }
   if (options.model_control == Control::kPoll) {
     poller_ = std::make_unique<PeriodicTask>(
         options.repository_poll, [repository = repository_.get()] { repository->Poll(); });
@@ -204,9 +212,8 @@ Status ServerImpl::LoadStartupModels(const ServerOptions& options) {
   return OkStatus();
 }
 
-void ServerImpl::StartServices(const ServerOptions& options) {
+void ServerImpl::StartCore(const ServerOptions& options) {
   background_ = std::make_unique<BackgroundRunner>();
-  authorizer_ = std::make_unique<Authorizer>(options.auth_token);
   InferenceCoreOptions core;
   core.request_timeout = options.request_timeout;
   core.strict_readiness = options.strict_readiness;
@@ -227,7 +234,13 @@ void ServerImpl::StartServices(const ServerOptions& options) {
               "itself (--model-control-mode explicit loads and unloads on request)";
   }
   core_ = std::make_unique<InferenceCore>(repository_.get(), background_.get(), core);
-  manager_->SetModelCallHandler(core_->ModelCalls());  // chorus.serving.infer
+  // Model code calls served models (chorus.serving.infer, Triton's BLS) and the
+  // repository (pb_utils.load_model, also from an initialize() at start-up).
+  manager_->SetModelCallHandler(core_->ModelCalls());
+}
+
+void ServerImpl::StartServices(const ServerOptions& options) {
+  authorizer_ = std::make_unique<Authorizer>(options.auth_token);
   service_ = std::make_unique<InferenceService>(authorizer_.get(), core_.get());
   rest_ = std::make_unique<RestService>(core_.get());
   openai_ = std::make_unique<OpenAiService>(core_.get());

@@ -24,11 +24,13 @@ InferenceResult OpenRequest::ResultOf(Status status) const {
 
 Status OpenRequest::Send(ModelResponse response) {
   std::optional<InferenceResult> finish;
+  std::function<bool(ModelResponse)> respond;  // called outside the lock
   {
     MutexLock lock(&mu_);
     if (finished_) {
       return FailedPreconditionError("the request was already answered with a final response");
     }
+    respond = respond_;
     if (!decoupled_) {
       if (!response.final) {
         kept_ = std::move(response);
@@ -51,8 +53,8 @@ Status OpenRequest::Send(ModelResponse response) {
   // transport writes it); the final flag alone only ends the stream.
   const bool flag_only = response.outputs.empty() && response.status.ok() &&
                          response.parameters.empty() && response.final;
-  if (decoupled_ && !flag_only) {
-    const bool more = call_.request.on_response(std::move(response));
+  if (decoupled_ && !flag_only && respond) {
+    const bool more = respond(std::move(response));
     if (!more && !finish) {
       // The client is gone: the request ends here; later sends are refused.
       {
@@ -82,8 +84,15 @@ bool OpenRequest::finished() const {
 }
 
 void OpenRequest::Finish(InferenceResult result) {
+  {
+    // What answers the client holds the model it serves: dropped now, so a
+    // handle the model keeps holds no cycle back to the model.
+    MutexLock lock(&mu_);
+    respond_ = nullptr;
+  }
   auto done = std::move(call_.done);
   done(std::move(result));
+  done = nullptr;
   registry_->Remove(this);
 }
 

@@ -49,18 +49,21 @@ class OpenRequest {
 
   OpenRequest(ExecutorRequest call, int64_t batch_size, bool decoupled,
               Clock::time_point execution_start, std::shared_ptr<OpenRequests> registry)
-      : call_(std::move(call)),
+      : respond_(std::move(call.request.on_response)),
+        call_(std::move(call)),
         batch_size_(batch_size),
         decoupled_(decoupled),
         execution_start_(execution_start),
         registry_(std::move(registry)) {}
 
+  mutable Mutex mu_;
+  // The request's on_response (a stream's), until it is finished.
+  std::function<bool(ModelResponse)> respond_ CHORUS_GUARDED_BY(mu_);
   ExecutorRequest call_;
   const int64_t batch_size_;
   const bool decoupled_;
   const Clock::time_point execution_start_;
   const std::shared_ptr<OpenRequests> registry_;
-  mutable Mutex mu_;
   bool finished_ CHORUS_GUARDED_BY(mu_) = false;
   // A model that answers once: the response it sent before the final flag.
   std::optional<ModelResponse> kept_ CHORUS_GUARDED_BY(mu_);

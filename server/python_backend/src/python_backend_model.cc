@@ -154,6 +154,14 @@ PythonBackendModel::PythonBackendModel(InterpreterPlacement* placement,
 
 PythonBackendModel::~PythonBackendModel() {
   open_->Drain(Clock::now());
+  std::thread check;
+  {
+    MutexLock lock(&ready_mu_);
+    check = std::move(ready_thread_);
+  }
+  // The check's own thread may hold the last reference (an answer's callback).
+  if (check.joinable())
+    check.get_id() == std::this_thread::get_id() ? check.detach() : check.join();
   Finalize();
 }
 
@@ -170,6 +178,11 @@ Status PythonBackendModel::MakeInstances() {
                       .status();
     if (!made.ok()) return Logged(made, "initializing " + instance.name);
     ++made_;
+    if (made_ == 1) {
+      StatusOr<Object> defined = CallBackend(session, "has_is_ready", {key_}, {});
+      StatusOr<c10::IValue> value = defined.ok() ? defined->ToIValue() : defined.status();
+      has_is_ready_ = value.ok() && value->isBool() && value->toBool();
+    }
   }
   return OkStatus();
 }
@@ -181,7 +194,7 @@ void PythonBackendModel::Finalize() {
     interpreters.insert(instance.interpreter);
     if (i >= made_) continue;
     InterpreterSession session = manager()->Acquire(instance.interpreter);
-    Logged(CallBackend(session, "finalize", {instance.name}, {}).status(),
+    Logged(CallBackend(session, "finalize", {key_, instance.name}, {}).status(),
            "finalizing " + instance.name)
         .IgnoreError();
   }
@@ -210,7 +223,7 @@ Status PythonBackendModel::Execute(int instance, std::vector<ExecutorRequest> ba
     InterpreterSession session = manager()->Acquire(target.interpreter);
     StatusOr<Object> execute = execute_.In(session);
     ran = execute.ok() ? execute
-                             ->Call({target.name, std::move(handles), options_.decoupled}, {},
+                             ->Call({key_, target.name, std::move(handles), options_.decoupled}, {},
                                     CallOptions{deadline, target.interpreter})
                              .status()
                        : execute.status();
@@ -226,16 +239,39 @@ Status PythonBackendModel::Execute(int instance, std::vector<ExecutorRequest> ba
 
 void PythonBackendModel::Drain(Clock::time_point deadline) { open_->Drain(deadline); }
 
-bool PythonBackendModel::Ready(std::chrono::milliseconds timeout) {
+bool PythonBackendModel::InstancesReady(std::chrono::milliseconds timeout) {
   for (const Instance& instance : instances_) {
     InterpreterSession session = manager()->Acquire(instance.interpreter);
     StatusOr<Object> ready =
-        CallBackend(session, "is_ready", {instance.name}, WithTimeout(timeout));
+        CallBackend(session, "is_ready", {key_, instance.name}, WithTimeout(timeout));
     if (!ready.ok()) return false;
     StatusOr<c10::IValue> value = ready->ToIValue();
     if (!value.ok() || !value->isBool() || !value->toBool()) return false;
   }
   return true;
+}
+
+void PythonBackendModel::CheckReady(std::function<void(bool)> done) {
+  if (!has_is_ready_) return done(true);
+  std::thread finished;  // the previous check's thread, joined outside the lock
+  {
+    MutexLock lock(&ready_mu_);
+    ready_waiters_.push_back(std::move(done));
+    if (checking_) return;  // the check in flight answers this caller too
+    checking_ = true;
+    finished = std::move(ready_thread_);
+    ready_thread_ = std::thread([this] {
+      const bool ready = InstancesReady(std::chrono::seconds(5));
+      std::vector<std::function<void(bool)>> waiters;
+      {
+        MutexLock lock(&ready_mu_);
+        waiters.swap(ready_waiters_);
+        checking_ = false;
+      }
+      for (auto& waiter : waiters) waiter(ready);
+    });
+  }
+  if (finished.joinable()) finished.join();
 }
 
 }  // namespace chorus

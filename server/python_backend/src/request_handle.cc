@@ -49,8 +49,9 @@ at::Tensor RawBytesTensor(std::string raw) {
 
 std::string ParametersJson(const Parameters& parameters) {
   nlohmann::json out = nlohmann::json::object();
-  for (const auto& [name, value] : parameters) {
-    std::visit([&out, &name](const auto& v) { out[name] = v; }, value);
+  for (const auto& entry : parameters) {
+    const std::string& name = entry.first;  // clang's lambdas cannot capture bindings
+    std::visit([&out, &name](const auto& v) { out[name] = v; }, entry.second);
   }
   return out.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }

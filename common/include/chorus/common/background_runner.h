@@ -26,6 +26,9 @@ class BackgroundRunner {
   // Refuses further work, finishes what is queued and joins. Idempotent; any
   // thread but the runner's own.
   void Stop() CHORUS_EXCLUDES(mu_);
+  // Whether the calling thread is the runner's (running posted work): work
+  // that would wait for other posted work must then run it itself.
+  bool OnRunner() const { return std::this_thread::get_id() == thread_.get_id(); }
 
  private:
   void Run() CHORUS_EXCLUDES(mu_);

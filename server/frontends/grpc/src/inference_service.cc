@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <deque>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "chorus/common/thread_annotations.h"
@@ -137,6 +138,34 @@ class StreamInferReactor final
   bool finished_ CHORUS_GUARDED_BY(mu_) = false;
 };
 
+// A load's parameters (Triton's): "config" (a string: the model's config in
+// Triton's JSON form) and "file:<path>" (bytes: a file of the model's
+// folder). INVALID_ARGUMENT, with Triton's text, for a value of another
+// type; and for any other parameter, which chorus would otherwise ignore.
+StatusOr<ModelOverride> LoadOverrideOf(const inference::RepositoryModelLoadRequest& request) {
+  using Parameter = inference::ModelRepositoryParameter;
+  ModelOverride override;
+  for (const auto& [key, value] : request.parameters()) {
+    if (key == "config") {
+      if (value.parameter_choice_case() != Parameter::kStringParam) {
+        return InvalidArgumentError(
+            "invalid value type for load parameter 'config', expected string_param.");
+      }
+      override.config_json = value.string_param();
+    } else if (key.rfind("file:", 0) == 0) {
+      if (value.parameter_choice_case() != Parameter::kBytesParam) {
+        return InvalidArgumentError("invalid value type for load parameter '" + key +
+                                    "', expected bytes_param.");
+      }
+      override.files[key.substr(5)] = value.bytes_param();
+    } else {
+      return InvalidArgumentError("load parameter '" + key +
+                                  "' is not supported: a load takes 'config' and 'file:<path>'");
+    }
+  }
+  return override;
+}
+
 }  // namespace
 
 // Liveness and readiness stay open without a token: orchestrators probe them.
@@ -158,8 +187,12 @@ grpc::ServerUnaryReactor* InferenceService::ModelReady(grpc::CallbackServerConte
                                                        const inference::ModelReadyRequest* request,
                                                        inference::ModelReadyResponse* response) {
   CHORUS_FINISH_CALL_IF_ERROR(ctx, AuthorizeCall(*authorizer_, *ctx));
-  response->set_ready(core_->ModelReady(request->name(), request->version()));
-  return FinishCall(ctx, OkStatus());
+  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+  core_->ModelReady(request->name(), request->version(), [reactor, response](bool ready) {
+    response->set_ready(ready);
+    reactor->Finish(grpc::Status::OK);
+  });
+  return reactor;
 }
 
 grpc::ServerUnaryReactor* InferenceService::ServerMetadata(
@@ -218,13 +251,12 @@ grpc::ServerUnaryReactor* InferenceService::RepositoryModelLoad(
     grpc::CallbackServerContext* ctx, const inference::RepositoryModelLoadRequest* request,
     inference::RepositoryModelLoadResponse*) {
   CHORUS_FINISH_CALL_IF_ERROR(ctx, AuthorizeCall(*authorizer_, *ctx));
+  StatusOr<ModelOverride> override = LoadOverrideOf(*request);
+  if (!override.ok()) return FinishCall(ctx, override.status());
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
-  std::vector<std::string> parameters;
-  for (const auto& [key, value] : request->parameters()) parameters.push_back(key);
-  std::sort(parameters.begin(), parameters.end());
   core_->LoadModel(
       request->model_name(), [reactor](Status status) { reactor->Finish(ToGrpcStatus(status)); },
-      parameters);
+      std::move(*override));
   return reactor;
 }
 
@@ -261,32 +293,33 @@ grpc::ServerUnaryReactor* InferenceService::SystemSharedMemoryUnregister(
   return FinishCall(ctx, OkStatus());
 }
 
-namespace {
-
-Status NoCudaSharedMemory() {
-  return UnimplementedError(
-      "CUDA shared memory is not served: chorus serves no GPU tensors over shared memory yet "
-      "(system shared memory is served)");
-}
-
-}  // namespace
-
+// CUDA shared memory: chorus maps no GPU memory, so it answers these as a
+// CPU-only Triton does (no regions: status lists none, unregistering is a
+// no-op), so that clients which clean up first work; registering is refused.
 grpc::ServerUnaryReactor* InferenceService::CudaSharedMemoryStatus(
-    grpc::CallbackServerContext* ctx, const inference::CudaSharedMemoryStatusRequest*,
+    grpc::CallbackServerContext* ctx, const inference::CudaSharedMemoryStatusRequest* request,
     inference::CudaSharedMemoryStatusResponse*) {
-  return FinishCall(ctx, NoCudaSharedMemory());
+  CHORUS_FINISH_CALL_IF_ERROR(ctx, AuthorizeCall(*authorizer_, *ctx));
+  if (request->name().empty()) return FinishCall(ctx, OkStatus());
+  return FinishCall(
+      ctx, NotFoundError("Unable to find cuda shared memory region: '" + request->name() + "'"));
 }
 
 grpc::ServerUnaryReactor* InferenceService::CudaSharedMemoryRegister(
-    grpc::CallbackServerContext* ctx, const inference::CudaSharedMemoryRegisterRequest*,
+    grpc::CallbackServerContext* ctx, const inference::CudaSharedMemoryRegisterRequest* request,
     inference::CudaSharedMemoryRegisterResponse*) {
-  return FinishCall(ctx, NoCudaSharedMemory());
+  CHORUS_FINISH_CALL_IF_ERROR(ctx, AuthorizeCall(*authorizer_, *ctx));
+  return FinishCall(
+      ctx, InvalidArgumentError("failed to register shared memory region '" + request->name() +
+                                "': chorus serves no CUDA shared memory (system shared memory is "
+                                "served: SystemSharedMemoryRegister)"));
 }
 
 grpc::ServerUnaryReactor* InferenceService::CudaSharedMemoryUnregister(
     grpc::CallbackServerContext* ctx, const inference::CudaSharedMemoryUnregisterRequest*,
     inference::CudaSharedMemoryUnregisterResponse*) {
-  return FinishCall(ctx, NoCudaSharedMemory());
+  CHORUS_FINISH_CALL_IF_ERROR(ctx, AuthorizeCall(*authorizer_, *ctx));
+  return FinishCall(ctx, OkStatus());
 }
 
 }  // namespace chorus

@@ -96,6 +96,10 @@ HttpEndpoint::HttpEndpoint(const HttpEndpointOptions& options) {
   if (max_body > 0) server_->set_payload_max_length(static_cast<size_t>(max_body));
   server_->set_error_handler(
       [this, max_body](const httplib::Request& request, httplib::Response& response) {
+        // cpp-httplib calls this for every answer of 400 or more, routed or
+        // not, before it compresses: an error is never compressed (Triton's
+        // rule; tritonclient.http.aio cannot read a compressed error).
+        const_cast<httplib::Request&>(request).headers.erase("Accept-Encoding");
         if (!response.body.empty()) return;
         const std::string message = RoutingErrorMessage(request, response.status, max_body);
         response.set_content(ErrorBodyFor(request.path, message, response.status), kJson);

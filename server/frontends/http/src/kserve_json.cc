@@ -11,6 +11,7 @@
 #include <type_traits>
 
 #include "chorus/package/dtype.h"
+#include "chorus/server/config/triton_config.h"
 #include "chorus/server/models/infer_parameters.h"
 #include "chorus/server/models/wire_tensors.h"
 
@@ -307,35 +308,33 @@ Json TensorMetadataJson(const inference::ModelMetadataResponse::TensorMetadata& 
               {"shape", std::vector<int64_t>(tensor.shape().begin(), tensor.shape().end())}};
 }
 
-Json DurationJson(const inference::StatisticDuration& duration) {
-  return Json{{"count", duration.count()}, {"ns", duration.ns()}};
-}
-
-// protobuf's JSON writes 64-bit integers as strings; Triton's as numbers.
-void Int64FieldsAsNumbers(Json& value) {
-  static const std::set<std::string> kInt64Fields = {"dims",
-                                                     "versions",
-                                                     "default_timeout_microseconds",
-                                                     "max_queue_delay_microseconds",
-                                                     "max_sequence_idle_microseconds",
-                                                     "priority_levels",
-                                                     "default_priority_level"};
-  if (value.is_array()) {
-    for (Json& item : value) Int64FieldsAsNumbers(item);
-    return;
-  }
-  if (!value.is_object()) return;
-  for (auto& [key, member] : value.items()) {
-    if (kInt64Fields.count(key) == 0) {
-      Int64FieldsAsNumbers(member);
-    } else if (member.is_string()) {
-      member = std::stoll(member.get<std::string>());
-    } else if (member.is_array()) {
-      for (Json& item : member) {
-        if (item.is_string()) item = std::stoll(item.get<std::string>());
-      }
+// A response's parameters (a Python-backend model's), as the protocol's JSON has them.
+Json ParametersJson(const InferParameters& parameters) {
+  Json out = Json::object();
+  for (const auto& [name, value] : parameters) {
+    switch (value.parameter_choice_case()) {
+      case inference::InferParameter::kBoolParam:
+        out[name] = value.bool_param();
+        break;
+      case inference::InferParameter::kInt64Param:
+        out[name] = value.int64_param();
+        break;
+      case inference::InferParameter::kUint64Param:
+        out[name] = value.uint64_param();
+        break;
+      case inference::InferParameter::kDoubleParam:
+        out[name] = value.double_param();
+        break;
+      default:
+        out[name] = value.string_param();
+        break;
     }
   }
+  return out;
+}
+
+Json DurationJson(const inference::StatisticDuration& duration) {
+  return Json{{"count", duration.count()}, {"ns", duration.ns()}};
 }
 
 }  // namespace
@@ -468,6 +467,7 @@ RestBody RenderInferResponse(const inference::ModelInferRequest& request,
            {"model_version", response.model_version()},
            {"outputs", std::move(outputs)}};
   if (!response.id().empty()) doc["id"] = response.id();
+  if (!response.parameters().empty()) doc["parameters"] = ParametersJson(response.parameters());
   RestBody body;
   body.content = Dump(doc);
   if (any_binary) {
@@ -499,17 +499,7 @@ std::string RenderModelMetadata(const inference::ModelMetadataResponse& metadata
 }
 
 std::string RenderModelConfig(const inference::ModelConfigResponse& config) {
-  google::protobuf::util::JsonPrintOptions options;
-  options.preserve_proto_field_names = true;  // Triton's config JSON is snake_case
-  // Triton prints every field, zeros too; clients read e.g. max_batch_size: 0.
-  options.always_print_primitive_fields = true;
-  std::string text;
-  if (!google::protobuf::util::MessageToJsonString(config.config(), &text, options).ok()) {
-    return "{}";
-  }
-  Json doc = Json::parse(text);
-  Int64FieldsAsNumbers(doc);
-  return doc.dump();
+  return TritonConfigJson(config.config());
 }
 
 std::string RenderStatistics(const inference::ModelStatisticsResponse& statistics) {

@@ -1,5 +1,7 @@
 #include "chorus/server/frontends/http/rest_service.h"
 
+#include <absl/strings/escaping.h>
+
 #include <future>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -44,6 +46,44 @@ StatusOr<std::optional<size_t>> JsonLength(const httplib::Request& request) {
   return std::optional<size_t>(std::stoull(value));
 }
 
+// A load's body: {"parameters": {"config": "<Triton's JSON config>",
+// "file:<path>": "<base64 contents>"}}, each optional; no body: a plain load.
+// INVALID_ARGUMENT for a body that is not that, and for any other parameter,
+// which chorus would otherwise ignore.
+StatusOr<ModelOverride> ParseLoadBody(const std::string& body) {
+  ModelOverride override;
+  if (body.find_first_not_of(" \t\r\n") == std::string::npos) return override;
+  nlohmann::json json;
+  try {
+    json = nlohmann::json::parse(body);
+  } catch (const nlohmann::json::parse_error& error) {
+    return InvalidArgumentError(std::string("failed to parse the request JSON buffer: ") +
+                                error.what());
+  }
+  if (!json.is_object()) return InvalidArgumentError("a load's body must be a JSON object");
+  if (!json.contains("parameters")) return override;
+  if (!json["parameters"].is_object()) {
+    return InvalidArgumentError("a load's \"parameters\" must be a JSON object");
+  }
+  for (const auto& [key, value] : json["parameters"].items()) {
+    const bool file = key.rfind("file:", 0) == 0;
+    if (key != "config" && !file) {
+      return InvalidArgumentError("load parameter '" + key +
+                                  "' is not supported: a load takes 'config' and 'file:<path>'");
+    }
+    if (!value.is_string()) {
+      return InvalidArgumentError("load parameter '" + key + "' must be a string" +
+                                  (file ? " (the file's contents in base64)" : ""));
+    }
+    if (!file) {
+      override.config_json = value.get<std::string>();
+    } else if (!absl::Base64Unescape(value.get<std::string>(), &override.files[key.substr(5)])) {
+      return InvalidArgumentError("load parameter '" + key + "' is not base64");
+    }
+  }
+  return override;
+}
+
 }  // namespace
 
 void RestService::Register(HttpEndpoint* endpoint) {
@@ -85,7 +125,11 @@ void RestService::RegisterModelRoutes(httplib::Server* server) {
       });
   server->Get(CHORUS_MODEL_PATH "/ready",
               [this](const httplib::Request& request, httplib::Response& response) {
-                const bool ready = core_->ModelReady(ModelName(request), ModelVersion(request));
+                // A model's is_ready() may take a while: this pool thread waits for it.
+                std::promise<bool> answer;
+                core_->ModelReady(ModelName(request), ModelVersion(request),
+                                  [&answer](bool ready) { answer.set_value(ready); });
+                const bool ready = answer.get_future().get();
                 response.status = ready ? 200 : 503;
                 response.set_content(
                     nlohmann::json{{"name", ModelName(request)}, {"ready", ready}}.dump(), kJson);
@@ -162,12 +206,33 @@ void RestService::RegisterSharedMemoryRoutes(httplib::Server* server) {
                  core_->shared_memory().Unregister(request.matches[2].str());
                  Reply(response, OkStatus(), "{}");
                });
-  auto no_cuda = [](const httplib::Request&, httplib::Response& response) {
-    ReplyError(response, UnimplementedError("CUDA shared memory is not served (system shared "
-                                            "memory is: /v2/systemsharedmemory/...)"));
-  };
-  server->Get(R"(/v2/cudasharedmemory(/region/[^/]+)?/status)", no_cuda);
-  AddPostRoute(server, R"(/v2/cudasharedmemory(/region/[^/]+)?/(register|unregister))", no_cuda);
+  RegisterCudaSharedMemoryRoutes(server);
+}
+
+void RestService::RegisterCudaSharedMemoryRoutes(httplib::Server* server) {
+  server->Get("/v2/cudasharedmemory/status",
+              [](const httplib::Request&, httplib::Response& response) {
+                response.set_content("[]", kJson);
+              });
+  server->Get(R"(/v2/cudasharedmemory/region/([^/]+)/status)",
+              [](const httplib::Request& request, httplib::Response& response) {
+                ReplyError(response, NotFoundError("Unable to find cuda shared memory region: '" +
+                                                   request.matches[1].str() + "'"));
+              });
+  AddPostRoute(server, R"(/v2/cudasharedmemory/region/([^/]+)/register)",
+               [](const httplib::Request& request, httplib::Response& response) {
+                 ReplyError(
+                     response,
+                     InvalidArgumentError(
+                         "failed to register shared memory region '" + request.matches[1].str() +
+                         "': chorus serves no CUDA shared memory (system shared memory "
+                         "is served: /v2/systemsharedmemory/region/<name>/register)"));
+               });
+  // As Triton answers it: 200, no body.
+  AddPostRoute(server, R"(/v2/cudasharedmemory(/region/[^/]+)?/unregister)",
+               [](const httplib::Request&, httplib::Response& response) {
+                 response.set_content("", kJson);
+               });
 }
 
 void RestService::Infer(const httplib::Request& http_request, httplib::Response& http_response) {
@@ -199,7 +264,9 @@ void RestService::Generate(const httplib::Request& http_request, httplib::Respon
   inference::ModelMetadataResponse metadata;
   Status found = core_->ModelMetadata(model, ModelVersion(http_request), &metadata);
   if (!found.ok()) return ReplyError(http_response, found);
-  const std::string version = metadata.versions_size() > 0 ? metadata.versions(0) : "";
+  // The version that answers: the highest listed (the one asked for, if any).
+  const std::string version =
+      metadata.versions_size() > 0 ? metadata.versions(metadata.versions_size() - 1) : "";
   auto queue = std::make_shared<ChunkQueue>();
   core_->GenerateText(model, ChunkQueue::Request(queue, std::move(request->prompt), "",
                                                  std::move(request->parameters_json)));
@@ -229,12 +296,9 @@ bool RestService::Compressible(const std::string& path) {
 void RestService::Repository(const httplib::Request& request, httplib::Response& response) {
   Completion completion;
   if (request.matches[2].str() == "load") {
-    const auto body = nlohmann::json::parse(request.body, nullptr, false);
-    std::vector<std::string> parameters;
-    if (body.is_object() && body.contains("parameters") && body["parameters"].is_object()) {
-      for (const auto& [key, value] : body["parameters"].items()) parameters.push_back(key);
-    }
-    core_->LoadModel(request.matches[1].str(), completion.Callback(), parameters);
+    StatusOr<ModelOverride> override = ParseLoadBody(request.body);
+    if (!override.ok()) return ReplyError(response, override.status());
+    core_->LoadModel(request.matches[1].str(), completion.Callback(), std::move(*override));
   } else {
     core_->UnloadModel(request.matches[1].str(), completion.Callback());
   }

@@ -74,6 +74,15 @@ struct ServerOptions {
   // The response cache's budget in bytes (models opt in with config.json's
   // "response_cache"); 0: no cache.
   size_t cache_size_bytes = 0;
+  // Whether a Triton Python-backend model's auto_complete_config runs
+  // (Triton's --disable-auto-complete-config, --strict-model-config true: no).
+  bool auto_complete_config = true;
+  // Triton's --model-config-name: a model folder's config is
+  // configs/<name>.pbtxt where it has one ("": config.pbtxt or config.json).
+  std::string model_config_name;
+  // Triton's --exit-on-error: Start fails ("failed to load all models") when
+  // a model of the repository fails to load at start (false: the others serve).
+  bool exit_on_error = false;
   // Set by chorus-server's supervisor (metrics): serving processes that died
   // before this one, and how the last one ended ("signal SIGSEGV").
   int restarts = 0;

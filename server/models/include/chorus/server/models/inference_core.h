@@ -70,9 +70,16 @@ class InferenceCore {
 
   // Whether version `version` ("" = the newest) of `name` serves now.
   bool ModelReady(const std::string& name, const std::string& version) const;
+  // ModelReady, and for a Triton Python-backend model whose class has an
+  // is_ready(), its instances' answer too: `done` at once, or later from the
+  // model's own thread (never blocks the caller: gRPC's reactors call it).
+  void ModelReady(const std::string& name, const std::string& version,
+                  std::function<void(bool)> done) const;
 
   // Each fills `response` for `name`/`version` ("" = the newest; "" name for
-  // statistics = every loaded model). NOT_FOUND for a model that is not loaded.
+  // statistics = every loaded model). NOT_FOUND for a model that is not loaded
+  // (ModelRepository::Find's errors). Metadata lists `version`, or with none
+  // every version that serves.
   Status ModelMetadata(const std::string& name, const std::string& version,
                        inference::ModelMetadataResponse* response) const;
   Status ModelConfig(const std::string& name, const std::string& version,
@@ -84,12 +91,13 @@ class InferenceCore {
   void RepositoryIndex(bool ready_only, inference::RepositoryIndexResponse* response) const;
 
   // Loads (or unloads) `name` on the background thread, since a load can take
-  // seconds; `done` gets the result there, or at once (UNAVAILABLE) when the
-  // server is shutting down, or (INVALID_ARGUMENT) when `parameters` names a
-  // load parameter (Triton's "config", "file:<path>"): chorus loads a model's
-  // files from the repository only, and never ignores what a client asked.
-  void LoadModel(std::string name, std::function<void(Status)> done,
-                 const std::vector<std::string>& parameters = {});
+  // seconds; `done` gets the result there (ModelRepository::Load's errors),
+  // or at once (UNAVAILABLE) when the server is shutting down, or
+  // (FAILED_PRECONDITION) when the server's model control mode refuses it.
+  // `override` is a load call's config and files (Triton's load parameters
+  // "config", "file:<path>"), for that load. Unloading a model that is not
+  // loaded, or not in the repository, is OK (Triton's).
+  void LoadModel(std::string name, std::function<void(Status)> done, ModelOverride override = {});
   void UnloadModel(std::string name, std::function<void(Status)> done);
 
   // Validates `*request` against the model's signature and queues it on the
@@ -129,8 +137,17 @@ class InferenceCore {
   std::shared_ptr<ModelCallHandler> ModelCalls();
   // One such call: `call.model` found, its inputs checked by name, run
   // through CallModel with the caller's deadline, cancellation and call path;
-  // `done` gets the outputs asked for (all when none) by name.
-  void CallInProcess(ModelCall call, std::function<void(StatusOr<NamedValues>)> done) const;
+  // `done` gets the outputs asked for (all when none) by name, and the
+  // answer's parameters; a stream's error responses go to its on_response.
+  void CallInProcess(ModelCall call, std::function<void(StatusOr<CallResponse>)> done) const;
+  // Model code's repository calls (Triton's pb_utils.load_model, unload_model,
+  // is_model_ready). A load asked for while the repository's own thread runs
+  // (from a model's initialize()) runs there, at once, rather than after it.
+  void LoadFromModelCode(ModelLoadRequest load, std::function<void(Status)> done);
+  void UnloadFromModelCode(std::string model, std::function<void(Status)> done);
+  // Whether `model` (version `version`, "" the newest) serves; NOT_FOUND for
+  // a model the repository does not have.
+  StatusOr<bool> ModelReadyForModelCode(const std::string& model, const std::string& version) const;
 
   // The system shared memory regions requests may name (Triton's extension);
   // registered and unregistered by the transports' calls, all unmapped with

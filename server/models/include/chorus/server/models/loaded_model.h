@@ -78,7 +78,8 @@ class LoadedModel {
   // steps; no model file, no scheduler of its own.
   LoadedModel(std::string name, std::string version, std::shared_ptr<const Ensemble> ensemble,
               Manifest signature, const SchedulerOptions& options,
-              std::shared_ptr<const inference::ModelConfig> triton_config = nullptr);
+              std::shared_ptr<const inference::ModelConfig> triton_config = nullptr,
+              TensorAnnotations annotations = {});
   // Fails what is queued, lets what runs finish.
   ~LoadedModel();
   LoadedModel(const LoadedModel&) = delete;

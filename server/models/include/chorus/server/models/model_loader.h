@@ -1,6 +1,6 @@
-// Makes the servable form of a repository model's newest version: reads its
-// config (config.json or Triton's config.pbtxt), finds the version's file,
-// loads it as the file and the config say (model_format.h), learns its
+// Makes the servable form of one version of a repository model: given its
+// config (config.json or Triton's config.pbtxt, which the repository read),
+// finds the version's file, loads it as the file and the config say (model_format.h), learns its
 // outputs from one run on zeros when the config leaves them out, and sets up
 // its scheduling and, for a generative model, its generation engines; or
 // makes a Triton Python-backend model's instances. Thread-safe.
@@ -47,15 +47,20 @@ class ModelLoader {
         options_(std::move(options)),
         find_(std::move(find)) {}
 
-  // The newest version of model `name`, ready to serve. Errors say what is
-  // wrong with the folder, its config.json or its file (a file that needs a
+  // Version `version` (a version folder's name) of model `name`, served as
+  // `config` (the model's config: the repository read it, or a load call gave
+  // it) says, ready to serve; an ensemble needs no version folder. Errors say
+  // what is wrong with the version's file or the config (a file that needs a
   // config.json gets the config to write); the model's own while loading.
   // Blocks for the load.
-  StatusOr<std::shared_ptr<LoadedModel>> LoadNewest(const std::string& name) const;
+  StatusOr<std::shared_ptr<LoadedModel>> Load(const std::string& name, const std::string& version,
+                                              ModelConfig config) const;
 
  private:
-  // Ensemble `name` of `config`, planned over the step models serving now.
+  // Ensemble `name` (version `version`) of `config`, planned over the step
+  // models serving now.
   StatusOr<std::shared_ptr<LoadedModel>> LoadEnsemble(const std::string& name,
+                                                      const std::string& version,
                                                       const ModelConfig& config) const;
   // Python-backend model `name` (version `version`): its config
   // auto-completed, its instances made, warmed up (model_loader_python.cc).

@@ -1,6 +1,7 @@
 // The model repository on disk, Triton's layout:
 //   <root>/<model>/config.json             how to serve it (model_config.h)
-//   <root>/<model>/<version>/<file>.pt     versions are integers; the highest serves
+//   <root>/<model>/<version>/<file>.pt     versions are integers (the version
+//                                          policy says which serve; by default the highest)
 // read (models, versions, the file of a version) and written (Publish: a new
 // version appears whole or not at all). Holds no state but the root;
 // thread-safe.
@@ -9,9 +10,11 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <string>
 #include <vector>
 
+#include "chorus/common/file_util.h"
 #include "chorus/common/status.h"
 
 namespace chorus {
@@ -19,6 +22,14 @@ namespace chorus {
 // OK if `name` can name a model (a folder of the repository root): not empty,
 // no '/', not starting with '.'. INVALID_ARGUMENT naming it otherwise.
 Status CheckModelName(const std::string& name);
+
+// A private folder (in TMPDIR, hidden, mode 0700) holding a folder of model
+// `name` with only `files` (path within that folder -> contents), laid out
+// as a repository root of its own: <path()>/<name>/<path>. Removed with the
+// result. INVALID_ARGUMENT for a path that is not a file within the folder
+// (absolute, empty, or with a "." or ".." part).
+StatusOr<ScopedTempDir> WritePrivateModelFolder(const std::string& name,
+                                                const std::map<std::string, std::string>& files);
 
 // A version Publish wrote.
 struct PublishedVersion {
@@ -41,6 +52,8 @@ class RepositoryLayout {
   // The highest version folder of `name` (a non-negative int64 name);
   // NOT_FOUND when it has none.
   StatusOr<std::string> LatestVersion(const std::string& name) const;
+  // Every version folder of `name`: its number -> its folder's name.
+  std::map<int64_t, std::string> Versions(const std::string& name) const;
   // The model file of `version`: `file_name` when given (NOT_FOUND if
   // missing), else the first *.pt or *.pt2 file there by name.
   StatusOr<std::string> ModelFile(const std::string& name, const std::string& version,

@@ -12,11 +12,14 @@
 #define CHORUS_SERVER_PYTHON_BACKEND_PYTHON_BACKEND_MODEL_H_
 
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "chorus/common/status.h"
+#include "chorus/common/thread_annotations.h"
 #include "chorus/inference/model_config.pb.h"
 #include "chorus/interpreter/interpreter_manager.h"
 #include "chorus/interpreter/placement.h"
@@ -74,9 +77,11 @@ class PythonBackendModel final : public RequestExecutor {
   Status Execute(int instance, std::vector<ExecutorRequest> batch) override;
   void Drain(std::chrono::steady_clock::time_point deadline) override;
 
-  // Whether every instance is ready: its is_ready() (when the class has one)
-  // returns True within `timeout`. Any thread; blocks on the interpreters.
-  bool Ready(std::chrono::milliseconds timeout);
+  // Calls `done` with whether every instance is ready: at once (true) when
+  // the model's class has no is_ready(); else once each instance's is_ready()
+  // answered True (or one did not within 5 s: not ready, Triton's rule), on
+  // a thread of the model's own. Callers while a check runs share it. Any thread.
+  void CheckReady(std::function<void(bool)> done) CHORUS_EXCLUDES(ready_mu_);
 
   // Each instance's name (Triton's: <group>_<index>) and interpreter.
   struct Instance {
@@ -94,6 +99,8 @@ class PythonBackendModel final : public RequestExecutor {
   Status MakeInstances();
   // finalize() on the instances made, then the module namespaces dropped.
   void Finalize();
+  // Whether every instance's is_ready() returns True within `timeout`.
+  bool InstancesReady(std::chrono::milliseconds timeout);
   InterpreterManager* manager() const { return placement_->manager(); }
 
   InterpreterPlacement* const placement_;
@@ -102,9 +109,15 @@ class PythonBackendModel final : public RequestExecutor {
   const std::shared_ptr<const Manifest> signature_;
   InterpreterLease lease_;
   const std::vector<Instance> instances_;
-  int made_ = 0;  // instances whose initialize() returned (Finalize's count)
+  int made_ = 0;               // instances whose initialize() returned (Finalize's count)
+  bool has_is_ready_ = false;  // the class defines is_ready()
   std::shared_ptr<python_backend::OpenRequests> open_;
   ReplicatedObject execute_;  // chorus.triton.backend.execute, per interpreter
+
+  Mutex ready_mu_;
+  std::vector<std::function<void(bool)>> ready_waiters_ CHORUS_GUARDED_BY(ready_mu_);
+  bool checking_ CHORUS_GUARDED_BY(ready_mu_) = false;
+  std::thread ready_thread_ CHORUS_GUARDED_BY(ready_mu_);  // the last check's
 };
 
 }  // namespace chorus

@@ -29,8 +29,9 @@ struct HttpEndpointOptions {
   int64_t max_body_bytes = 0;  // larger bodies get 413; 0: no limit
   // When set, every route but /v2/health/... needs its bearer token. Outlives the endpoint.
   const Authorizer* authorizer = nullptr;
-  // Answers to the paths it accepts are gzip-compressed when the client
-  // accepts gzip (never brotli); all others are never compressed. Unset: none.
+  // Successful answers to the paths it accepts are gzip-compressed when the
+  // client accepts gzip (never brotli); all others, and every error, are
+  // never compressed. Unset: none.
   std::function<bool(const std::string& path)> compressible;
   // Share the port with other processes that set it too (serving cells);
   // otherwise a port in use is an error.

@@ -16,6 +16,11 @@ inline int HttpStatusCode(StatusCode code) {
     case StatusCode::kInvalidArgument:
     case StatusCode::kFailedPrecondition:
     case StatusCode::kOutOfRange:
+    // Triton answers these three 400 too (its HttpCodeFromError), where a model's
+    // pb_utils.TritonError(ALREADY_EXISTS, CANCELLED, UNKNOWN) shows them.
+    case StatusCode::kAlreadyExists:
+    case StatusCode::kCancelled:
+    case StatusCode::kUnknown:
       return 400;
     case StatusCode::kUnauthenticated:
       return 401;
@@ -23,20 +28,16 @@ inline int HttpStatusCode(StatusCode code) {
       return 403;
     case StatusCode::kNotFound:
       return 404;
-    case StatusCode::kAlreadyExists:
     case StatusCode::kAborted:
       return 409;
     case StatusCode::kResourceExhausted:
       return 429;
-    case StatusCode::kCancelled:
-      return 499;  // the client went away (nginx's code)
     case StatusCode::kUnimplemented:
       return 501;
     case StatusCode::kUnavailable:
       return 503;
     case StatusCode::kDeadlineExceeded:
       return 504;
-    case StatusCode::kUnknown:
     case StatusCode::kInternal:
     case StatusCode::kDataLoss:
       return 500;

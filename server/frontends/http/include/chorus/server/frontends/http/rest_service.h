@@ -38,8 +38,12 @@ class RestService {
   void RegisterInferenceRoutes(httplib::Server* server);
   // The repository's index, loads and unloads.
   void RegisterRepositoryRoutes(httplib::Server* server);
-  // Triton's system shared memory extension (CUDA's answers 501, saying why).
+  // Triton's system shared memory extension.
   void RegisterSharedMemoryRoutes(httplib::Server* server);
+  // Triton's CUDA shared memory extension, answered as a CPU-only Triton
+  // answers it: no regions (status lists none, unregistering does nothing);
+  // registering is refused, saying why.
+  void RegisterCudaSharedMemoryRoutes(httplib::Server* server);
   void Infer(const httplib::Request& request, httplib::Response& response);
   // Triton's generate extension: the whole text, or (`stream`) server-sent
   // events of each step's text.
