@@ -80,7 +80,8 @@ configure: deps
 	  rm -f $(BUILD)/CMakeCache.txt; \
 	fi
 	@$(CMAKE) -S . -B $(BUILD) -G Ninja -DCHORUS_PYTHON=$(PYTHON) \
-	  -DCHORUS_PERF_ANALYZER=$$(tools/install-perf-analyzer.sh $(PYTHON)) >/dev/null
+	  -DCHORUS_PERF_ANALYZER=$$(tools/install-perf-analyzer.sh $(PYTHON)) \
+	  -DCHORUS_EXAMPLE_CLIENT_DEPS=$$(tools/install-example-client-deps.sh $(PYTHON)) >/dev/null
 
 build: configure
 	@$(CMAKE) --build $(BUILD) -j $(JOBS)
@@ -188,7 +189,8 @@ bench-%: build
 # Triton's examples against chorus-server on ports 8000-8002 (which must be
 # free): tests/triton_examples/run_examples.py.
 triton-examples: build
-	@$(PYTHON) tests/triton_examples/run_examples.py --build $(BUILD)
+	@$(PYTHON) tests/triton_examples/run_examples.py --build $(BUILD) \
+	  --client-path $$(tools/install-example-client-deps.sh $(PYTHON))
 
 # The Python the build embeds (for running chorus' Python tools and examples).
 print-python: deps

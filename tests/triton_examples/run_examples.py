@@ -76,6 +76,9 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--build", type=Path, default=ROOT / "build",
                         help="the build tree (bin/chorus-server; results are written here)")
     parser.add_argument("--python", default=sys.executable, help="the Python the clients run on")
+    parser.add_argument("--client-path", default="",
+                        help="a folder with what the clients import beyond the Python's packages "
+                        "(tools/install-example-client-deps.sh), put first on their PYTHONPATH")
     parser.add_argument("--client-timeout", type=float, default=60.0,
                         help="seconds each client may take")
     parser.add_argument("--ready-timeout", type=float, default=120.0,
@@ -203,12 +206,16 @@ def last_error(output: str) -> str:
 
 
 def run_client(python: str, clients_dir: Path, entry: Tuple[str, str, str], timeout: float,
-               log_dir: Path) -> Dict[str, object]:
+               log_dir: Path, client_path: str = "") -> Dict[str, object]:
     """Runs one client unmodified from its folder; its result, seconds and why it failed."""
     name, script, pass_line = entry
     path = clients_dir / script
+    env = dict(os.environ)
+    if client_path:
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (client_path, env.get("PYTHONPATH")) if p)
     started = time.monotonic()
-    process = subprocess.Popen([python, path.name], cwd=path.parent, stdout=subprocess.PIPE,
+    process = subprocess.Popen([python, path.name], cwd=path.parent, env=env,
+                               stdout=subprocess.PIPE,
                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, text=True,
                                errors="replace", start_new_session=True,
                                preexec_fn=die_with_parent)
@@ -304,7 +311,7 @@ def serve_and_run(args: argparse.Namespace, binary: Path, log_dir: Path
             print(f"triton-examples: model {name} did not load: {reason}", flush=True)
         for entry in CLIENTS:
             results.append(run_client(args.python, clients_dir, entry, args.client_timeout,
-                                      log_dir))
+                                      log_dir, args.client_path))
             print(f"{results[-1]['client']}: {results[-1]['result']} "
                   f"({results[-1]['seconds']} s)", flush=True)
     except RuntimeError as e:
