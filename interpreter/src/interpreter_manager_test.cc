@@ -45,6 +45,19 @@ TEST_F(InterpreterTest, GlobalsAndModulesAreIsolated) {
   EXPECT_EQ(modules_ids.size(), 3u * kInterpreters);
 }
 
+TEST_F(InterpreterTest, TritonsPythonBackendModuleIsImportableInEveryInterpreter) {
+  for (int i = 0; i < kInterpreters; ++i) {
+    InterpreterSession session = manager().Acquire(i);
+    ASSERT_OK_AND_ASSIGN(Object names, session.Eval(R"((
+        __import__('triton_python_backend_utils').Tensor.__module__,
+        __import__('c_python_backend_utils').__name__))"));
+    ASSERT_OK_AND_ASSIGN(c10::IValue value, names.ToIValue());
+    const auto& elements = value.toTupleRef().elements();
+    EXPECT_EQ(elements[0].toStringRef(), "chorus.triton.tensor") << "interpreter " << i;
+    EXPECT_EQ(elements[1].toStringRef(), "chorus.triton.c_utils") << "interpreter " << i;
+  }
+}
+
 TEST_F(InterpreterTest, EveryInterpreterRunsTorchAndNumpyLikeTheHost) {
   at::manual_seed(7);
   at::Tensor w1 = at::randn({16, 8}), b1 = at::randn({16});

@@ -4,6 +4,7 @@
 #include <torch/custom_class.h>
 #include <torch/script.h>
 
+#include <algorithm>
 #include <map>
 #include <utility>
 
@@ -253,12 +254,36 @@ Status PythonModel::ForwardEach(const std::vector<c10::IValue>& inputs, const Ca
   return status;
 }
 
+// Where forward() takes each input of `signature`, when its inputs are named
+// after forward()'s arguments (Triton's PyTorch backend matches them by name);
+// empty when they are not (a chorus config, Triton's INPUT__<i> convention):
+// then the signature's order is forward()'s.
+std::vector<size_t> ArgumentPositions(const torch::jit::Module& module, const Manifest* signature) {
+  if (signature == nullptr) return {};
+  const auto method = module.find_method("forward");
+  if (!method) return {};
+  const std::vector<c10::Argument>& arguments = method->function().getSchema().arguments();
+  std::vector<size_t> positions;
+  for (const TensorSpec& input : signature->inputs) {
+    auto it = std::find_if(arguments.begin() + 1, arguments.end(),  // after self
+                           [&](const c10::Argument& a) { return a.name() == input.name; });
+    const size_t position = static_cast<size_t>(it - arguments.begin() - 1);
+    if (it == arguments.end() || position >= signature->inputs.size()) return {};
+    positions.push_back(position);
+  }
+  for (size_t i = 0; i < positions.size(); ++i) {
+    if (positions[i] != i) return positions;
+  }
+  return {};  // already in forward()'s order
+}
+
 class TorchScriptModel final : public Model {
  public:
   TorchScriptModel(std::shared_ptr<Archive> archive, std::optional<Manifest> signature,
                    torch::jit::Module module)
       : archive_(std::move(archive)), signature_(std::move(signature)), module_(std::move(module)) {
     module_.eval();
+    positions_ = ArgumentPositions(module_, manifest());
   }
 
   const Manifest* manifest() const override { return ManifestOf(*archive_, signature_); }
@@ -267,7 +292,12 @@ class TorchScriptModel final : public Model {
 
   StatusOr<c10::IValue> Forward(const std::vector<c10::IValue>& inputs,
                                 const CallOptions& options) override {
-    return internal::CallCompiled(options, [&] { return module_.forward(inputs); });
+    if (positions_.empty() || positions_.size() != inputs.size()) {
+      return internal::CallCompiled(options, [&] { return module_.forward(inputs); });
+    }
+    std::vector<c10::IValue> arguments(inputs.size());
+    for (size_t i = 0; i < inputs.size(); ++i) arguments[positions_[i]] = inputs[i];
+    return internal::CallCompiled(options, [&] { return module_.forward(arguments); });
   }
   StatusOr<Object> In(InterpreterSession&) override {
     return UnimplementedError("TorchScript models run without an interpreter");
@@ -277,6 +307,7 @@ class TorchScriptModel final : public Model {
   std::shared_ptr<Archive> archive_;
   std::optional<Manifest> signature_;
   torch::jit::Module module_;
+  std::vector<size_t> positions_;  // ArgumentPositions: empty when inputs go in order
 };
 
 }  // namespace

@@ -66,6 +66,26 @@ def _report_os_exit():
     os._exit = _exit
 
 
+class _TritonBackendUtilsFinder:
+    """`import triton_python_backend_utils` (and `c_python_backend_utils`) in any chorus
+    interpreter: chorus' own module (chorus.triton, docs/triton.md), set up on first use."""
+
+    NAMES = ("triton_python_backend_utils", "c_python_backend_utils")
+
+    def find_spec(self, name, path=None, target=None):
+        if name not in self.NAMES:
+            return None
+        import importlib.util
+        return importlib.util.spec_from_loader(name, self)
+
+    def create_module(self, spec):
+        import chorus.triton.backend  # noqa: F401  # registers both names in sys.modules
+        return sys.modules[spec.name]
+
+    def exec_module(self, module):
+        pass
+
+
 # Python packages that drive a GPU and nothing else, which torch imports
 # whenever they are installed (as its CUDA wheels install them): triton
 # (torch._dynamo imports it, so prims, torch.export and FSDP do; its extension
@@ -94,6 +114,7 @@ def install(load_gpu_packages, defer_imports=True):
         from chorus import _deferred_imports
         _deferred_imports.install()
     _report_os_exit()
+    sys.meta_path.insert(0, _TritonBackendUtilsFinder())
 
     import site
     site.main()

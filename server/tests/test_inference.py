@@ -96,7 +96,8 @@ BAD_REQUESTS = [
     ("raw size mismatch", _bad(raw=bytes(15)), grpc.StatusCode.INVALID_ARGUMENT,
      "raw contents hold 15 bytes"),
     ("raw and typed", _bad(raw=bytes(16), typed=[1, 2, 3, 4]), grpc.StatusCode.INVALID_ARGUMENT,
-     "use one or the other"),
+     "contents field must not be specified when using raw_input_contents for 'x' for model "
+     "'mlp'"),
     ("batch too large", _bad(shape=(65, 4), raw=bytes(65 * 16)), grpc.StatusCode.INVALID_ARGUMENT,
      "exceeds the model's maximum of 64"),
 ]

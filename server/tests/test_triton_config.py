@@ -80,6 +80,21 @@ ensemble_scheduling { step [ {
 """
 
 
+NAMED_CONFIG = """
+platform: "pytorch_libtorch"
+input [ { name: "b" data_type: TYPE_FP32 dims: [ 4 ] },
+        { name: "a" data_type: TYPE_FP32 dims: [ 4 ] } ]
+output [ { name: "difference" data_type: TYPE_FP32 dims: [ 4 ] } ]
+"""
+
+
+class Difference(torch.nn.Module):
+    """Named: Triton's PyTorch backend matches inputs to forward()'s arguments by name."""
+
+    def forward(self, a, b):
+        return a - b
+
+
 class SubAdd(torch.nn.Module):
     """Positional: forward(INPUT__0, INPUT__1) -> (OUTPUT__0, OUTPUT__1)."""
 
@@ -101,6 +116,8 @@ def triton_repo(tmp_path_factory):
     write(repo, "add_sub", ADD_SUB_CONFIG, {"1/model.py": ADD_SUB})
     write(repo, "sub_add", TORCHSCRIPT_CONFIG)
     torch.jit.script(SubAdd()).save(str(repo / "sub_add" / "1" / "model.pt"))
+    write(repo, "named", NAMED_CONFIG)
+    torch.jit.script(Difference()).save(str(repo / "named" / "1" / "model.pt"))
     write(repo, "pipeline", ENSEMBLE_CONFIG)
     write(repo, "packaged", 'backend: "chorus"\nmax_batch_size: 32\n')
     package(repo / "packaged" / "1" / "model.pt", servable_models.Identity(), torch.zeros(1, 4),
@@ -168,6 +185,13 @@ def test_torchscript_tensors_take_their_positions_from_their_names(server):
     assert config["dynamic_batching"]["preferred_batch_size"] == [8]
 
 
+def test_torchscript_inputs_named_after_forwards_arguments_go_there(server):
+    rng = np.random.default_rng(3)
+    a, b = rng.random(4, np.float32), rng.random(4, np.float32)
+    result = infer(http(server), "named", {"a": a, "b": b})
+    np.testing.assert_allclose(result.as_numpy("difference"), a - b, rtol=1e-6)
+
+
 def test_ensemble_and_chorus_package_from_config_pbtxt(server):
     rng = np.random.default_rng(1)
     a, b = rng.random(4, np.float32), rng.random(4, np.float32)
@@ -199,5 +223,5 @@ def test_what_chorus_cannot_honour_fails_the_load_naming_it(server):
     assert "instance_group[0].rate_limiter" in reason["limited"]
     assert "config.pbtxt:2:" in reason["typo"] and "max_batch_sise" in reason["typo"]
     assert 'backend: "onnxruntime" is not served by chorus' in reason["onnx"]
-    for name in ("add_sub", "sub_add", "pipeline", "packaged", "inferred"):
+    for name in ("add_sub", "sub_add", "named", "pipeline", "packaged", "inferred"):
         assert reason[name] == "", f"{name}: {reason[name]}"

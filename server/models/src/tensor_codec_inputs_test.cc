@@ -196,8 +196,9 @@ TEST(TensorCodecTest, RawAndTypedContentsAreNotMixed) {
   request.add_raw_input_contents(Bytes(ExpectedB()));
   EXPECT_THAT(DecodeInputs(request, TwoInputManifest()),
               StatusIs(StatusCode::kInvalidArgument,
-                       "input \"a\": has typed contents and the request has "
-                       "raw_input_contents; use one or the other"));
+                       "contents field must not be specified when using raw_input_contents "
+                       "for 'a' for model '" +
+                           TwoInputManifest().model_name + "'"));
 }
 
 TEST(TensorCodecTest, RawContentsNeedOneEntryPerInputOfTheRightSize) {

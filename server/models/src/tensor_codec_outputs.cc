@@ -127,7 +127,9 @@ Status CheckRequestedOutputs(const inference::ModelInferRequest& request,
       if (candidate.name == output.name()) spec = &candidate;
     }
     if (spec == nullptr) {
-      return InvalidArgumentError("output \"" + output.name() + "\": the model has no such output");
+      // Triton's text, which its clients' tests match.
+      return InvalidArgumentError("unexpected inference output '" + output.name() +
+                                  "' for model '" + manifest.model_name + "'");
     }
     CHORUS_ASSIGN_OR_RETURN(Requested requested, RequestedOf(output));
     if (requested.classes && spec->dtype == InfoOf(Dtype::kString).name) {

@@ -69,8 +69,9 @@ TEST(TensorCodecTest, RequestedOutputsAreSentInManifestOrder) {
 
 TEST(TensorCodecTest, AnUnknownRequestedOutputIsInvalidArgument) {
   inference::ModelInferResponse response;
-  EXPECT_THAT(EncodeOutputs(TwoOutputs(), TwoInputManifest(), Requesting({"y", "z"}), &response),
-              StatusIs(StatusCode::kInvalidArgument, "output \"z\": the model has no such output"));
+  EXPECT_THAT(
+      EncodeOutputs(TwoOutputs(), TwoInputManifest(), Requesting({"y", "z"}), &response),
+      StatusIs(StatusCode::kInvalidArgument, "unexpected inference output 'z' for model 'pair'"));
   EXPECT_EQ(response.outputs_size(), 0);
   EXPECT_EQ(response.raw_output_contents_size(), 0);
 }
@@ -149,8 +150,9 @@ TEST(ClassificationTest, BadClassCountsAndStringOutputsAreRefusedBeforeTheModelR
   (*as_text.mutable_outputs(0)->mutable_parameters())["classification"].set_string_param("3");
   EXPECT_THAT(CheckRequestedOutputs(as_text, TwoInputManifest()),
               StatusIs(StatusCode::kInvalidArgument, ::testing::HasSubstr("integer >= 1")));
-  EXPECT_THAT(CheckRequestedOutputs(Classifying("z", 1), TwoInputManifest()),
-              StatusIs(StatusCode::kInvalidArgument, "output \"z\": the model has no such output"));
+  EXPECT_THAT(
+      CheckRequestedOutputs(Classifying("z", 1), TwoInputManifest()),
+      StatusIs(StatusCode::kInvalidArgument, "unexpected inference output 'z' for model 'pair'"));
   Manifest words = TwoInputManifest();
   words.outputs[0].dtype = "string";
   EXPECT_THAT(CheckRequestedOutputs(Classifying("y", 1), words),

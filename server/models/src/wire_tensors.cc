@@ -132,14 +132,16 @@ StatusOr<std::vector<int64_t>> CheckDatatypeAndShape(const InputTensor& input,
   return shape;
 }
 
-// `input`'s contents: `raw` (null: its typed contents, if any).
+// `input`'s contents (an input of model `model`): `raw` (null: its typed
+// contents, if any).
 StatusOr<WireInput> DecodeContents(const InputTensor& input, const std::string_view* raw,
-                                   const DtypeInfo& dtype, const std::vector<int64_t>& shape) {
+                                   const DtypeInfo& dtype, const std::vector<int64_t>& shape,
+                                   const std::string& model) {
   const bool typed = input.has_contents() && HasTypedContents(input.contents());
-  if (raw != nullptr && typed) {
-    return Invalid(input.name(),
-                   "has typed contents and the request has raw_input_contents; "
-                   "use one or the other");
+  if (raw != nullptr && typed) {  // Triton's text, which its clients' tests match
+    return InvalidArgumentError(
+        "contents field must not be specified when using raw_input_contents for '" + input.name() +
+        "' for model '" + model + "'");
   }
   if (dtype.dtype == Dtype::kString) return DecodeStrings(input, shape, raw);
   StatusOr<int64_t> elements = ElementCount(shape);
@@ -283,7 +285,7 @@ StatusOr<std::vector<WireInput>> CheckInputs(const inference::ModelInferRequest&
         WireInput decoded,
         layout.in_memory[k]
             ? FromSharedMemory(input, *layout.in_memory[k], shared_memory, *dtype, shape)
-            : DecodeContents(input, raw ? &*raw : nullptr, *dtype, shape));
+            : DecodeContents(input, raw ? &*raw : nullptr, *dtype, shape, manifest.model_name));
     decoded.dtype = dtype;
     decoded.shape = std::move(shape);
     inputs[it->second] = std::move(decoded);
