@@ -223,6 +223,9 @@ void InferenceCore::LoadModel(std::string name, std::function<void(Status)> done
     return done(
         FailedPreconditionError("cannot load " + name + ": " + options_.repository_calls_refused));
   }
+  if (options_.change_repository) {
+    return HandOver({true, std::move(name), std::move(override)}, std::move(done));
+  }
   ModelRepository* repository = repository_;
   ChangeRepository([repository, name = std::move(name),
                     override = std::move(override)] { return repository->Load(name, override); },
@@ -234,6 +237,7 @@ void InferenceCore::UnloadModel(std::string name, std::function<void(Status)> do
     return done(FailedPreconditionError("cannot unload " + name + ": " +
                                         options_.repository_calls_refused));
   }
+  if (options_.change_repository) return HandOver({false, std::move(name), {}}, std::move(done));
   ModelRepository* repository = repository_;
   ChangeRepository(
       [repository, name = std::move(name)] {
@@ -251,6 +255,15 @@ void InferenceCore::ChangeRepository(std::function<Status()> change,
   if (!background_->Post([change = std::move(change), finish] { (*finish)(change()); })) {
     (*finish)(UnavailableError("the server is shutting down"));
   }
+}
+
+void InferenceCore::HandOver(RepositoryChange change, std::function<void(Status)> done) {
+  // The override's files are written out there: not on a reactor's thread.
+  auto finish = std::make_shared<std::function<void(Status)>>(std::move(done));
+  const bool posted =
+      background_->Post([hand_over = options_.change_repository, change = std::move(change),
+                         finish]() mutable { hand_over(std::move(change), std::move(*finish)); });
+  if (!posted) (*finish)(UnavailableError("the server is shutting down"));
 }
 
 StatusOr<std::shared_ptr<LoadedModel>> InferenceCore::ServingModel(

@@ -56,6 +56,8 @@ int Serve(chorus::ServerOptions options, const chorus::ServingRun& run) {
   options.last_exit = run.last_exit;
   options.quarantined = run.quarantined;
   options.quarantined_jobs = run.quarantined_jobs;
+  options.model_changes = run.model_changes;
+  options.changes_dir = run.changes_dir;
   // Global, as if linked: the interpreters' Python extensions bind to this libtorch.
   void* library = ::dlopen(ServingLibrary().c_str(), RTLD_NOW | RTLD_GLOBAL);
   if (library == nullptr) {
@@ -236,13 +238,14 @@ void CommandLine::AddServingOptions(CLI::App& app) {
   app.add_option("--cells", options.cells,
                  "serving processes sharing the ports, each with its own interpreters: a crash "
                  "takes one down while the others answer (with more than one: metrics of cell i "
-                 "on --metrics-port + i; repository load/unload calls and training jobs refused)")
+                 "on --metrics-port + i; repository load/unload calls carried out by every "
+                 "serving process; training jobs refused)")
       ->check(CLI::Range(1, 64))
       ->excludes("--no-supervisor");
   app.add_flag("--spare", spare,
                "keep one more serving process with every model loaded, ready to take the place "
-               "of one that dies at once (repository load/unload calls and training jobs "
-               "refused, as with several cells)")
+               "of one that dies at once (repository load/unload calls carried out by it too; "
+               "training jobs refused, as with several cells)")
       ->excludes("--no-supervisor");
 }
 

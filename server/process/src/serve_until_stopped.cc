@@ -3,6 +3,8 @@
 #include <sys/signalfd.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cstdio>
 
 #include "chorus/common/logging.h"
@@ -24,9 +26,18 @@ bool Follow(Server& server, const StatusOr<CellCommand>& command) {
     Log().error("supervisor command ignored: {}", command.status().ToString());
     return true;
   }
-  if (command->kind == CellCommand::Kind::kQuarantine) {
-    server.Quarantine(command->model, command->why);
-    return true;
+  switch (command->kind) {
+    case CellCommand::Kind::kQuarantine:
+      server.Quarantine(command->model, command->why);
+      return true;
+    case CellCommand::Kind::kApply:
+      server.ApplyChange(command->id, command->change);
+      return true;
+    case CellCommand::Kind::kAnswer:
+      server.ChangeAnswered(command->id, command->status);
+      return true;
+    case CellCommand::Kind::kServe:
+      break;
   }
   Log().info("the spare serves as cell {}", command->cell);
   if (Status listening = server.Listen(command->cell); !listening.ok()) {
@@ -37,8 +48,18 @@ bool Follow(Server& server, const StatusOr<CellCommand>& command) {
   return true;
 }
 
+// Until `deadline` for poll(): -1 for none.
+int PollTimeout(std::chrono::steady_clock::time_point deadline) {
+  if (deadline == std::chrono::steady_clock::time_point::max()) return -1;
+  const int64_t left =
+      std::chrono::ceil<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now())
+          .count();
+  return static_cast<int>(std::clamp<int64_t>(left, 0, 3600000));
+}
+
 // Waits for SIGTERM or SIGINT (the signal, or 0 if the process must end for
-// another reason), following the supervisor's commands meanwhile.
+// another reason), following the supervisor's commands meanwhile and failing
+// the repository calls its answer did not reach in time.
 int WaitForStop(Server& server, const sigset_t& signals, int control_fd) {
   const int signal_fd = ::signalfd(-1, &signals, SFD_CLOEXEC);
   if (signal_fd < 0 && control_fd >= 0) {
@@ -54,7 +75,8 @@ int WaitForStop(Server& server, const sigset_t& signals, int control_fd) {
   pollfd watched[2] = {{signal_fd, POLLIN, 0}, {control_fd, POLLIN, 0}};
   while (true) {
     const nfds_t count = watched[1].fd >= 0 ? 2 : 1;
-    if (::poll(watched, count, -1) < 0) continue;  // EINTR
+    const int polled = ::poll(watched, count, PollTimeout(server.ExpireChanges()));
+    if (polled <= 0) continue;  // EINTR, or a deadline to look at
     if (watched[0].revents & POLLIN) {
       signalfd_siginfo info{};
       const ssize_t n = ::read(signal_fd, &info, sizeof(info));

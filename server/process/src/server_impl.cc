@@ -4,6 +4,7 @@
 #include <httplib.h>
 
 #include <algorithm>
+#include <atomic>
 #include <mutex>
 #include <thread>
 
@@ -24,6 +25,7 @@
 #include "chorus/server/training/job_metrics.h"
 #include "chorus/server/training/training_service.h"
 #include "server/process/src/process_metrics.h"
+#include "server/process/src/supervisor_link.h"
 
 namespace chorus {
 namespace {
@@ -38,6 +40,9 @@ class ServerImpl final : public Server {
   int http_port() const override { return http_ ? http_->port() : -1; }
   Status Listen(int cell) override;
   void Quarantine(const std::string& model, const std::string& why) override;
+  void ApplyChange(int64_t id, const ModelChange& change) override;
+  void ChangeAnswered(int64_t id, const Status& status) override;
+  std::chrono::steady_clock::time_point ExpireChanges() override;
   void Shutdown() override;
 
  private:
@@ -47,6 +52,14 @@ class ServerImpl final : public Server {
   Status LoadStartupModels(const ServerOptions& options);
   // The inference core over the repository, and model code's calls to it.
   void StartCore(const ServerOptions& options);
+  // Why the repository calls are refused ("" when they are not).
+  std::string RepositoryCallsRefused(const ServerOptions& options) const;
+  // A repository call's change, handed to the supervisor for every serving
+  // process (on the background runner).
+  void AskEveryProcess(RepositoryChange change, std::function<void(Status)> done);
+  // Carries out `change` (the supervisor's, arrived as command `arrived`;
+  // 0: from the record at start) in this process. Blocks.
+  Status CarryOut(const ModelChange& change, uint64_t arrived);
   // The services over the cores (not yet listening).
   void StartServices(const ServerOptions& options);
   Status StartGrpc(const ServerOptions& options);
@@ -73,6 +86,10 @@ class ServerImpl final : public Server {
   std::unique_ptr<HttpEndpoint> http_;
   std::unique_ptr<IdleMemoryReleaser> memory_releaser_;
   std::unique_ptr<PeriodicTask> poller_;  // --model-control-mode poll
+  // Several serving processes under a supervisor: this one's half of their talk.
+  std::unique_ptr<SupervisorLink> link_;
+  // The start-up loads are done: repository calls go to every process from now on.
+  std::atomic<bool> models_started_{false};
   Mutex listen_mu_;
   bool listening_ CHORUS_GUARDED_BY(listen_mu_) = false;
   int port_ = 0;
@@ -125,6 +142,10 @@ Status ServerImpl::Initialize(const ServerOptions& options) {
     return InvalidArgumentError("--tls-cert and --tls-key go together");
   }
   if (options.memory_limit_mib > 0) CHORUS_RETURN_IF_ERROR(LimitDataMiB(options.memory_limit_mib));
+  if (!ServingProcesses(options).empty() && options.control_fd >= 0 &&
+      !options.changes_dir.empty()) {
+    link_ = std::make_unique<SupervisorLink>(options.control_fd, options.changes_dir);
+  }
   CHORUS_RETURN_IF_ERROR(StartModels(options));
   StartServices(options);
   if (StatusOr<double> in_use = DataMiB(); options.memory_limit_mib > 0 && in_use.ok()) {
@@ -158,7 +179,58 @@ Status ServerImpl::Listen(int cell) {
 }
 
 void ServerImpl::Quarantine(const std::string& model, const std::string& why) {
+  if (link_) link_->Quarantined(model, link_->Arrived());
   repository_->Quarantine(model, why);
+}
+
+void ServerImpl::AskEveryProcess(RepositoryChange change, std::function<void(Status)> done) {
+  if (!models_started_.load()) {
+    // Model code at start-up (an initialize() loading another model): every
+    // process runs it and loads for itself. The supervisor would wait for
+    // this very process, which reads its commands only once started.
+    if (change.load) return done(repository_->Load(change.model, change.override));
+    Status unloaded = repository_->Unload(change.model);
+    return done(unloaded.code() == StatusCode::kNotFound ? OkStatus() : unloaded);
+  }
+  ModelChange asked{change.load ? ModelChange::Kind::kLoad : ModelChange::Kind::kUnload,
+                    std::move(change.model), ""};
+  const ChangeOverride override{std::move(change.override.config_json),
+                                std::move(change.override.files)};
+  const bool overridden = !override.config_json.empty() || !override.files.empty();
+  link_->Request(std::move(asked), overridden ? &override : nullptr, std::move(done));
+}
+
+void ServerImpl::ApplyChange(int64_t id, const ModelChange& change) {
+  if (!link_) return;
+  const uint64_t arrived = link_->Arrived();
+  if (!background_->Post(
+          [this, id, change, arrived] { link_->Applied(id, CarryOut(change, arrived)); })) {
+    link_->Applied(id, UnavailableError("the serving process is shutting down"));
+  }
+}
+
+Status ServerImpl::CarryOut(const ModelChange& change, uint64_t arrived) {
+  if (change.kind == ModelChange::Kind::kUnload) {
+    Status unloaded = repository_->Unload(change.model);
+    // Nothing of it loaded: nothing to do (Triton answers OK).
+    return unloaded.code() == StatusCode::kNotFound ? OkStatus() : unloaded;
+  }
+  if (link_ && arrived > 0 && link_->QuarantinedSince(change.model, arrived)) {
+    return UnavailableError("model " + change.model +
+                            " was quarantined while its load waited for the changes before it");
+  }
+  StatusOr<ChangeOverride> read = link_ ? link_->OverrideOf(change) : ChangeOverride{};
+  if (!read.ok()) return read.status().Annotate("the load's override");
+  return repository_->Load(change.model,
+                           ModelOverride{std::move(read->config_json), std::move(read->files)});
+}
+
+void ServerImpl::ChangeAnswered(int64_t id, const Status& status) {
+  if (link_) link_->Answered(id, status);
+}
+
+std::chrono::steady_clock::time_point ServerImpl::ExpireChanges() {
+  return link_ ? link_->Expire() : std::chrono::steady_clock::time_point::max();
 }
 
 Status ServerImpl::StartModels(const ServerOptions& options) {
@@ -184,6 +256,7 @@ Status ServerImpl::StartModels(const ServerOptions& options) {
         std::make_unique<IdleMemoryReleaser>(options.idle_memory_release, std::move(page_out));
   }
   NoteMemoryActivity();  // loading allocated and freed much: released once quiet
+  models_started_.store(true);
   return OkStatus();
 }
 
@@ -192,6 +265,12 @@ Status ServerImpl::LoadStartupModels(const ServerOptions& options) {
   const bool some = options.model_control == Control::kExplicit &&
                     std::find(options.load_models.begin(), options.load_models.end(), "*") ==
                         options.load_models.end();
+  // The repository calls' changes since the supervisor started (several
+  // serving processes) decide what they name; the record's last word stands.
+  auto changed = [&](const std::string& name) {
+    return std::any_of(options.model_changes.begin(), options.model_changes.end(),
+                       [&](const ModelChange& change) { return change.model == name; });
+  };
   if (!some) CHORUS_RETURN_IF_ERROR(repository_->LoadAll());
   if (some) {
     CHORUS_RETURN_IF_ERROR(repository_->layout().CheckRoot());
@@ -199,7 +278,22 @@ Status ServerImpl::LoadStartupModels(const ServerOptions& options) {
       if (!repository_->layout().HasModel(name)) {
         return NotFoundError("--load-model " + name + ": no such model in the repository");
       }
+      if (changed(name)) continue;
+      if (auto quarantined = options.quarantined.find(name);
+          quarantined != options.quarantined.end()) {
+        // Load would re-admit it: a restart is not an explicit load.
+        Log().error("model {} not loaded: {}", name, quarantined->second);
+        continue;
+      }
       repository_->Load(name).IgnoreError();  // logged; listed UNAVAILABLE with why
+    }
+  }
+  for (const ModelChange& change : options.model_changes) {
+    if (Status done = CarryOut(change, 0); !done.ok()) {
+      Log().error(
+          "the repository call's {} of model {}, which every serving process carries out: {}",
+          change.kind == ModelChange::Kind::kLoad ? "load" : "unload", change.model,
+          done.ToString());
     }
   }
   if (options.exit_on_error && !repository_->AllLoaded()) {
@@ -218,25 +312,36 @@ void ServerImpl::StartCore(const ServerOptions& options) {
   core.request_timeout = options.request_timeout;
   core.strict_readiness = options.strict_readiness;
   core.cache_size_bytes = options.cache_size_bytes;
-  using Control = ServerOptions::ModelControl;
-  if (!ServingProcesses(options).empty() && options.model_control != Control::kNone &&
-      options.model_control != Control::kPoll) {
-    core.repository_calls_refused =
-        "the server " + ServingProcesses(options) +
-        ", and a call reaches one of them: change the repository and let every serving "
-        "process follow it (--model-control-mode poll)";
-  } else if (options.model_control == Control::kNone || options.model_control == Control::kPoll) {
-    core.repository_calls_refused =
-        options.model_control == Control::kNone
-            ? "the server's model control mode is none: every repository model serves from the "
-              "start (--model-control-mode explicit loads and unloads on request)"
-            : "the server's model control mode is poll: it follows the repository's changes "
-              "itself (--model-control-mode explicit loads and unloads on request)";
+  core.repository_calls_refused = RepositoryCallsRefused(options);
+  if (core.repository_calls_refused.empty() && link_) {
+    core.change_repository = [this](RepositoryChange change, std::function<void(Status)> done) {
+      AskEveryProcess(std::move(change), std::move(done));
+    };
   }
   core_ = std::make_unique<InferenceCore>(repository_.get(), background_.get(), core);
   // Model code calls served models (chorus.serving.infer, Triton's BLS) and the
   // repository (pb_utils.load_model, also from an initialize() at start-up).
   manager_->SetModelCallHandler(core_->ModelCalls());
+}
+
+std::string ServerImpl::RepositoryCallsRefused(const ServerOptions& options) const {
+  using Control = ServerOptions::ModelControl;
+  if (options.model_control == Control::kNone) {
+    return "the server's model control mode is none: every repository model serves from the "
+           "start (--model-control-mode explicit loads and unloads on request)";
+  }
+  if (options.model_control == Control::kPoll) {
+    return "the server's model control mode is poll: it follows the repository's changes "
+           "itself (--model-control-mode explicit loads and unloads on request)";
+  }
+  if (!ServingProcesses(options).empty() && link_ == nullptr) {
+    // Started without a supervisor to carry the change to every process.
+    return "the server " + ServingProcesses(options) +
+           ", and a call reaches one of them, with no supervisor to carry it to the others: "
+           "change the repository and let every serving process follow it "
+           "(--model-control-mode poll)";
+  }
+  return "";
 }
 
 void ServerImpl::StartServices(const ServerOptions& options) {
@@ -326,6 +431,8 @@ void ServerImpl::Shutdown() {
   std::call_once(shutdown_once_, [this] {
     const auto drain_deadline = std::chrono::steady_clock::now() + options_.drain_timeout;
     if (core_) core_->SetAccepting(false);
+    // Their answers would come to the thread that now shuts down.
+    if (link_) link_->FailAll(UnavailableError("the server is shutting down"));
     poller_.reset();  // no load starts during the drain
     if (grpc_) {
       grpc_->GetHealthCheckService()->SetServingStatus(false);

@@ -1,8 +1,11 @@
 #include "chorus/server/supervisor.h"
 
 #include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/signalfd.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -16,9 +19,11 @@
 
 #include "chorus/common/crash_label.h"
 #include "chorus/common/crash_report.h"
+#include "chorus/common/file_util.h"
 #include "chorus/common/logging.h"
 #include "chorus/common/process_stats.h"
 #include "chorus/server/cell_control.h"
+#include "server/process/src/change_relay.h"
 #include "server/process/src/preloaded_forks.h"
 
 namespace chorus {
@@ -33,22 +38,6 @@ sigset_t SupervisedSignals() {
   sigaddset(&signals, SIGINT);
   sigaddset(&signals, SIGCHLD);
   return signals;
-}
-
-// Waits for the next supervised signal until `until`; 0 at the deadline.
-int NextSignal(const sigset_t& signals, Clock::time_point until) {
-  while (true) {
-    const Clock::duration left = until - Clock::now();
-    if (left <= Clock::duration::zero()) return 0;
-    const int64_t ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
-                           std::min<Clock::duration>(left, std::chrono::hours(1)))
-                           .count();
-    const timespec wait{static_cast<time_t>(ns / 1000000000), static_cast<long>(ns % 1000000000)};
-    siginfo_t info;
-    const int sig = ::sigtimedwait(&signals, &info, &wait);
-    if (sig > 0) return sig;
-    if (errno != EAGAIN && errno != EINTR) return 0;
-  }
 }
 
 // Whether SIGTERM or SIGINT waits (blocked) for the supervisor's loop.
@@ -135,8 +124,9 @@ std::vector<std::string> NamesInCrashRecord(const std::string& record, CrashLabe
 class CellSupervisor {
  public:
   CellSupervisor(const SupervisorOptions& options, std::function<int(const ServingRun&)> serve)
-      : options_(options), serve_(std::move(serve)), history_(options_) {
+      : options_(options), serve_(std::move(serve)), history_(options_), relay_(&run_) {
     slots_.resize(std::max(1, options_.cells));
+    if (!single()) MakeChangesDir();
     for (Slot& slot : slots_) slot.backoff = options_.first_backoff;
     spare_slot_.backoff = options_.first_backoff;
     // A board per place, made before any fork (the preloaded process's too);
@@ -155,10 +145,12 @@ class CellSupervisor {
   struct Child {
     int cell = 0;         // which cell it serves; kSpare while the spare
     int record_fd = -1;   // its crash record (read end)
-    int control_fd = -1;  // its commands (write end)
+    int control_fd = -1;  // its commands and reports (our end of a socket pair)
     Clock::time_point started;
     double peak_mib = 0;  // peak resident memory, sampled each second
     int board = 0;        // boards_[board]: what its threads run
+    CellReportReader reports;
+    bool reports_open = true;  // false once it closed its end (it is dying)
   };
   // A cell's (or the spare's) place: the process in it, or when it restarts.
   struct Slot {
@@ -176,6 +168,11 @@ class CellSupervisor {
   }
   Slot& SlotOf(int cell) { return cell == kSpare ? spare_slot_ : slots_[cell]; }
   CrashBoard* Board(int index) const { return boards_[index].get(); }
+  // How the relay addresses the process `pid` runs as `child`, and every one.
+  ChangeRelay::Process ProcessOf(pid_t pid, const Child& child) const;
+  ChangeRelay::Processes Processes() const;
+  // The folder where loads' overrides lie for every process (several of them).
+  void MakeChangesDir();
 
   void Start(int cell);
   // Forks the serving process for `run` itself (no preloaded process); the
@@ -193,6 +190,15 @@ class CellSupervisor {
   // Starts the processes whose restart time came; samples peak memory.
   void Tick();
   Clock::time_point NextTick() const;
+  // Waits until `until` for a signal or a serving process's report; reads the reports.
+  void Wait(Clock::time_point until);
+  void ReadReports(pid_t pid);
+  void OnReport(pid_t pid, const StatusOr<CellReport>& report);
+  // The next supervised signal taken, 0 if none is pending.
+  int NextSignal();
+  // Handles `sig`; the supervisor's exit status once it must end.
+  std::optional<int> OnSignal(int sig);
+  void StartPreloaded();
 
   const SupervisorOptions options_;
   const std::function<int(const ServingRun&)> serve_;
@@ -200,6 +206,9 @@ class CellSupervisor {
   std::unique_ptr<PreloadedForks> preloaded_;  // set while one runs
   CrashHistory history_;
   ServingRun run_;  // what the next process is told
+  ScopedTempDir changes_dir_;
+  ChangeRelay relay_;  // repository calls' changes, carried out by every process
+  int signal_fd_ = -1;
   std::map<pid_t, Child> children_;
   std::vector<Slot> slots_;
   Slot spare_slot_;
@@ -209,14 +218,15 @@ class CellSupervisor {
 
 void CellSupervisor::Start(int cell) {
   Slot& slot = SlotOf(cell);
+  // control_pipe: [0] the process's end, [1] ours; a socket pair, both ways.
   int record_pipe[2], control_pipe[2];
   if (::pipe2(record_pipe, O_CLOEXEC | O_NONBLOCK) != 0) {
     return FailedStart(slot, "pipe");
   }
-  if (::pipe2(control_pipe, O_CLOEXEC | O_NONBLOCK) != 0) {
+  if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, control_pipe) != 0) {
     ::close(record_pipe[0]);
     ::close(record_pipe[1]);
-    return FailedStart(slot, "pipe");
+    return FailedStart(slot, "socketpair");
   }
   ServingRun run = run_;
   run.cell = cell == kSpare ? 0 : cell;
@@ -241,7 +251,8 @@ void CellSupervisor::Start(int cell) {
     return FailedStart(slot, "fork");
   }
   slot.pid = pid;
-  children_.emplace(pid, Child{cell, record_pipe[0], control_pipe[1], Clock::now(), 0, slot.board});
+  children_.emplace(pid, Child{cell, record_pipe[0], control_pipe[1], Clock::now(), 0, slot.board,
+                               CellReportReader(control_pipe[1])});
   Log().info("supervisor: {} {} started{}", Name(cell), pid,
              run.restarts > 0 ? " (restart " + std::to_string(run.restarts) + ")" : "");
 }
@@ -263,6 +274,7 @@ pid_t CellSupervisor::ForkDirectly(const ServingRun& run, int board, const int r
   if (::getppid() != supervisor) ::_exit(0);  // it died before prctl took effect
   ::close(record_pipe[0]);                    // the supervisor's ends
   ::close(control_pipe[1]);
+  ::close(signal_fd_);
   const int record_fd = record_pipe[1], control_fd = control_pipe[0];
   for (const auto& [other, sibling] : children_) {
     ::close(sibling.record_fd);
@@ -296,7 +308,7 @@ bool CellSupervisor::Adopt(int cell) {
   const pid_t spare = spare_slot_.pid;
   if (spare == 0) return false;
   Child& child = children_.at(spare);
-  if (!WriteCellCommand(child.control_fd, {CellCommand::Kind::kServe, cell, "", ""}).ok()) {
+  if (!WriteCellCommand(child.control_fd, CellCommand::Serve(cell)).ok()) {
     return false;  // it is dying: its exit comes next
   }
   child.cell = cell;
@@ -308,9 +320,9 @@ bool CellSupervisor::Adopt(int cell) {
 }
 
 void CellSupervisor::Quarantine(const std::string& model) {
+  relay_.Quarantined(model);
   for (const auto& [pid, child] : children_) {
-    WriteCellCommand(child.control_fd,
-                     {CellCommand::Kind::kQuarantine, 0, model, run_.quarantined.at(model)})
+    WriteCellCommand(child.control_fd, CellCommand::Quarantine(model, run_.quarantined.at(model)))
         .IgnoreError();  // one that is gone does not need it
   }
 }
@@ -318,8 +330,10 @@ void CellSupervisor::Quarantine(const std::string& model) {
 void CellSupervisor::OnExit(pid_t pid, int status) {
   auto found = children_.find(pid);
   if (found == children_.end()) return;
+  ReadReports(pid);  // what it said before it died counts
   Child child = std::move(found->second);
   children_.erase(found);
+  relay_.Gone(ProcessOf(pid, child), DescribeWaitStatus(status), Processes());
   Slot& slot = SlotOf(child.cell);
   slot.pid = 0;
   std::string record;
@@ -392,36 +406,128 @@ Clock::time_point CellSupervisor::NextTick() const {
   return next;
 }
 
+ChangeRelay::Process CellSupervisor::ProcessOf(pid_t pid, const Child& child) const {
+  if (child.cell == kSpare) {
+    return {pid, child.control_fd, "the spare", static_cast<int>(slots_.size())};
+  }
+  return {pid, child.control_fd, "cell " + std::to_string(child.cell), child.cell};
+}
+
+ChangeRelay::Processes CellSupervisor::Processes() const {
+  ChangeRelay::Processes processes;
+  for (const auto& [pid, child] : children_) processes.push_back(ProcessOf(pid, child));
+  return processes;
+}
+
+void CellSupervisor::MakeChangesDir() {
+  StatusOr<ScopedTempDir> made = ScopedTempDir::Create("chorus-changes-");
+  if (!made.ok()) {
+    // The serving processes then refuse repository load and unload calls.
+    Log().error("supervisor: no folder for repository changes: {}", made.status().ToString());
+    return;
+  }
+  changes_dir_ = std::move(*made);
+  run_.changes_dir = changes_dir_.path();
+}
+
+void CellSupervisor::Wait(Clock::time_point until) {
+  std::vector<pollfd> watched{{signal_fd_, POLLIN, 0}};
+  std::vector<pid_t> whose;
+  for (const auto& [pid, child] : children_) {
+    if (!child.reports_open) continue;
+    watched.push_back({child.control_fd, POLLIN, 0});
+    whose.push_back(pid);
+  }
+  const int64_t left = std::chrono::ceil<std::chrono::milliseconds>(until - Clock::now()).count();
+  const int timeout = static_cast<int>(std::clamp<int64_t>(left, 0, 3600000));
+  if (::poll(watched.data(), watched.size(), timeout) <= 0) return;
+  for (size_t i = 1; i < watched.size(); ++i) {
+    if (watched[i].revents != 0) ReadReports(whose[i - 1]);
+  }
+}
+
+void CellSupervisor::ReadReports(pid_t pid) {
+  auto found = children_.find(pid);
+  if (found == children_.end() || !found->second.reports_open) return;
+  std::vector<StatusOr<CellReport>> reports;
+  Child& child = found->second;
+  child.reports_open = child.reports.ReadAvailable(
+      [&](const StatusOr<CellReport>& report) { reports.push_back(report); });
+  for (const StatusOr<CellReport>& report : reports) OnReport(pid, report);
+}
+
+void CellSupervisor::OnReport(pid_t pid, const StatusOr<CellReport>& report) {
+  if (!report.ok()) {
+    Log().error("supervisor: {} {}: {}", Name(children_.at(pid).cell), pid,
+                report.status().ToString());
+    return;
+  }
+  if (report->kind == CellReport::Kind::kRequest) {
+    relay_.Request(ProcessOf(pid, children_.at(pid)), report->id, report->change, Processes());
+  } else {
+    relay_.Applied(pid, report->id, report->status, Processes());
+  }
+}
+
+int CellSupervisor::NextSignal() {
+  signalfd_siginfo info{};
+  while (true) {
+    const ssize_t n = ::read(signal_fd_, &info, sizeof(info));
+    if (n == sizeof(info)) return static_cast<int>(info.ssi_signo);
+    if (n < 0 && errno == EINTR) continue;
+    return 0;
+  }
+}
+
+std::optional<int> CellSupervisor::OnSignal(int sig) {
+  if (sig == SIGTERM || sig == SIGINT) {
+    if (children_.empty()) {
+      Log().info("supervisor: stopped while no serving process ran");
+      return 0;
+    }
+    stopping_ = sig;
+    preloaded_.reset();
+    relay_.Stop();
+    for (const auto& [pid, child] : children_) ::kill(pid, sig);
+  } else if (sig == SIGCHLD) {
+    int status = 0;
+    for (pid_t pid; (pid = ::waitpid(-1, &status, WNOHANG)) > 0;) {
+      if (!OnPreloadedExit(pid, status)) OnExit(pid, status);
+    }
+    if (stopping_ != 0 && children_.empty()) return exit_code_;
+  }
+  return std::nullopt;
+}
+
+void CellSupervisor::StartPreloaded() {
+  if (!options_.preload) return;
+  std::vector<CrashBoard*> boards;
+  for (const auto& board : boards_) boards.push_back(board.get());
+  StatusOr<std::unique_ptr<PreloadedForks>> started =
+      PreloadedForks::Start(options_.preload, serve_, boards);
+  if (started.ok()) preloaded_ = std::move(*started);
+  if (!started.ok())
+    Log().error("supervisor: no preloaded process: {}", started.status().ToString());
+}
+
 int CellSupervisor::Run() {
   const sigset_t signals = SupervisedSignals();
   ::sigprocmask(SIG_BLOCK, &signals, nullptr);
   ::signal(SIGPIPE, SIG_IGN);  // a command to a process that just died
-  if (options_.preload) {
-    std::vector<CrashBoard*> boards;
-    for (const auto& board : boards_) boards.push_back(board.get());
-    StatusOr<std::unique_ptr<PreloadedForks>> started =
-        PreloadedForks::Start(options_.preload, serve_, boards);
-    if (started.ok()) preloaded_ = std::move(*started);
-    if (!started.ok())
-      Log().error("supervisor: no preloaded process: {}", started.status().ToString());
+  StartPreloaded();            // before the signal fd: it is not the preloaded process's
+  signal_fd_ = ::signalfd(-1, &signals, SFD_CLOEXEC | SFD_NONBLOCK);
+  if (signal_fd_ < 0) {
+    Log().error("supervisor: signalfd: {}", std::strerror(errno));
+    return 1;
   }
   Tick();  // every slot is due
   while (true) {
-    const int sig = NextSignal(signals, NextTick());
-    if (sig == SIGTERM || sig == SIGINT) {
-      if (children_.empty()) {
-        Log().info("supervisor: stopped while no serving process ran");
-        return 0;
+    Wait(NextTick());
+    for (int sig; (sig = NextSignal()) != 0;) {
+      if (std::optional<int> code = OnSignal(sig)) {
+        ::close(signal_fd_);
+        return *code;
       }
-      stopping_ = sig;
-      preloaded_.reset();
-      for (const auto& [pid, child] : children_) ::kill(pid, sig);
-    } else if (sig == SIGCHLD) {
-      int status = 0;
-      for (pid_t pid; (pid = ::waitpid(-1, &status, WNOHANG)) > 0;) {
-        if (!OnPreloadedExit(pid, status)) OnExit(pid, status);
-      }
-      if (stopping_ != 0 && children_.empty()) return exit_code_;
     }
     Tick();
   }

@@ -19,8 +19,10 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "chorus/common/status.h"
+#include "chorus/server/supervisor.h"
 
 namespace chorus {
 
@@ -100,18 +102,24 @@ struct ServerOptions {
   // Serving cells (chorus-server --cells): processes of one supervisor that
   // share the ports (SO_REUSEPORT; with one cell a port in use is an error)
   // and each run their own interpreters. With more than one, cell `cell`
-  // serves metrics on metrics_port + cell, and what would change one cell
-  // only is refused: repository load/unload calls (poll mode follows the
-  // repository in every cell) and training jobs.
+  // serves metrics on metrics_port + cell, training jobs are refused (a job
+  // lives in one process), and repository load/unload calls are carried out
+  // by every serving process through the supervisor (control_fd,
+  // changes_dir; refused without them).
   int cells = 1;
   int cell = 0;
-  // The supervisor keeps a spare beside the cells (--spare): what changes one
-  // process only is refused as with several cells.
+  // The supervisor keeps a spare beside the cells (--spare): as with several cells.
   bool with_spare = false;
   // Start loads every model but listens only on Listen (the warm spare).
   bool defer_listening = false;
-  // ServeUntilStopped: the supervisor's commands (cell_control.h); -1: none.
+  // ServeUntilStopped: the supervisor's commands and this process's reports
+  // (cell_control.h); -1: none.
   int control_fd = -1;
+  // Set by the supervisor with several serving processes: the repository
+  // calls' loads and unloads since it started (ServingRun::model_changes),
+  // carried out after the start-up loads; the folder of their overrides.
+  std::vector<ModelChange> model_changes;
+  std::string changes_dir;
 };
 
 // Interface/implementation split as leveldb's DB/DBImpl: Start returns the
@@ -139,6 +147,20 @@ class Server {
   // Stops serving `model` (drained), refused with `why` until an explicit
   // load re-admits it: the supervisor's quarantine. Blocks; any thread.
   virtual void Quarantine(const std::string& model, const std::string& why) = 0;
+
+  // With several serving processes: carries out the supervisor's change `id`
+  // (a repository call's load or unload that every process carries out)
+  // after the changes before it, on the background runner, and reports the
+  // outcome to the supervisor (kApplied). Does not block; any thread.
+  virtual void ApplyChange(int64_t id, const ModelChange& change) = 0;
+  // The supervisor's answer to this process's request `id` (a repository
+  // call's change, carried out by every process): the call gets `status`.
+  // Any thread.
+  virtual void ChangeAnswered(int64_t id, const Status& status) = 0;
+  // Fails the repository calls whose answer did not come in time
+  // (DEADLINE_EXCEEDED); returns when the next one's time is up
+  // (time_point::max() if none waits). Any thread.
+  virtual std::chrono::steady_clock::time_point ExpireChanges() = 0;
 
   // Stops accepting new calls (ServerReady and health turn false), waits up to
   // drain_timeout for in-flight requests to finish, then stops. Idempotent;

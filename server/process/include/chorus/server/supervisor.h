@@ -7,7 +7,10 @@
 // supervised so; a warm spare (--spare) has loaded every model but accepts
 // nothing until a cell dies, then takes its place at once (cell_control.h)
 // and a new spare starts. Crashes count towards quarantine across cells, and
-// a quarantine reaches the processes that run.
+// a quarantine reaches the processes that run. A repository call's load or
+// unload that reaches one of several serving processes is carried out by
+// every one (the supervisor forwards it, collects their outcomes and answers
+// the process that asked), and recorded for the processes started later.
 #ifndef CHORUS_SERVER_SUPERVISOR_H_
 #define CHORUS_SERVER_SUPERVISOR_H_
 
@@ -38,6 +41,18 @@ struct SupervisorOptions {
   std::function<void()> preload;
 };
 
+// A repository call's explicit load or unload of a model, carried out by
+// every serving process (cell_control.h carries it; ServingRun records it).
+struct ModelChange {
+  enum class Kind { kLoad, kUnload };
+  Kind kind = Kind::kLoad;
+  std::string model;
+  // A load's config and files (Triton's load parameters "config",
+  // "file:<path>"): the name of the file in ServingRun::changes_dir that
+  // holds them (EncodeChangeOverride); "" for none.
+  std::string override_file;
+};
+
 // What the serving process is told about the ones before it.
 struct ServingRun {
   int restarts = 0;       // serving processes that died before this one
@@ -45,9 +60,18 @@ struct ServingRun {
   std::map<std::string, std::string> quarantined;  // model -> why
   // Training jobs not to recreate: job id -> why (they were running each time).
   std::map<std::string, std::string> quarantined_jobs;
-  int cell = 0;         // which cell this process serves as (a spare: the first it may)
-  bool spare = false;   // accept nothing until told to serve (a kServe command)
-  int control_fd = -1;  // the supervisor's commands (cell_control.h); -1: none
+  int cell = 0;        // which cell this process serves as (a spare: the first it may)
+  bool spare = false;  // accept nothing until told to serve (a kServe command)
+  // The supervisor's commands and this process's reports (cell_control.h),
+  // a socket for both directions; -1: none.
+  int control_fd = -1;
+  // With several serving processes: the explicit loads and unloads since the
+  // supervisor started, the last per model, in order (a quarantined model's
+  // left out): carried out after the start-up loads, before serving.
+  std::vector<ModelChange> model_changes;
+  // With several serving processes: the supervisor's folder where a load's
+  // override is written for every process to read ("" with one).
+  std::string changes_dir;
 };
 
 // The models a crash record names (CrashLabelsIn), each once, in order.

@@ -30,6 +30,13 @@
 
 namespace chorus {
 
+// A repository call's load or unload, as InferenceCoreOptions::change_repository gets it.
+struct RepositoryChange {
+  bool load = true;  // false: an unload
+  std::string model;
+  ModelOverride override;  // a load's config and files (Triton's load parameters)
+};
+
 struct InferenceCoreOptions {
   // 0: only the client's deadline.
   std::chrono::milliseconds request_timeout{0};
@@ -41,6 +48,11 @@ struct InferenceCoreOptions {
   // Non-empty: why LoadModel and UnloadModel are refused (FAILED_PRECONDITION):
   // the server's model control mode leaves the repository to itself.
   std::string repository_calls_refused;
+  // Set (a server of several serving processes): LoadModel and UnloadModel
+  // hand their change to this function, on the background runner, instead
+  // of changing this process's repository (every process carries it out); it
+  // calls `done` exactly once, from any thread, with the outcome.
+  std::function<void(RepositoryChange change, std::function<void(Status)> done)> change_repository;
 };
 
 class InferenceCore {
@@ -96,7 +108,8 @@ class InferenceCore {
   // (FAILED_PRECONDITION) when the server's model control mode refuses it.
   // `override` is a load call's config and files (Triton's load parameters
   // "config", "file:<path>"), for that load. Unloading a model that is not
-  // loaded, or not in the repository, is OK (Triton's).
+  // loaded, or not in the repository, is OK (Triton's). With
+  // options.change_repository, the change goes there (`done` comes from it).
   void LoadModel(std::string name, std::function<void(Status)> done, ModelOverride override = {});
   void UnloadModel(std::string name, std::function<void(Status)> done);
 
@@ -220,6 +233,9 @@ class InferenceCore {
   // `call` on `model`'s engines, recorded in its statistics.
   void SubmitGeneration(std::shared_ptr<LoadedModel> model, GenerationRequest call) const;
   void ChangeRepository(std::function<Status()> change, std::function<void(Status)> done);
+  // LoadModel's and UnloadModel's change to options_.change_repository, on
+  // the background runner.
+  void HandOver(RepositoryChange change, std::function<void(Status)> done);
   // A generative model's request: its text goes to the generation engines;
   // each chunk becomes a response through `respond` (final flagged), or, with
   // no `respond`, the whole text one response in `*response`.
