@@ -10,7 +10,9 @@ that loader: `import`, and loading by file path
 inductor and triton use for the kernels they compile).
 """
 
+import importlib.abc
 import importlib.machinery
+import importlib.util
 import os
 import sys
 
@@ -66,7 +68,7 @@ def _report_os_exit():
     os._exit = _exit
 
 
-class _TritonBackendUtilsFinder:
+class _TritonBackendUtilsFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
     """`import triton_python_backend_utils` (and `c_python_backend_utils`) in any chorus
     interpreter: chorus' own module (chorus.triton, docs/triton.md), set up on first use."""
 
@@ -75,7 +77,6 @@ class _TritonBackendUtilsFinder:
     def find_spec(self, name, path=None, target=None):
         if name not in self.NAMES:
             return None
-        import importlib.util
         return importlib.util.spec_from_loader(name, self)
 
     def create_module(self, spec):
