@@ -3,10 +3,13 @@
 #include "chorus/server/config/triton_config.h"
 
 #include <google/protobuf/io/tokenizer.h>
+#include <google/protobuf/stubs/common.h>
 #include <google/protobuf/text_format.h>
 #include <google/protobuf/util/json_util.h>
 
 #include <nlohmann/json.hpp>
+
+#include <vector>
 
 #include "chorus/common/file_util.h"
 
@@ -77,6 +80,31 @@ void Int64AsNumbers(const pb::Descriptor& message, Json& value) {
   }
 }
 
+// The first string field (or map key) anywhere in `message` whose bytes are
+// not UTF-8, or null.
+const pb::FieldDescriptor* FirstNonUtf8String(const pb::Message& message) {
+  const pb::Reflection& reflection = *message.GetReflection();
+  std::vector<const pb::FieldDescriptor*> fields;
+  reflection.ListFields(message, &fields);
+  for (const pb::FieldDescriptor* field : fields) {
+    const int count = field->is_repeated() ? reflection.FieldSize(message, field) : 1;
+    for (int i = 0; i < count; ++i) {
+      if (field->cpp_type() == pb::FieldDescriptor::CPPTYPE_MESSAGE) {
+        const pb::Message& item = field->is_repeated()
+                                      ? reflection.GetRepeatedMessage(message, field, i)
+                                      : reflection.GetMessage(message, field);
+        if (const pb::FieldDescriptor* bad = FirstNonUtf8String(item)) return bad;
+      } else if (field->type() == pb::FieldDescriptor::TYPE_STRING) {
+        const std::string text = field->is_repeated()
+                                     ? reflection.GetRepeatedString(message, field, i)
+                                     : reflection.GetString(message, field);
+        if (!pb::internal::IsStructurallyValidUTF8(text)) return field;
+      }
+    }
+  }
+  return nullptr;
+}
+
 }  // namespace
 
 StatusOr<inference::ModelConfig> ParseTritonConfig(std::string_view text) {
@@ -87,6 +115,12 @@ StatusOr<inference::ModelConfig> ParseTritonConfig(std::string_view text) {
   if (!parser.ParseFromString(std::string(text), &config)) {
     return InvalidArgumentError(errors.error().empty() ? "config.pbtxt: not a Triton model config"
                                                        : errors.error());
+  }
+  // Text format accepts octal escapes that make a string invalid UTF-8; the
+  // config's JSON form (what clients and auto_complete_config get) cannot
+  // carry such a string, so it is refused here, where the user can fix it.
+  if (const pb::FieldDescriptor* field = FirstNonUtf8String(config)) {
+    return InvalidArgumentError("config.pbtxt: " + field->name() + " is not valid UTF-8");
   }
   return config;
 }

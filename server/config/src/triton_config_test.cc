@@ -81,6 +81,14 @@ TEST(TritonConfigTest, ParseErrorsNameLineAndColumn) {
               StatusIs(StatusCode::kInvalidArgument, StartsWith("config.pbtxt:1:")));
 }
 
+// Text format's octal escapes can spell bytes that are no UTF-8; such a
+// config has no JSON form, so it is refused at parse time.
+TEST(TritonConfigTest, StringsThatAreNotUtf8AreRefused) {
+  EXPECT_THAT(ParseTritonConfig("name: \"m\\377\"").status(),
+              StatusIs(StatusCode::kInvalidArgument, HasSubstr("not valid UTF-8")));
+  EXPECT_TRUE(ParseTritonConfig("name: \"caf\\303\\251\"").ok());
+}
+
 TEST(TritonConfigTest, NormalizationFillsInTritonsDefaults) {
   const inference::ModelConfig config = Normalized(R"(backend: "python")", "p_auto");
   EXPECT_EQ(config.name(), "p_auto");  // from the folder
