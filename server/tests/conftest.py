@@ -26,6 +26,20 @@ def package(path, model, example, name, **kwargs):
     create_package(str(path), model, (example,), name=name, progress=False, **kwargs)
 
 
+# How long a server may take to print its ports: a server that cannot start (a
+# supervisor restarting a serving process that fails) fails the test, not hangs it.
+START_TIMEOUT_S = 180
+
+
+def first_line(process, timeout_s):
+    """The first line `process` prints on stdout, or "" if none comes within `timeout_s`."""
+    lines = []
+    reader = threading.Thread(target=lambda: lines.append(process.stdout.readline()), daemon=True)
+    reader.start()
+    reader.join(timeout_s)
+    return lines[0] if lines else ""
+
+
 class ServerProcess:
     """A chorus-server subprocess on a free port; stopped with SIGTERM."""
 
@@ -38,7 +52,7 @@ class ServerProcess:
                    "--interpreters", str(interpreters),
                    "--host", host, *args]
         self.process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=self.log, text=True)
-        line = self.process.stdout.readline()
+        line = first_line(self.process, START_TIMEOUT_S)
         match = re.search(r"port (\d+) \(metrics (-?\d+)\), http (-?\d+)", line)
         if not match:
             self.process.kill()

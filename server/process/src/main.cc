@@ -9,11 +9,8 @@
 // SIGTERM or SIGINT: stop accepting, drain in-flight requests (bounded by
 // --drain-timeout-ms), exit 0. A fatal signal writes a crash report to stderr
 // and the serving process dies of that signal.
-#include <arpa/inet.h>
 #include <dlfcn.h>
-#include <netinet/in.h>
 #include <signal.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
@@ -29,6 +26,7 @@
 #include "chorus/common/logging.h"
 #include "chorus/server/server.h"
 #include "chorus/server/supervisor.h"
+#include "server/process/src/port_picker.h"
 
 namespace {
 
@@ -71,41 +69,6 @@ int Serve(chorus::ServerOptions options, const chorus::ServingRun& run) {
     return 1;
   }
   return serve(&options);
-}
-
-// Binds `port` on `host` (0: any) and returns the port bound; 0 if it is in use.
-int BindPort(const std::string& host, int port) {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_port = htons(static_cast<uint16_t>(port));
-  if (::inet_pton(AF_INET, host.c_str(), &address.sin_addr) != 1) address.sin_addr.s_addr = 0;
-  socklen_t length = sizeof(address);
-  int bound = 0;
-  if (fd >= 0 && ::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) == 0 &&
-      ::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length) == 0) {
-    bound = ntohs(address.sin_port);
-  }
-  if (fd >= 0) ::close(fd);
-  return bound;
-}
-
-bool PortIsFree(const std::string& host, int port) { return BindPort(host, port) == port; }
-
-// A free TCP port on `host` now, so that every serving process the
-// supervisor starts listens where clients were told to connect.
-int FreePort(const std::string& host) { return BindPort(host, 0); }
-
-// The first of `count` consecutive TCP ports on `host` that are free now
-// (one per cell's metrics); 0 if none was found.
-int FreePorts(const std::string& host, int count) {
-  for (int attempt = 0; attempt < 20; ++attempt) {
-    const int first = FreePort(host);
-    int free = 1;
-    while (free < count && first + free < 65536 && PortIsFree(host, first + free)) ++free;
-    if (free == count) return first;
-  }
-  return 0;
 }
 
 // The command line's flags, whose values go to `options` (durations in
@@ -276,9 +239,10 @@ void CommandLine::AddLimitsAndSecurityOptions(CLI::App& app) {
 // Runs `options` under the supervisor: fixed ports (a restarted serving
 // process takes the same) and a journal that lives as long as it.
 int Supervised(chorus::ServerOptions options, bool spare) {
-  if (options.port == 0) options.port = FreePort(options.host);
-  if (options.metrics_port == 0) options.metrics_port = FreePorts(options.host, options.cells);
-  if (options.http_port == 0) options.http_port = FreePort(options.host);
+  chorus::PortPicker ports(options.host);
+  if (options.port == 0) options.port = ports.Pick();
+  if (options.metrics_port == 0) options.metrics_port = ports.Pick(options.cells);
+  if (options.http_port == 0) options.http_port = ports.Pick();
   chorus::ScopedTempDir private_dir;
   if (options.jobs_file.empty() && options.cells == 1 && !spare) {
     chorus::StatusOr<chorus::ScopedTempDir> made = chorus::ScopedTempDir::Create("chorus-server-");
