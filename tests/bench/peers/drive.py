@@ -25,8 +25,9 @@ def perf_analyzer(args, server, concurrency, work, label, request_count=None):
     """One perf_analyzer run; returns its figures (or raises). With request_count,
     exactly that many requests, no stability check (the warm-up). Otherwise time
     windows until 3 agree; if they never do, the load is measured again over a
-    fixed number of requests (about 3 windows' worth at the server's last measured
-    rate, server.rate) and marked stable: false."""
+    fixed number of requests (about 3 windows' worth at the rate the windows
+    measured, or else at the server's last measured rate, server.rate) and marked
+    stable: false."""
     report = os.path.join(work, "logs", f"perf-{label}.csv")
     output = os.path.join(work, "logs", f"perf-{label}.log")
     base = [args.perf_analyzer, *server.perf_args(), "--concurrency-range", str(concurrency),
@@ -34,35 +35,73 @@ def perf_analyzer(args, server, concurrency, work, label, request_count=None):
     if request_count:
         attempts = [["--request-count", str(request_count)]]
     else:
-        fallback = max(4 * concurrency,
-                       int(getattr(server, "rate", 0) * 3 * args.window_ms / 1000.0))
+        # -v prints each window's rate ("Pass [i] throughput"), read for the fallback.
         attempts = [["-p", str(args.window_ms), "-s", str(args.stability_pct),
-                     "-r", str(args.max_trials)],
-                    ["--request-count", str(fallback)]]
+                     "-r", str(args.max_trials), "-v"], None]
     for attempt, extra in enumerate(attempts):
+        if extra is None:
+            fallback = max(4 * concurrency,
+                           int(getattr(server, "rate", 0) * 3 * args.window_ms / 1000.0))
+            extra = ["--request-count", str(fallback)]
         if os.path.exists(report):
             os.unlink(report)
         with open(output, "w") as out:
             done = subprocess.run(base + extra, stdout=out, stderr=subprocess.STDOUT,
                                   timeout=args.perf_timeout_s)
-        if done.returncode == 0 and os.path.exists(report):
-            rows = list(csv.DictReader(open(report)))
-            if rows:
-                row = rows[0]
-                count = re.search(r"Request count: (\d+)", open(output).read())
-                figures = {"requests": int(count.group(1)) if count else None,
-                           "throughput_per_s": round(float(row["Inferences/Second"]), 2),
-                           "p50_ms": round(int(row["p50 latency"]) / 1000.0, 3),
-                           "p99_ms": round(int(row["p99 latency"]) / 1000.0, 3),
-                           "stable": request_count is not None or attempt == 0}
-                server.rate = figures["throughput_per_s"]
-                return figures
+        rows = (list(csv.DictReader(open(report)))
+                if done.returncode == 0 and os.path.exists(report) else [])
+        if rows:
+            figures = _figures(rows[0], open(output).read(),
+                               stable=request_count is not None or attempt == 0)
+            server.rate = figures["throughput_per_s"]
+            return figures
         text = open(output).read()
         if "Failed to obtain stable measurement" not in text:
             break
+        # The windows' own rate (the last one), not a warm-up's: a warm-up's rate
+        # counts its start, and at a high rate that would make the fallback short.
+        windows = re.findall(r"Pass \[\d+\] throughput: ([\d.]+)", text)
+        if windows:
+            server.rate = float(windows[-1])
     tail = "\n".join(line for line in open(output).read().splitlines()
                      if "Timer not set correctly" not in line)[-2000:]
     raise RuntimeError(f"perf_analyzer failed against {server.kind} ({label}):\n{tail}")
+
+
+def _figures(row, text, stable):
+    """The figures of perf_analyzer's CSV row and its printed output `text`."""
+    count = re.search(r"Request count: (\d+)", text)
+    figures = {"requests": int(count.group(1)) if count else None,
+               "throughput_per_s": round(float(row["Inferences/Second"]), 2),
+               "p50_ms": round(int(row["p50 latency"]) / 1000.0, 3),
+               "p99_ms": round(int(row["p99 latency"]) / 1000.0, 3),
+               "stable": stable}
+    if (row.get("Response Throughput") or "").strip():
+        # A decoupled model's answers per second (its requests' several).
+        figures["responses_per_s"] = round(float(row["Response Throughput"]), 2)
+    breakdown = latency_breakdown(row)
+    if breakdown:
+        figures["breakdown_us"] = breakdown
+    return figures
+
+
+# perf_analyzer's CSV columns splitting a request's mean latency (microseconds): the
+# client's share, and the server's from its statistics extension (Triton's, which chorus
+# serves too; absent where a server has none, as TorchServe).
+BREAKDOWN_COLUMNS = {"Client Send": "client_send", "Network+Server Send/Recv": "network_server",
+                     "Server Queue": "server_queue", "Server Compute Input": "compute_input",
+                     "Server Compute Infer": "compute_infer",
+                     "Server Compute Output": "compute_output", "Client Recv": "client_recv"}
+
+
+def latency_breakdown(row):
+    """{part: microseconds} of one perf_analyzer CSV row (BREAKDOWN_COLUMNS present)."""
+    parts = {}
+    for column, key in BREAKDOWN_COLUMNS.items():
+        value = (row.get(column) or "").strip()
+        if value.isdigit():
+            parts[key] = int(value)
+    return parts
 
 
 # --------------------------------------------------------------------------
