@@ -77,10 +77,11 @@ class ModelInstance:
                 self._loop = _LoopThread(f"{self.name} asyncio loop")
             return self._loop
 
-    def execute(self, handles: List[Any], decoupled: bool) -> None:
-        """Runs `execute` on a batch of request handles and answers each request."""
-        requests = [InferenceRequest._received(handle, decoupled, self.output_names)
-                    for handle in handles]
+    def execute(self, received: List[Any], decoupled: bool) -> None:
+        """Runs `execute` on a batch of received requests (backend.execute's) and answers
+        each request."""
+        requests = [InferenceRequest._received(request, decoupled, self.output_names)
+                    for request in received]
         try:
             returned = self._call_execute(requests)
             if inspect.iscoroutine(returned):

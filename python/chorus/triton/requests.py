@@ -139,26 +139,31 @@ class InferenceRequest:
         self._trace = trace or InferenceTrace()
         self._parameters_json = parameters_json(parameters)[1]
         self._handle: Any = None
+        self._received_inputs: Any = None  # a received request's (inputs, bytes shapes)
         self._release_flags = TRITONSERVER_REQUEST_RELEASE_ALL
         self._sender = InferenceResponseSender(None, False)
 
     @classmethod
-    def _received(cls, handle: Any, decoupled: bool, output_names: List[str]) -> "InferenceRequest":
-        """Wraps the C++ handle of a request `execute` receives; `output_names` are the
-        model's outputs (what the client asked for when it named none)."""
+    def _received(cls, received: Any, decoupled: bool,
+                  output_names: List[str]) -> "InferenceRequest":
+        """A request `execute` receives: `received` is (C++ handle, inputs, BYTES inputs'
+        shapes, the outputs the client asked for); `output_names` are the model's outputs
+        (what the client asked for when it named none)."""
+        handle, inputs, bytes_shapes, client_requested = received
         request = cls.__new__(cls)
         request._handle = handle
-        request._inputs = None  # made from the handle when first asked for
-        request._requested = output_names
+        request._inputs = None  # Tensors made when first asked for
+        request._received_inputs = (inputs, bytes_shapes)
+        request._requested = list(client_requested) or output_names
         request._flags = None  # the handle's until set_flags()
         request._trace = InferenceTrace()
         request._release_flags = TRITONSERVER_REQUEST_RELEASE_ALL
-        request._sender = InferenceResponseSender(handle, decoupled)
+        request._sender = InferenceResponseSender(handle, decoupled, client_requested)
         return request
 
     def inputs(self) -> List[Tensor]:
         if self._inputs is None:
-            self._inputs = _inputs_of_handle(self._handle)
+            self._inputs = _tensors_of_inputs(*self._received_inputs)
         return self._inputs
 
     def request_id(self) -> str:
@@ -181,9 +186,7 @@ class InferenceRequest:
         return self._handle.parameters() if self._handle is not None else self._parameters_json
 
     def requested_output_names(self) -> Set[str]:
-        if self._handle is None:
-            return set(self._requested)
-        return set(self._handle.requested_output_names() or self._requested)
+        return set(self._requested)
 
     def timeout(self) -> int:
         """The request's timeout in microseconds (0: none)."""
@@ -227,10 +230,10 @@ class InferenceRequest:
                         flags=self.flags())
 
 
-def _inputs_of_handle(handle: Any) -> List[Tensor]:
-    bytes_shapes = handle.bytes_shapes()
+def _tensors_of_inputs(received: Dict[str, Any], bytes_shapes: Dict[str, List[int]]
+                       ) -> List[Tensor]:
     inputs = []
-    for name, data in handle.inputs().items():
+    for name, data in received.items():
         if name in bytes_shapes:
             inputs.append(Tensor._of_serialized_bytes(name, data, bytes_shapes[name]))
         else:

@@ -104,8 +104,8 @@ def _split_parameters(parameters: Dict[str, Any]) -> Tuple[Dict[str, bool], Dict
     return bools, ints, strings
 
 
-def _wire_outputs(response: InferenceResponse, requested: List[str]) -> Tuple[Dict[str, Any],
-                                                                             Dict[str, List[int]]]:
+def _wire_outputs(response: InferenceResponse,
+                  requested: Sequence[str]) -> Tuple[Dict[str, Any], Dict[str, List[int]]]:
     outputs: Dict[str, Any] = {}
     bytes_shapes: Dict[str, List[int]] = {}
     for tensor in response.output_tensors():
@@ -118,8 +118,10 @@ def _wire_outputs(response: InferenceResponse, requested: List[str]) -> Tuple[Di
     return outputs, bytes_shapes
 
 
-def send_to_handle(handle: Any, response: Optional[InferenceResponse], final: bool) -> None:
-    """Sends `response` (None: only the final flag) on a request handle."""
+def send_to_handle(handle: Any, response: Optional[InferenceResponse], final: bool,
+                   requested: Sequence[str]) -> None:
+    """Sends `response` (None: only the final flag) on a request handle; of its outputs
+    only those in `requested` (all when empty)."""
     outputs: Dict[str, Any] = {}
     bytes_shapes: Dict[str, List[int]] = {}
     code, message, parameters = _NO_ERROR, "", {}
@@ -129,7 +131,7 @@ def send_to_handle(handle: Any, response: Optional[InferenceResponse], final: bo
         if error is not None:
             code, message = int(error.code()), error.message()
         else:
-            outputs, bytes_shapes = _wire_outputs(response, handle.requested_output_names())
+            outputs, bytes_shapes = _wire_outputs(response, requested)
     _send(handle, outputs, bytes_shapes, final, code, message, parameters)
 
 
@@ -153,9 +155,10 @@ class InferenceResponseSender:
     """A request's sender (`request.get_response_sender()`): usable from any thread, also
     after `execute` returned."""
 
-    def __init__(self, handle: Any, decoupled: bool):
+    def __init__(self, handle: Any, decoupled: bool, requested: Sequence[str] = ()):
         self._handle = handle  # None for a request the model built (BLS)
         self._decoupled = decoupled
+        self._requested = requested  # the outputs the client asked for (empty: all)
         self._lock = threading.Lock()
         self._responses_accepted = 0
         self._closed = False  # a final flag was accepted: no more sends
@@ -200,7 +203,7 @@ class InferenceResponseSender:
         if self._finished:
             return  # a default-mode model's final flag after its one response
         final = final or not self._decoupled
-        send_to_handle(self._handle, response, final)
+        send_to_handle(self._handle, response, final, self._requested)
         self._finished = final
 
     # What the backend does with a request after `execute` (chorus.triton.execution).

@@ -209,13 +209,13 @@ Status PythonBackendModel::Execute(int instance, std::vector<ExecutorRequest> ba
   const Clock::time_point start = Clock::now();
   Clock::time_point deadline = Clock::time_point::min();
   std::vector<std::shared_ptr<python_backend::OpenRequest>> opened;
-  c10::impl::GenericList handles(c10::AnyType::get());
+  c10::impl::GenericList requests(c10::AnyType::get());
   for (ExecutorRequest& call : batch) {
     deadline = std::max(deadline, call.request.deadline);  // never cut a request short
     const int64_t rows = call.batch_size;
     opened.push_back(
         python_backend::OpenRequest::Open(std::move(call), rows, options_.decoupled, start, open_));
-    handles.push_back(python_backend::RequestHandle(opened.back(), signature_));
+    requests.push_back(python_backend::ReceivedRequest(opened.back(), signature_));
   }
   Status ran;
   {
@@ -223,8 +223,8 @@ Status PythonBackendModel::Execute(int instance, std::vector<ExecutorRequest> ba
     InterpreterSession session = manager()->Acquire(target.interpreter);
     StatusOr<Object> execute = execute_.In(session);
     ran = execute.ok() ? execute
-                             ->Call({key_, target.name, std::move(handles), options_.decoupled}, {},
-                                    CallOptions{deadline, target.interpreter})
+                             ->Call({key_, target.name, std::move(requests), options_.decoupled},
+                                    {}, CallOptions{deadline, target.interpreter})
                              .status()
                        : execute.status();
   }

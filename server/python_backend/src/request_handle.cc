@@ -156,8 +156,6 @@ Parameters ParametersOf(const c10::Dict<std::string, bool>& flags,
 
 const auto kRequestClass =
     torch::class_<Handle>("chorus", "PythonBackendRequest")
-        .def("inputs", [](const Self& self) { return self->Inputs(); })
-        .def("bytes_shapes", [](const Self& self) { return self->BytesShapes(); })
         .def("request_id", [](const Self& self) { return self->request().id; })
         .def("correlation_id",
              [](const Self& self) -> int64_t {
@@ -171,8 +169,6 @@ const auto kRequestClass =
              })
         .def("flags", [](const Self& self) -> int64_t { return self->request().flags; })
         .def("parameters", [](const Self& self) { return self->ParametersText(); })
-        .def("requested_output_names",
-             [](const Self& self) { return self->request().requested_outputs; })
         .def("timeout", [](const Self& self) -> int64_t { return self->request().timeout.count(); })
         .def("is_cancelled",
              [](const Self& self) {
@@ -190,9 +186,15 @@ const auto kRequestClass =
 
 }  // namespace
 
-c10::IValue RequestHandle(std::shared_ptr<OpenRequest> request,
-                          std::shared_ptr<const Manifest> signature) {
-  return c10::IValue(c10::make_intrusive<Handle>(std::move(request), std::move(signature)));
+c10::IValue ReceivedRequest(std::shared_ptr<OpenRequest> request,
+                            std::shared_ptr<const Manifest> signature) {
+  auto handle = c10::make_intrusive<Handle>(std::move(request), std::move(signature));
+  c10::List<std::string> requested;
+  for (const std::string& name : handle->request().requested_outputs) requested.push_back(name);
+  TensorDict inputs = handle->Inputs();
+  ShapeDict bytes_shapes = handle->BytesShapes();
+  return c10::ivalue::Tuple::create({c10::IValue(std::move(handle)), std::move(inputs),
+                                     std::move(bytes_shapes), std::move(requested)});
 }
 
 }  // namespace chorus::python_backend

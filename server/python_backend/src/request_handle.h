@@ -1,8 +1,10 @@
 // torch.classes.chorus.PythonBackendRequest: one request as a Python-backend
 // model's code sees it (chorus.triton wraps it in pb_utils.InferenceRequest):
-// its inputs, its attributes, and send(), which answers it. A torch custom
-// class, so that every interpreter reaches the same C++ object, from any of
-// its threads, also after execute() returned (a decoupled model's senders).
+// its attributes, and send(), which answers it. A torch custom class, so that
+// every interpreter reaches the same C++ object, from any of its threads, also
+// after execute() returned (a decoupled model's senders). What every request
+// needs (its inputs, the outputs asked for) comes with the handle in one
+// value: each call of a custom class' method from Python costs microseconds.
 // Tensors cross as new aliases both ways (tensor_crossing.h), never copies.
 #ifndef CHORUS_SERVER_PYTHON_BACKEND_SRC_REQUEST_HANDLE_H_
 #define CHORUS_SERVER_PYTHON_BACKEND_SRC_REQUEST_HANDLE_H_
@@ -16,11 +18,14 @@
 
 namespace chorus::python_backend {
 
-// A handle for `request` of a model whose signature is `signature` (which
-// the caller keeps alive as long as the handle can be). When the model lets
-// go of the handle without a final response, the request fails.
-c10::IValue RequestHandle(std::shared_ptr<OpenRequest> request,
-                          std::shared_ptr<const Manifest> signature);
+// (handle, inputs, bytes_shapes, requested_output_names) for `request` of a
+// model whose signature is `signature` (which the caller keeps alive as long
+// as the handle can be): the handle; the inputs given by name, BYTES ones in
+// their raw layout (Triton's serialization, uint8) with their shapes in
+// bytes_shapes; the outputs the client asked for (empty: all). When the
+// model lets go of the handle without a final response, the request fails.
+c10::IValue ReceivedRequest(std::shared_ptr<OpenRequest> request,
+                            std::shared_ptr<const Manifest> signature);
 
 }  // namespace chorus::python_backend
 
