@@ -142,9 +142,12 @@ def send_error_to_handle(handle: Any, message: str, code: ErrorCode) -> None:
 
 def _send(handle: Any, outputs: Dict[str, Any], bytes_shapes: Dict[str, List[int]], final: bool,
           code: int, message: str, parameters: Dict[str, Any]) -> None:
-    bools, ints, strings = _split_parameters(parameters)
     try:
-        handle.send(outputs, bytes_shapes, final, code, message, bools, ints, strings)
+        if code == _NO_ERROR and not bytes_shapes and not parameters:
+            handle.send_outputs(outputs, final)
+        else:
+            bools, ints, strings = _split_parameters(parameters)
+            handle.send(outputs, bytes_shapes, final, code, message, bools, ints, strings)
     except RuntimeError as e:
         if handle.is_cancelled():
             return  # the server ended the request for its client: the answer goes nowhere

@@ -175,13 +175,19 @@ const auto kRequestClass =
                const auto& cancelled = self->request().cancelled;
                return cancelled != nullptr && cancelled->load();
              })
-        .def("send", [](const Self& self, const TensorDict& outputs, const ShapeDict& bytes_shapes,
-                        bool final, int64_t error_code, const std::string& error_message,
-                        const c10::Dict<std::string, bool>& flags,
-                        const c10::Dict<std::string, int64_t>& numbers,
-                        const c10::Dict<std::string, std::string>& texts) {
-          self->Send(outputs, bytes_shapes, final, error_code, error_message,
-                     ParametersOf(flags, numbers, texts));
+        .def("send",
+             [](const Self& self, const TensorDict& outputs, const ShapeDict& bytes_shapes,
+                bool final, int64_t error_code, const std::string& error_message,
+                const c10::Dict<std::string, bool>& flags,
+                const c10::Dict<std::string, int64_t>& numbers,
+                const c10::Dict<std::string, std::string>& texts) {
+               self->Send(outputs, bytes_shapes, final, error_code, error_message,
+                          ParametersOf(flags, numbers, texts));
+             })
+        // send() of the common answer: tensors only, no BYTES, error or
+        // parameters (fewer arguments for torch.jit to convert).
+        .def("send_outputs", [](const Self& self, const TensorDict& outputs, bool final) {
+          self->Send(outputs, ShapeDict(), final, -1, std::string(), Parameters());
         });
 
 }  // namespace
