@@ -215,7 +215,12 @@ TEST_F(InterpreterTest, ReplicatedObjectServesConcurrentCallersOnManyInterpreter
   constexpr int kThreads = 4, kCalls = 40;
   std::vector<std::thread> threads;
   std::atomic<int> failures{0};
-  std::vector<std::set<int64_t>> used(kThreads);
+  std::vector<std::set<int64_t>> used(kThreads + 1);
+  // Interpreter 0 is reserved while the callers run, so they are served by
+  // the others however their calls interleave; once it is not, a call is
+  // served by it again (the idle one of lowest index): at least two serve,
+  // whatever the machine's load.
+  manager().SetReserved(0, true);
   for (int t = 0; t < kThreads; ++t) {
     threads.emplace_back([&, t] {
       for (int i = 0; i < kCalls; ++i) {
@@ -232,7 +237,12 @@ TEST_F(InterpreterTest, ReplicatedObjectServesConcurrentCallersOnManyInterpreter
     });
   }
   for (auto& thread : threads) thread.join();
+  manager().SetReserved(0, false);
+  StatusOr<c10::IValue> after = counter.Call({at::full({3}, 1.0)});
+  ASSERT_TRUE(after.ok()) << after.status().ToString();
+  used[kThreads].insert(after->toTupleRef().elements()[1].toInt());
   EXPECT_EQ(failures.load(), 0);
+  EXPECT_EQ(used[kThreads], std::set<int64_t>{0});
   std::set<int64_t> all;
   for (const auto& s : used) all.insert(s.begin(), s.end());
   EXPECT_GE(all.size(), 2u);
