@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 #include <set>
 #include <type_traits>
+#include <variant>
 
 #include "chorus/package/dtype.h"
 #include "chorus/server/config/triton_config.h"
@@ -311,24 +312,9 @@ Json TensorMetadataJson(const inference::ModelMetadataResponse::TensorMetadata& 
 // A response's parameters (a Python-backend model's), as the protocol's JSON has them.
 Json ParametersJson(const InferParameters& parameters) {
   Json out = Json::object();
-  for (const auto& [name, value] : parameters) {
-    switch (value.parameter_choice_case()) {
-      case inference::InferParameter::kBoolParam:
-        out[name] = value.bool_param();
-        break;
-      case inference::InferParameter::kInt64Param:
-        out[name] = value.int64_param();
-        break;
-      case inference::InferParameter::kUint64Param:
-        out[name] = value.uint64_param();
-        break;
-      case inference::InferParameter::kDoubleParam:
-        out[name] = value.double_param();
-        break;
-      default:
-        out[name] = value.string_param();
-        break;
-    }
+  for (const auto& entry : ParametersOf(parameters)) {
+    const std::string& name = entry.first;  // clang's lambdas cannot capture bindings
+    std::visit([&out, &name](const auto& value) { out[name] = value; }, entry.second);
   }
   return out;
 }
