@@ -12,6 +12,7 @@ import torch
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from conftest import ServerProcess, package
+from triton_models import ADD_SUB
 
 ADD_SUB_CONFIG = """
 name: "add_sub"
@@ -23,20 +24,6 @@ output [ { name: "OUTPUT1" data_type: TYPE_FP32 dims: [ 4 ] } ]
 instance_group [{ kind: KIND_CPU }]
 """
 
-ADD_SUB = """
-import numpy as np
-import triton_python_backend_utils as pb_utils
-
-class TritonPythonModel:
-    def execute(self, requests):
-        responses = []
-        for request in requests:
-            a = pb_utils.get_input_tensor_by_name(request, "INPUT0").as_numpy()
-            b = pb_utils.get_input_tensor_by_name(request, "INPUT1").as_numpy()
-            responses.append(pb_utils.InferenceResponse(
-                [pb_utils.Tensor("OUTPUT0", a + b), pb_utils.Tensor("OUTPUT1", a - b)]))
-        return responses
-"""
 
 # Triton 2.51's answer to GET /v2/models/add_sub/config for the config above, as it prints
 # it (its JSON form: every field, defaults too, 64-bit integers as numbers).

@@ -24,6 +24,7 @@ import tritonclient.grpc as triton_grpc
 import tritonclient.http as triton_http
 from conftest import BIN_DIR, ServerProcess, package
 from tritonclient.utils import InferenceServerException
+from triton_models import ADD_SUB
 
 ADD_SUB_CONFIG = """
 name: "add_sub"
@@ -34,20 +35,6 @@ output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 4 ] },
          { name: "OUTPUT1" data_type: TYPE_FP32 dims: [ 4 ] } ]
 """
 
-ADD_SUB = """
-import triton_python_backend_utils as pb_utils
-
-
-class TritonPythonModel:
-    def execute(self, requests):
-        responses = []
-        for request in requests:
-            a = pb_utils.get_input_tensor_by_name(request, "INPUT0").as_numpy()
-            b = pb_utils.get_input_tensor_by_name(request, "INPUT1").as_numpy()
-            responses.append(pb_utils.InferenceResponse(
-                [pb_utils.Tensor("OUTPUT0", a + b), pb_utils.Tensor("OUTPUT1", a - b)]))
-        return responses
-"""
 
 # add_sub's config in Triton's JSON form, as a load call's "config" carries it.
 ADD_SUB_JSON = {

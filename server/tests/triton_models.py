@@ -21,8 +21,26 @@ import tritonclient.http as httpclient
 from conftest import ServerProcess, wait_until
 from tritonclient.utils import InferenceServerException, np_to_triton_dtype
 
-__all__ = ["write_model", "TritonServer", "Stream", "inputs_of", "error_of", "final",
+__all__ = ["ADD_SUB", "write_model", "TritonServer", "Stream", "inputs_of", "error_of", "final",
            "wait_until", "grpcclient", "httpclient", "InferenceServerException"]
+
+
+# Triton's add_sub example model in the Python backend: OUTPUT0 = INPUT0 + INPUT1,
+# OUTPUT1 = INPUT0 - INPUT1.
+ADD_SUB = """
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            a = pb_utils.get_input_tensor_by_name(request, "INPUT0").as_numpy()
+            b = pb_utils.get_input_tensor_by_name(request, "INPUT1").as_numpy()
+            responses.append(pb_utils.InferenceResponse(
+                [pb_utils.Tensor("OUTPUT0", a + b), pb_utils.Tensor("OUTPUT1", a - b)]))
+        return responses
+"""
 
 
 def write_model(repo, name, config_text, model_py, extra_files=None, version="1",
