@@ -80,29 +80,53 @@ void Int64AsNumbers(const pb::Descriptor& message, Json& value) {
   }
 }
 
-// The first string field (or map key) anywhere in `message` whose bytes are
-// not UTF-8, or null.
-const pb::FieldDescriptor* FirstNonUtf8String(const pb::Message& message) {
+// A field whose value text format took but the rest of the server cannot
+// carry: a string that is not UTF-8 (octal escapes make one; the config's
+// JSON form, what clients and auto_complete_config get, cannot hold it) or
+// an enum number with no name (proto3 enums are open, so text format takes
+// `data_type: 32`).
+struct UnfitField {
+  const pb::FieldDescriptor* field = nullptr;
+  const char* why = "";
+};
+
+UnfitField UnfitValue(const pb::Message& message, const pb::FieldDescriptor& field, int index) {
+  const pb::Reflection& reflection = *message.GetReflection();
+  const bool repeated = field.is_repeated();
+  if (field.type() == pb::FieldDescriptor::TYPE_STRING) {
+    const std::string text = repeated ? reflection.GetRepeatedString(message, &field, index)
+                                      : reflection.GetString(message, &field);
+    if (!pb::internal::IsStructurallyValidUTF8(text)) return {&field, "is not valid UTF-8"};
+  } else if (field.cpp_type() == pb::FieldDescriptor::CPPTYPE_ENUM) {
+    const int number = repeated ? reflection.GetRepeatedEnumValue(message, &field, index)
+                                : reflection.GetEnumValue(message, &field);
+    if (field.enum_type()->FindValueByNumber(number) == nullptr) {
+      return {&field, "is a number that names no value"};
+    }
+  }
+  return {};
+}
+
+// The first unfit field anywhere in `message` (map keys included).
+UnfitField FirstUnfitField(const pb::Message& message) {
   const pb::Reflection& reflection = *message.GetReflection();
   std::vector<const pb::FieldDescriptor*> fields;
   reflection.ListFields(message, &fields);
   for (const pb::FieldDescriptor* field : fields) {
     const int count = field->is_repeated() ? reflection.FieldSize(message, field) : 1;
     for (int i = 0; i < count; ++i) {
+      UnfitField unfit;
       if (field->cpp_type() == pb::FieldDescriptor::CPPTYPE_MESSAGE) {
-        const pb::Message& item = field->is_repeated()
-                                      ? reflection.GetRepeatedMessage(message, field, i)
-                                      : reflection.GetMessage(message, field);
-        if (const pb::FieldDescriptor* bad = FirstNonUtf8String(item)) return bad;
-      } else if (field->type() == pb::FieldDescriptor::TYPE_STRING) {
-        const std::string text = field->is_repeated()
-                                     ? reflection.GetRepeatedString(message, field, i)
-                                     : reflection.GetString(message, field);
-        if (!pb::internal::IsStructurallyValidUTF8(text)) return field;
+        unfit =
+            FirstUnfitField(field->is_repeated() ? reflection.GetRepeatedMessage(message, field, i)
+                                                 : reflection.GetMessage(message, field));
+      } else {
+        unfit = UnfitValue(message, *field, i);
       }
+      if (unfit.field != nullptr) return unfit;
     }
   }
-  return nullptr;
+  return {};
 }
 
 }  // namespace
@@ -116,11 +140,9 @@ StatusOr<inference::ModelConfig> ParseTritonConfig(std::string_view text) {
     return InvalidArgumentError(errors.error().empty() ? "config.pbtxt: not a Triton model config"
                                                        : errors.error());
   }
-  // Text format accepts octal escapes that make a string invalid UTF-8; the
-  // config's JSON form (what clients and auto_complete_config get) cannot
-  // carry such a string, so it is refused here, where the user can fix it.
-  if (const pb::FieldDescriptor* field = FirstNonUtf8String(config)) {
-    return InvalidArgumentError("config.pbtxt: " + field->name() + " is not valid UTF-8");
+  // Refused here, where the user can fix it, rather than deep in the mapping.
+  if (const UnfitField unfit = FirstUnfitField(config); unfit.field != nullptr) {
+    return InvalidArgumentError("config.pbtxt: " + unfit.field->name() + " " + unfit.why);
   }
   return config;
 }

@@ -89,6 +89,16 @@ TEST(TritonConfigTest, StringsThatAreNotUtf8AreRefused) {
   EXPECT_TRUE(ParseTritonConfig("name: \"caf\\303\\251\"").ok());
 }
 
+TEST(TritonConfigTest, EnumNumbersThatNameNoValueAreRefused) {
+  // Found by triton_config_fuzzer: text format takes any number for an open enum.
+  EXPECT_THAT(ParseTritonConfig("input [ { name: \"x\" data_type: 32 dims: [ 4 ] } ]").status(),
+              StatusIs(StatusCode::kInvalidArgument,
+                       HasSubstr("data_type is a number that names no value")));
+  EXPECT_THAT(ParseTritonConfig("instance_group [ { kind: 9 } ]").status(),
+              StatusIs(StatusCode::kInvalidArgument, HasSubstr("kind is a number")));
+  EXPECT_TRUE(ParseTritonConfig("input [ { name: \"x\" data_type: 11 dims: [ 4 ] } ]").ok());
+}
+
 TEST(TritonConfigTest, NormalizationFillsInTritonsDefaults) {
   const inference::ModelConfig config = Normalized(R"(backend: "python")", "p_auto");
   EXPECT_EQ(config.name(), "p_auto");  // from the folder
