@@ -144,7 +144,7 @@ def _send(handle: Any, outputs: Dict[str, Any], bytes_shapes: Dict[str, List[int
           code: int, message: str, parameters: Dict[str, Any]) -> None:
     try:
         if code == _NO_ERROR and not bytes_shapes and not parameters:
-            handle.send_outputs(outputs, final)
+            handle.send_outputs(list(outputs), list(outputs.values()), final)
         else:
             bools, ints, strings = _split_parameters(parameters)
             handle.send(outputs, bytes_shapes, final, code, message, bools, ints, strings)

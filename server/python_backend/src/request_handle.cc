@@ -185,8 +185,14 @@ const auto kRequestClass =
                           ParametersOf(flags, numbers, texts));
              })
         // send() of the common answer: tensors only, no BYTES, error or
-        // parameters (fewer arguments for torch.jit to convert).
-        .def("send_outputs", [](const Self& self, const TensorDict& outputs, bool final) {
+        // parameters, as two lists: fewer arguments for torch.jit to convert,
+        // and no dict, whose conversion from Python throws (and catches) a C++
+        // exception every time (it first tries a ScriptDict).
+        .def("send_outputs", [](const Self& self, const std::vector<std::string>& names,
+                                const std::vector<at::Tensor>& tensors, bool final) {
+          TORCH_CHECK(names.size() == tensors.size(), "send_outputs: names and tensors differ");
+          TensorDict outputs;
+          for (size_t i = 0; i < names.size(); ++i) outputs.insert(names[i], tensors[i]);
           self->Send(outputs, ShapeDict(), final, -1, std::string(), Parameters());
         });
 
