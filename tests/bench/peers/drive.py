@@ -208,28 +208,39 @@ def bare_throughput(args, work, name, spec, workers):
     env = dict(os.environ, CHORUS_PEERS_INTRA_OP_THREADS=str(intra_op_threads(workers)))
     command = [sys.executable, os.path.join(HERE, "bare_loop.py"), spec["archive"],
                spec["input_bin"], str(batch)]
+    rates = parallel_rates(command, env, workers, args.window_ms / 1000.0)
+    rates.update({"intra_op_threads": intra_op_threads(workers), "batch": batch})
+    return rates
+
+
+def parallel_rates(command, env, processes, window_s, windows=3):
+    """`processes` copies of `command` (a loop that prints "ready", then "ITEMS SECONDS"
+    for each "WINDOW_S" line it reads), run together for `windows` windows: their summed
+    rate in the median window, each window's, and one process' share of it."""
     loops = [subprocess.Popen(command, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                              text=True) for _ in range(workers)]
+                              text=True) for _ in range(processes)]
     try:
         for loop in loops:
             if loop.stdout.readline().strip() != "ready":
-                raise RuntimeError(f"bare_loop.py failed for {name} (exit {loop.wait()})")
-        windows = []
-        for _ in range(3):
+                raise RuntimeError(f"{os.path.basename(command[1])} failed: "
+                                   f"{' '.join(command[2:])} (exit {loop.wait()})")
+        totals = []
+        for _ in range(windows):
             for loop in loops:
-                loop.stdin.write(f"{args.window_ms / 1000.0}\n")
+                loop.stdin.write(f"{window_s}\n")
                 loop.stdin.flush()
             rates = []
             for loop in loops:
                 items, seconds = loop.stdout.readline().split()
                 rates.append(int(items) / float(seconds))
-            windows.append(round(sum(rates), 2))
+            totals.append(round(sum(rates), 2))
     finally:
         for loop in loops:
-            loop.stdin.close()
+            if loop.stdin:
+                loop.stdin.close()
             loop.wait(timeout=60)
-    return {"throughput_per_s": sorted(windows)[1], "windows": windows, "processes": workers,
-            "intra_op_threads": intra_op_threads(workers), "batch": batch}
+    return {"throughput_per_s": sorted(totals)[len(totals) // 2], "windows": totals,
+            "processes": processes}
 
 
 def merge_passes(passes):

@@ -26,6 +26,12 @@ they agree (tests/bench/peers/drive.py), the server's statistics read around eac
 measurement; after --settle-s idle, PSS summed over the server and every child (Triton's
 stubs). Each ratio is taken within a round, then the median over the rounds.
 
+Bounds: at N instances each round also measures the floor under identity (an echo server,
+triton_servers.EchoServer); after the rounds, with no server running, each model row's
+ceiling (triton_measure.run_ceilings): the model's own execute() in N processes at once
+and one call's time (bare_execute.py). Each goal on a throughput or latency ratio is
+reported with the bound a server costing nothing else would reach (summary's BOUNDS).
+
 Density (--fleet): M distinct Python models (fleet_mlp.py, each importing torch and
 holding its own weights, widths 128 to 1024), one instance each and N each, both
 servers in turn: time to ready, footprint after bench-density's warm-up load and
@@ -36,7 +42,8 @@ from its stubs so far.
 Output (--out): the cells, the issue's figures (identity.p50_vs_triton,
 pyloop/mlp/resnet18_b8.throughput_vs_triton, bls.added_us and bls.added_vs_triton,
 footprint_vs_triton, density.<M>.footprint_vs_triton, ready_vs_triton and
-growth_2_instances, same_repository), goals; the tables beside it (.md, printed; the same
+growth_2_instances, same_repository), the bounds (<row>.ceiling_vs_triton,
+identity.execute_floor_vs_triton), goals; the tables beside it (.md, printed; the same
 that triton_report.py writes into docs/benchmarks.md) and the plot (.png).
 """
 
@@ -56,7 +63,7 @@ ROOT = os.path.abspath(os.path.join(HERE, "..", "..", ".."))
 sys.path.insert(0, HERE)
 
 import triton_report  # noqa: E402
-from triton_measure import log, run_fleet, run_floor, run_server  # noqa: E402
+from triton_measure import log, run_ceilings, run_fleet, run_floor, run_server  # noqa: E402
 from triton_models import ROWS, fleet_names  # noqa: E402
 from triton_servers import ChorusServer, EchoServer, TritonServer  # noqa: E402
 from triton_summary import SERVERS, summarize  # noqa: E402
@@ -233,7 +240,10 @@ def run(args, work, began):
         prepared = json.load(f)
     ports = free_ports(3)  # gRPC, HTTP, metrics: both servers, in turn
     cells, floors = run_repository(args, work, ports)
-    result = {"cells": cells, "floor_cells": floors,
+    log(f"triton: ceilings, {args.instances} bare execute() loops at once, no server")
+    ceilings = run_ceilings(args, args.rows, os.path.join(work, f"repository-n{args.instances}"),
+                            args.instances)
+    result = {"cells": cells, "floor_cells": floors, "ceiling_cells": ceilings,
               "fleet_cells": run_density(args, work, ports, prepared) if args.fleet else {},
               "weights_mib": prepared["weights_mib"]}
     result["settings"] = settings(args, prepared)

@@ -11,6 +11,9 @@ has been idle --settle-s, the PSS of its whole process tree.
 run_floor: the floor under identity's latency, bench_grpc_echo answering identity's
 requests (triton_servers.EchoServer), measured by perf_analyzer as the servers are.
 
+run_ceilings: what no server can beat on a row, with no server running: the model's own
+execute() in N processes at once (bare_execute.py; N = the instances), and one call's time.
+
 run_fleet: the density fleet. The server starts (timed until ready; a server that runs
 the machine low on memory first is stopped, its footprint estimated from the stubs so
 far, as bench-density does), every model answers correctly, then bench-density's load
@@ -31,7 +34,7 @@ sys.path.insert(0, os.path.join(HERE, "..", "density"))
 
 import load  # noqa: E402 (bench-density's load generator)
 from density_bench import did_not_fit  # noqa: E402
-from drive import log, perf_analyzer  # noqa: E402 (the peers benchmark's driver)
+from drive import log, parallel_rates, perf_analyzer  # noqa: E402 (peers' driver)
 from servers import answers_match  # noqa: E402
 from triton_models import MODELS  # noqa: E402
 
@@ -175,6 +178,38 @@ def run_floor(args, server, row, concurrencies, work, tag):
         return {"error": str(e)}
     finally:
         server.stop()
+
+
+# CEILING_ROWS: the rows whose model answers alone (BLS calls other models, decoupled
+# streams through its sender: both need a server).
+CEILING_ROWS = ("identity", "pyloop", "mlp", "resnet18", "resnet18_b8")
+
+
+def run_ceilings(args, rows, repository, processes):
+    """{row: the ceiling}: per row of CEILING_ROWS, `processes` bare_execute.py loops on
+    the row's model folder at once (throughput_per_s: items, as perf_analyzer counts
+    them), and one loop alone (execute_us: one call's time)."""
+    ceilings = {}
+    for name, model, extra, _ in rows:
+        if name not in CEILING_ROWS:
+            continue
+        batch = int(extra[extra.index("-b") + 1]) if "-b" in extra else 1
+        command = [sys.executable, os.path.join(HERE, "bare_execute.py"),
+                   os.path.join(repository, model), str(batch)]
+        window_s = args.window_ms / 1000.0
+        try:
+            together = parallel_rates(command, dict(os.environ), processes, window_s)
+            alone = parallel_rates(command, dict(os.environ), 1, window_s)
+        except (RuntimeError, OSError, ValueError) as e:
+            log(f"    ceiling {name}: FAILED: {e}")
+            ceilings[name] = {"error": str(e)}
+            continue
+        together["execute_us"] = round(1e6 * batch / alone["throughput_per_s"], 1)
+        together["batch"] = batch
+        ceilings[name] = together
+        log(f"    ceiling {name}: {together['throughput_per_s']:.0f}/s with {processes} "
+            f"processes, {together['execute_us']:.0f} us per execute()")
+    return ceilings
 
 
 # --------------------------------------------------------------------------

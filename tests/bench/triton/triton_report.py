@@ -91,7 +91,31 @@ def floor_lines(result):
             f"same perf_analyzer, p50 at c1): {fmt(identity['floor_us'], 0)} µs; "
             f"`identity.floor_vs_triton` {fmt(identity.get('floor_vs_triton'))} (the "
             f"smallest `p50_vs_triton` a server with a request queue reaches here), chorus "
-            f"at {fmt(identity.get('p50_vs_floor'))}x the floor (`identity.p50_vs_floor`)."]
+            f"at {fmt(identity.get('p50_vs_floor'))}x the floor (`identity.p50_vs_floor`)."
+            + (f" With the model's own `execute()` on top (`identity.execute_us`, "
+               f"{fmt(identity.get('execute_us'), 1)} µs with no server): "
+               f"`identity.execute_floor_vs_triton` "
+               f"{fmt(identity.get('execute_floor_vs_triton'))}."
+               if identity.get("execute_floor_vs_triton") is not None else "")]
+
+
+def ceiling_table(result):
+    """Each row's ceiling: the model's execute() alone in N processes, no server."""
+    rows = [(name, result[name]) for name in ("identity", "pyloop", "mlp", "resnet18",
+                                              "resnet18_b8")
+            if isinstance(result.get(name), dict) and "ceiling_per_s" in result[name]]
+    if not rows:
+        return []
+    n = result["settings"]["instances"]
+    lines = [f"| row | one `execute()` | ceiling ({n} processes) | Triton at c{2 * n} | "
+             "`ceiling_vs_triton` |", "| --- | --- | --- | --- | --- |"]
+    for name, entry in rows:
+        triton = (result["by_instances"][str(n)][name].get(str(2 * n)) or {}).get("triton", {})
+        lines.append(f"| {name} | {fmt(entry['execute_us'], 0)} µs | "
+                     f"{fmt(entry['ceiling_per_s'], 0)}/s | "
+                     f"{fmt(triton.get('throughput_per_s'), 0)}/s | "
+                     f"{fmt(entry.get('ceiling_vs_triton'))} |")
+    return lines
 
 
 def bls_lines(result):
@@ -133,17 +157,22 @@ def fmt_pct(value):
 
 
 def goals_table(result):
-    lines = ["| goal | value | met |", "| --- | --- | --- |"]
+    lines = ["| goal | value | met | bound on this machine |", "| --- | --- | --- | --- |"]
     for goal in result.get("goals", []):
         value = goal["value"]
         shown = fmt(value, 3) if isinstance(value, float) else fmt(value)
+        bound = ""
+        if "bound" in goal:
+            bound = (f"`{goal['bound_key']}` {fmt(goal['bound'], 3)}: "
+                     f"{'reachable' if goal['reachable'] else '**out of reach**'}")
         lines.append(f"| `{goal['key']}` {goal['goal']} | {shown} | "
-                     f"{'**met**' if goal['met'] else '**not met**'} |")
+                     f"{'**met**' if goal['met'] else '**not met**'} | {bound} |")
     return lines
 
 
 def markdown(result):
-    parts = [[header(result)], rows_table(result), floor_lines(result), memory_table(result),
+    parts = [[header(result)], rows_table(result), floor_lines(result), ceiling_table(result),
+             memory_table(result),
              bls_lines(result),
              density_table(result), goals_table(result)]
     return "\n\n".join("\n".join(part) for part in parts if part) + "\n"

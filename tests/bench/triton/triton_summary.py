@@ -17,6 +17,14 @@ GOALS = [  # (dotted key into the result, comparison, threshold)
     ("density.{M}.growth_2_instances.chorus", "<", 0.10),
     ("same_repository", "==", True),
 ]
+# The measured bound on a goal's key: what the key would be for a server that cost
+# nothing beyond the model's own execute() (and, for latency, the transport's floor).
+BOUNDS = {
+    "identity.p50_vs_triton": "identity.execute_floor_vs_triton",
+    "pyloop.throughput_vs_triton": "pyloop.ceiling_vs_triton",
+    "mlp.throughput_vs_triton": "mlp.ceiling_vs_triton",
+    "resnet18_b8.throughput_vs_triton": "resnet18_b8.ceiling_vs_triton",
+}
 SERVERS = ("chorus", "triton")
 COMPARE = {"<=": operator.le, ">=": operator.ge, "<": operator.lt, "==": operator.eq}
 
@@ -101,11 +109,13 @@ def bls_summary(rounds):
             "rounds": {kind: [rounded(v, 1) for v in added[kind]] for kind in SERVERS}}
 
 
-def identity_floor(rounds, floors):
+def identity_floor(rounds, floors, execute_us=None):
     """identity at c1 against the floor under it (the echo of each round): the floor's
     p50, Triton's and chorus' p50 over it, and the floor over Triton's (what
-    p50_vs_triton would be for a server costing nothing beyond gRPC and one thread hop)."""
-    floor_us, vs_triton, chorus_vs = [], [], []
+    p50_vs_triton would be for a server costing nothing beyond gRPC and one thread hop);
+    with `execute_us` (one bare execute() call), the same for the floor plus the model's
+    own execute(), which every server runs per request."""
+    floor_us, vs_triton, chorus_vs, with_execute = [], [], [], []
     for r, pair in rounds.items():
         echo = (floors.get(r) or {}).get("1")
         chorus = _load(pair.get("chorus", {}), "identity", 1)
@@ -115,11 +125,31 @@ def identity_floor(rounds, floors):
         floor_us.append(1000 * echo["p50_ms"])
         if triton:
             vs_triton.append(echo["p50_ms"] / triton["p50_ms"])
+            if execute_us is not None:
+                with_execute.append((1000 * echo["p50_ms"] + execute_us)
+                                    / (1000 * triton["p50_ms"]))
         if chorus:
             chorus_vs.append(chorus["p50_ms"] / echo["p50_ms"])
-    return {"floor_us": rounded(median(floor_us), 1),
-            "floor_vs_triton": rounded(median(vs_triton)),
-            "p50_vs_floor": rounded(median(chorus_vs))}
+    entry = {"floor_us": rounded(median(floor_us), 1),
+             "floor_vs_triton": rounded(median(vs_triton)),
+             "p50_vs_floor": rounded(median(chorus_vs))}
+    if execute_us is not None and floor_us:
+        entry["execute_floor_us"] = rounded(median(floor_us) + execute_us, 1)
+        entry["execute_floor_vs_triton"] = rounded(median(with_execute))
+    return entry
+
+
+def row_ceiling(ceiling, at_c):
+    """A row's ceiling (run_ceilings') against Triton's throughput at the top concurrency:
+    the ceiling, one execute()'s time, and ceiling_vs_triton (the largest
+    throughput_vs_triton any server could reach on this machine)."""
+    if not ceiling or "error" in ceiling:
+        return {}
+    entry = {"ceiling_per_s": ceiling["throughput_per_s"], "execute_us": ceiling["execute_us"]}
+    triton = (at_c or {}).get("triton", {}).get("throughput_per_s")
+    if triton:
+        entry["ceiling_vs_triton"] = rounded(ceiling["throughput_per_s"] / triton)
+    return entry
 
 
 def start_and_memory(rounds):
@@ -209,7 +239,12 @@ def goals(result):
             key = key.replace("{M}", str(sizes[-1]))
         value = lookup(result, key)
         ok = value is not None and COMPARE[comparison](value, threshold)
-        met.append({"key": key, "goal": f"{comparison} {threshold}", "value": value, "met": ok})
+        entry = {"key": key, "goal": f"{comparison} {threshold}", "value": value, "met": ok}
+        bound = lookup(result, BOUNDS.get(key, ""))
+        if bound is not None:
+            entry.update(bound_key=BOUNDS[key], bound=bound,
+                         reachable=COMPARE[comparison](bound, threshold))
+        met.append(entry)
     return met
 
 
@@ -230,11 +265,13 @@ def summarize(result, instances, rows):
             "p50_vs_triton": by_c.get("1", {}).get("p50_vs_triton"),
             "p99_vs_triton": by_c.get(top, {}).get("p99_vs_triton"),
             "at_instances": instances, "throughput_at_concurrency": int(top)}
+        result[row].update(row_ceiling(result.get("ceiling_cells", {}).get(row), by_c.get(top)))
     if str(instances) in result["cells"]:
         result.setdefault("bls", {}).update(bls_summary(result["cells"][str(instances)]))
         if "identity" in result:
-            result["identity"].update(identity_floor(result["cells"][str(instances)],
-                                                     result.get("floor_cells", {})))
+            result["identity"].update(identity_floor(
+                result["cells"][str(instances)], result.get("floor_cells", {}),
+                result["identity"].get("execute_us")))
     memory = at_n.get("memory") or {}
     result["footprint_vs_triton"] = memory.get("footprint_vs_triton")
     result["ready_vs_triton"] = memory.get("ready_vs_triton")
