@@ -1,6 +1,5 @@
 #include "chorus/serving/scheduler.h"
 
-#include <ATen/Parallel.h>
 #include <ATen/core/ivalue.h>
 
 #include <algorithm>
@@ -386,11 +385,6 @@ void ModelScheduler::Execute(std::vector<Pending> batch, int worker) {
   batch.erase(std::remove_if(batch.begin(), batch.end(), [&](Pending& p) { return Answered(p); }),
               batch.end());
   if (batch.empty()) return;
-  // torch.set_num_threads (chorus' own setting, or a model's) sets the
-  // process' intra-op threads, but OpenMP's and MKL's counts are per thread:
-  // a thread that never called it runs MKL's BLAS on every core, and the
-  // models' threads oversubscribe them. So every run takes the current one.
-  at::init_num_threads();
   ScopedCrashContext crash_context(options_.label.text());
   DescribeForCrashReport(batch, crash_context);
   const ModelCallContext call_context = CallContextOf(batch);
