@@ -210,6 +210,9 @@ StatusOr<inference::ModelConfig> TritonConfigFromJson(std::string_view json) {
     return InvalidArgumentError("the model config is not a Triton ModelConfig in JSON: " +
                                 std::string(parsed.message()));
   }
+  if (const UnfitField unfit = FirstUnfitField(config); unfit.field != nullptr) {
+    return InvalidArgumentError("the model config's " + unfit.field->name() + " " + unfit.why);
+  }
   return config;
 }
 

@@ -99,6 +99,14 @@ TEST(TritonConfigTest, EnumNumbersThatNameNoValueAreRefused) {
   EXPECT_TRUE(ParseTritonConfig("input [ { name: \"x\" data_type: 11 dims: [ 4 ] } ]").ok());
 }
 
+TEST(TritonConfigTest, JsonWithAnEnumNumberThatNamesNoValueIsRefused) {
+  // A load's config override and auto_complete_config's answer come as JSON.
+  EXPECT_THAT(TritonConfigFromJson(R"({"input": [{"name": "x", "data_type": 32}]})").status(),
+              StatusIs(StatusCode::kInvalidArgument,
+                       HasSubstr("data_type is a number that names no value")));
+  EXPECT_TRUE(TritonConfigFromJson(R"({"input": [{"name": "x", "data_type": 11}]})").ok());
+}
+
 TEST(TritonConfigTest, NormalizationFillsInTritonsDefaults) {
   const inference::ModelConfig config = Normalized(R"(backend: "python")", "p_auto");
   EXPECT_EQ(config.name(), "p_auto");  // from the folder

@@ -19,7 +19,9 @@
 namespace chorus {
 
 // The text as a config. INVALID_ARGUMENT "config.pbtxt:<line>:<column>: <what>"
-// for text that is not a Triton ModelConfig (an unknown field, a bad value).
+// for text that is not a Triton ModelConfig (an unknown field, a bad value),
+// "config.pbtxt: <field> ..." for a string that is not UTF-8 or an enum
+// number that names no value.
 StatusOr<inference::ModelConfig> ParseTritonConfig(std::string_view text);
 
 // Fills in what Triton fills in before it serves a config of model
@@ -42,7 +44,8 @@ StatusOr<ModelConfig> ModelConfigFromTriton(const inference::ModelConfig& triton
 std::string TritonConfigJson(const inference::ModelConfig& config);
 
 // A config from that JSON form (auto_complete_config's answer, a load
-// call's "config"). INVALID_ARGUMENT naming what is wrong.
+// call's "config"). INVALID_ARGUMENT naming what is wrong (as
+// ParseTritonConfig's, an enum number that names no value included).
 StatusOr<inference::ModelConfig> TritonConfigFromJson(std::string_view json);
 
 // <model_dir>/config.pbtxt read, normalized and mapped, errors prefixed with
