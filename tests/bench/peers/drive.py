@@ -216,14 +216,17 @@ def bare_throughput(args, work, name, spec, workers):
 def parallel_rates(command, env, processes, window_s, windows=3):
     """`processes` copies of `command` (a loop that prints "ready", then "ITEMS SECONDS"
     for each "WINDOW_S" line it reads), run together for `windows` windows: their summed
-    rate in the median window, each window's, and one process' share of it."""
-    loops = [subprocess.Popen(command, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                              text=True) for _ in range(processes)]
+    rate in the median window, and each window's. RuntimeError when a copy fails; none is
+    left running."""
+    loops = []
     try:
+        for _ in range(processes):
+            loops.append(subprocess.Popen(command, env=env, stdin=subprocess.PIPE,
+                                          stdout=subprocess.PIPE, text=True))
         for loop in loops:
             if loop.stdout.readline().strip() != "ready":
-                raise RuntimeError(f"{os.path.basename(command[1])} failed: "
-                                   f"{' '.join(command[2:])} (exit {loop.wait()})")
+                raise RuntimeError(f"{' '.join(command[1:])} did not start "
+                                   f"(exit {loop.wait()})")
         totals = []
         for _ in range(windows):
             for loop in loops:
@@ -231,14 +234,20 @@ def parallel_rates(command, env, processes, window_s, windows=3):
                 loop.stdin.flush()
             rates = []
             for loop in loops:
-                items, seconds = loop.stdout.readline().split()
-                rates.append(int(items) / float(seconds))
+                fields = loop.stdout.readline().split()
+                if len(fields) != 2:
+                    raise RuntimeError(f"{' '.join(command[1:])} stopped (exit {loop.wait()})")
+                rates.append(int(fields[0]) / float(fields[1]))
             totals.append(round(sum(rates), 2))
     finally:
         for loop in loops:
-            if loop.stdin:
-                loop.stdin.close()
-            loop.wait(timeout=60)
+            loop.stdin.close()
+        for loop in loops:
+            try:
+                loop.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                loop.kill()
+                loop.wait()
     return {"throughput_per_s": sorted(totals)[len(totals) // 2], "windows": totals,
             "processes": processes}
 

@@ -12,7 +12,7 @@ prints "ITEMS SECONDS" (items: calls times BATCH).
 
 Both servers run this same execute() for every request, and the responses it returns
 still have to be sent: N of these processes at once are what N instances could serve if
-handling a request cost nothing (the driver, triton_ceiling.py, sums their rates), and
+handling a request cost nothing (the driver, triton_measure.run_ceilings, sums their rates), and
 one call's time is what a request costs above the transport's floor at the least.
 """
 

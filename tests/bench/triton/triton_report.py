@@ -101,8 +101,7 @@ def floor_lines(result):
 
 def ceiling_table(result):
     """Each row's ceiling: the model's execute() alone in N processes, no server."""
-    rows = [(name, result[name]) for name in ("identity", "pyloop", "mlp", "resnet18",
-                                              "resnet18_b8")
+    rows = [(name, result[name]) for name in result["settings"]["rows"]
             if isinstance(result.get(name), dict) and "ceiling_per_s" in result[name]]
     if not rows:
         return []
