@@ -21,11 +21,6 @@ Status NotHonoured(const std::string& field, const std::string& why) {
 StatusOr<std::string> DtypeOf(inference::DataType type, const std::string& field) {
   if (type == inference::TYPE_INVALID) return FieldError(field, "a data_type is required");
   if (type == inference::TYPE_STRING) return std::string(InfoOf(Dtype::kString).name);
-  // Text format takes any integer for an enum (proto3 enums are open); such a
-  // value has no name.
-  if (!inference::DataType_IsValid(type)) {
-    return FieldError(field, "data_type " + std::to_string(type) + " is not one of Triton's");
-  }
   const std::string name = inference::DataType_Name(type);
   if (const DtypeInfo* info = DtypeByWireName(std::string_view(name).substr(5))) {
     return std::string(info->name);
