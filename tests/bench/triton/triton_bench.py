@@ -30,7 +30,7 @@ Bounds: at N instances each round also measures the floor under identity (an ech
 triton_servers.EchoServer); after the rounds, with no server running, each model row's
 ceiling (triton_measure.run_ceilings): the model's own execute() in N processes at once
 and one call's time (bare_execute.py). Each goal on a throughput or latency ratio is
-reported with the bound a server costing nothing else would reach (summary's BOUNDS).
+reported with the bound a server costing nothing else would reach (summary's GOALS).
 
 Density (--fleet): M distinct Python models (fleet_mlp.py, each importing torch and
 holding its own weights, widths 128 to 1024), one instance each and N each, both
