@@ -64,6 +64,10 @@ class PySideImpl final : public PySide {
     tls_gil_states.pop_back();
     PyGILState_Release(state);
   }
+  void* SuspendGil() override { return PyEval_SaveThread(); }
+  void ResumeGil(void* thread_state) override {
+    PyEval_RestoreThread(static_cast<PyThreadState*>(thread_state));
+  }
 
   StatusOr<PyRef*> Import(const std::string& module) override {
     return Result(PyImport_ImportModule(module.c_str()));

@@ -9,6 +9,7 @@
 #include <atomic>
 #include <cstdlib>
 #include <thread>
+#include <vector>
 
 #include "chorus/common/crash_report.h"
 #include "chorus/common/logging.h"
@@ -78,6 +79,11 @@ struct Replicated {
   std::function<StatusOr<Object>(InterpreterSession&)> factory;
   // Strong references, one per slot, made lazily; written under that slot's GIL.
   std::unique_ptr<std::atomic<pyside::PyRef*>[]> objects;
+  // The thread running the factory for each slot (default: none), so that the
+  // factory runs once per interpreter however many callers race to it.
+  Mutex making_mu;
+  CondVar made;
+  std::vector<std::thread::id> makers CHORUS_GUARDED_BY(making_mu);
 
   ~Replicated();
 };
@@ -144,6 +150,8 @@ class InterpreterManagerImpl final : public InterpreterManager {
     rep->factory = std::move(factory);
     rep->objects.reset(new std::atomic<pyside::PyRef*>[core_->slots.size()]);
     for (size_t i = 0; i < core_->slots.size(); ++i) rep->objects[i] = nullptr;
+    MutexLock lock(&rep->making_mu);
+    rep->makers.resize(core_->slots.size());
     return ReplicatedObject(std::move(rep));
   }
 
@@ -458,28 +466,71 @@ internal::Replicated::~Replicated() {
   }
 }
 
+namespace {
+
+// Releases the calling thread's GIL of one interpreter, however deeply its
+// sessions nest, for the scope's life: a wait on another thread that needs it.
+class GilSuspension {
+ public:
+  explicit GilSuspension(pyside::PySide* side) : side_(side), state_(side->SuspendGil()) {}
+  ~GilSuspension() { side_->ResumeGil(state_); }
+  GilSuspension(const GilSuspension&) = delete;
+  GilSuspension& operator=(const GilSuspension&) = delete;
+
+ private:
+  pyside::PySide* side_;
+  void* state_;
+};
+
+}  // namespace
+
 StatusOr<Object> ReplicatedObject::In(InterpreterSession& session) const {
   if (!rep_ || !rep_->core->alive) {
     return FailedPreconditionError("ReplicatedObject used after its InterpreterManager ended");
   }
   internal::Slot* slot = session.slot_;
-  std::atomic<pyside::PyRef*>& cell = rep_->objects[static_cast<size_t>(slot->index)];
-  if (pyside::PyRef* ref = cell.load(std::memory_order_acquire)) {
-    slot->side->IncRef(ref);
-    return Object(slot, ref);
+  const size_t index = static_cast<size_t>(slot->index);
+  std::atomic<pyside::PyRef*>& cell = rep_->objects[index];
+  internal::Replicated& rep = *rep_;
+  while (true) {
+    if (pyside::PyRef* ref = cell.load(std::memory_order_acquire)) {
+      slot->side->IncRef(ref);
+      return Object(slot, ref);
+    }
+    {
+      MutexLock lock(&rep.making_mu);
+      if (cell.load(std::memory_order_acquire) != nullptr) continue;
+      const std::thread::id maker = rep.makers[index];
+      if (maker == std::thread::id()) {
+        rep.makers[index] = std::this_thread::get_id();
+        break;
+      }
+      if (maker == std::this_thread::get_id()) {
+        return FailedPreconditionError("a replication factory asked for the object it is making");
+      }
+    }
+    // The maker releases the GIL inside the factory (imports, loads) and
+    // needs it back to finish; this thread waits without it. The lock is
+    // let go before the GIL is taken again (the maker takes them the other
+    // way round).
+    GilSuspension suspended(slot->side.get());
+    MutexLock lock(&rep.making_mu);
+    while (rep.makers[index] != std::thread::id() && cell.load() == nullptr) {
+      rep.made.Wait(&rep.making_mu);
+    }
   }
-  CHORUS_ASSIGN_OR_RETURN(Object made, rep_->factory(session));
-  if (made.slot_ != slot) {
-    return InvalidArgumentError("replication factory returned an object of another interpreter");
+  StatusOr<Object> made = rep.factory(session);
+  if (made.ok() && made->slot_ != slot) {
+    made = InvalidArgumentError("replication factory returned an object of another interpreter");
   }
-  // The factory may have released the GIL; another thread may have won.
-  pyside::PyRef* expected = nullptr;
-  slot->side->IncRef(made.ref_);
-  if (!cell.compare_exchange_strong(expected, made.ref_, std::memory_order_acq_rel)) {
-    slot->side->DecRef(made.ref_);
-    slot->side->IncRef(expected);
-    return Object(slot, expected);
+  if (made.ok()) {
+    slot->side->IncRef(made->ref_);
+    cell.store(made->ref_, std::memory_order_release);
   }
+  // A failed factory leaves the slot to the next caller, which tries again.
+  MutexLock lock(&rep.making_mu);
+  rep.makers[index] = std::thread::id();
+  rep.made.SignalAll();
   return made;
 }
 

@@ -250,6 +250,32 @@ TEST_F(InterpreterTest, ReplicatedObjectServesConcurrentCallersOnManyInterpreter
   EXPECT_EQ(factory_runs.load(), static_cast<int>(all.size()));
 }
 
+TEST_F(InterpreterTest, ReplicationFactoryRunsOncePerInterpreterWhileCallersRaceToIt) {
+  // The factory sleeps, releasing the GIL, so the other callers on the same
+  // interpreter arrive while it runs; they wait for its object. Its first
+  // run fails: the next caller makes the object instead.
+  std::atomic<int> factory_runs{0};
+  ReplicatedObject slow = manager().Replicate([&](InterpreterSession& session) -> StatusOr<Object> {
+    if (++factory_runs == 1) return UnavailableError("first run fails");
+    return session.Eval(
+        "(__import__('time').sleep(0.2), type('Echo', (), {'__call__': lambda self, x: x})())[1]");
+  });
+  StatusOr<c10::IValue> first = slow.Call({at::ones({2})}, {}, CallOptions{.interpreter = 1});
+  EXPECT_EQ(first.status().code(), StatusCode::kUnavailable);
+  constexpr int kThreads = 4;
+  std::atomic<int> answered{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&] {
+      StatusOr<c10::IValue> out = slow.Call({at::ones({2})}, {}, CallOptions{.interpreter = 1});
+      if (out.ok() && at::equal(out->toTensor(), at::ones({2}))) ++answered;
+    });
+  }
+  for (auto& thread : threads) thread.join();
+  EXPECT_EQ(answered.load(), kThreads);
+  EXPECT_EQ(factory_runs.load(), 2);
+}
+
 TEST_F(InterpreterTest, AcquireOneAvoidsReservedInterpretersUntilAllAreReserved) {
   // A session holds its interpreter's GIL on the calling thread, so a thread
   // holds one session at a time here.

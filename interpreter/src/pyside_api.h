@@ -31,7 +31,7 @@ class DispatchKeySet;
 
 namespace chorus::pyside {
 
-inline constexpr uint32_t kAbiVersion = 5;
+inline constexpr uint32_t kAbiVersion = 6;
 inline constexpr char kEntryPoint[] = "chorus_pyside_create";
 
 // A strong reference to a Python object of one interpreter (really a PyObject*).
@@ -145,6 +145,11 @@ class PySide {
   virtual void AcquireGil() = 0;
   // Undoes one AcquireGil on the same thread.
   virtual void ReleaseGil() = 0;
+  // GIL. Releases it however deeply AcquireGil nests on this thread, for a
+  // wait on another thread of this interpreter; returns what ResumeGil takes
+  // back on the same thread (use GilSuspension).
+  virtual void* SuspendGil() = 0;
+  virtual void ResumeGil(void* thread_state) = 0;
 
   // GIL. `import module; return module`.
   virtual StatusOr<PyRef*> Import(const std::string& module) = 0;

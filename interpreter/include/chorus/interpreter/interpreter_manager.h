@@ -127,7 +127,9 @@ class InterpreterManager {
 
   // An object that exists once per interpreter, made by `factory` the first
   // time it is needed there. `factory` runs inside a session on that
-  // interpreter and may run concurrently on different interpreters.
+  // interpreter and may run concurrently on different interpreters, but once
+  // per interpreter: a caller that finds it running there waits (its GIL
+  // released), and a factory that fails leaves the next caller to try again.
   virtual ReplicatedObject Replicate(
       std::function<StatusOr<Object>(InterpreterSession&)> factory) = 0;
 
@@ -240,7 +242,8 @@ class ReplicatedObject {
   StatusOr<c10::IValue> Call(const std::vector<c10::IValue>& args, const Kwargs& kwargs,
                              const CallOptions& options = {}) const;
   StatusOr<c10::IValue> Call(const std::vector<c10::IValue>& args) const;
-  // The object in `session`'s interpreter, made there if needed.
+  // The object in `session`'s interpreter, made there if needed (see
+  // Replicate). A factory that asks for its own object gets an error.
   StatusOr<Object> In(InterpreterSession& session) const;
 
  private:
