@@ -18,7 +18,7 @@ from chorus.triton.datatypes import TYPE_BF16, TYPE_BYTES
 from chorus.triton.errors import ErrorCode, error_code_of_status
 from chorus.triton.execution import BackendError, checked_return, failure_message
 from chorus.triton.metrics import MetricKind, checked_buckets, checked_labels, operation_error
-from chorus.triton.namespaces import ROOT, ModelNamespace
+from chorus.model_namespaces import ROOT, ModelNamespace
 from chorus.triton.tensor import Tensor, call_input_form, tensor_of_call_output, wire_form
 
 TritonModelException = pb_utils.TritonModelException

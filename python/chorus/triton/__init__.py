@@ -12,8 +12,9 @@ The package is chorus' own code written from Triton's documented API:
   backend registers it under that name); `c_utils` is the same for `c_python_backend_utils`.
 - `tensor`, `requests`, `responses`, `bls`, `model_config`, `errors`, `metrics`, `logger`,
   `model_control`, `datatypes`: the pieces `utils` re-exports, one concept each.
-- `namespaces`: each model's own modules (`model.py`, its `util.py`...) under names of
-  their own, so models with the same file names share an interpreter.
+- `chorus.model_namespaces` (not here: TorchServe's handlers use it too) gives each
+  model's modules (`model.py`, its `util.py`...) names of their own, so models with the
+  same file names share an interpreter.
 - `execution`, `instance`, `backend`: the entry points the C++ side calls and what they do
   with a batch of requests.
 

@@ -38,7 +38,7 @@ from . import bls, c_utils, utils, weights
 from .errors import TritonModelException
 from .instance import ModelInstance
 from .model_config import ModelConfig
-from .namespaces import ModelNamespace
+from ..model_namespaces import ModelNamespace
 
 __all__ = ["load", "auto_complete_config", "create_instance", "execute", "is_ready", "finalize",
            "unload"]

@@ -1,25 +1,31 @@
 """Each model's own modules, side by side in one interpreter.
 
-Triton imports a model in a process of its own, with `<version dir>` and `<model dir>`
-appended to sys.path, so the model's `import util` finds its own `util.py`. chorus runs
+Triton and TorchServe import a model's code in a process of its own, with the model's
+folders on sys.path, so the model's `import util` finds its own `util.py`. chorus runs
 many models in one interpreter, where two models' `util.py` would collide in sys.modules.
 A `ModelNamespace` gives a model's modules names of their own instead:
 
-- the model's package, `_chorus_triton_models.<key>`, searches the version dir, then the
-  model dir (Triton's sys.path order); `model.py` is `<package>.model`;
+- the model's package, `_chorus_models.<key>`, searches the model's folders in the
+  order given (Triton: the version dir, then the model dir; TorchServe: the model dir);
+  a file loaded with `load_file` (Triton's `model.py`, TorchServe's handler) is
+  `<package>.<name>`;
 - every module loaded from those folders runs with builtins of its own whose
   `__import__` sends a bare top-level name found in the model's folders (`import util`,
   `from util import x`, also inside functions at run time) to `<package>.util`; relative
   imports (`from . import x`) resolve in the package as usual;
-- names found elsewhere import normally. As in Triton, where the model's folders come last
-  on sys.path, an installed module of the same name wins over the model's file;
+- which wins when a name is both installed and in the model's folders follows the
+  server's sys.path: in Triton the model's folders come last, so the installed module
+  wins (`folders_first=False`); TorchServe puts the model dir on PYTHONPATH, before
+  site-packages, so the model's file wins (`folders_first=True`), except over the
+  standard library's modules, which a TorchServe worker has imported before it loads a
+  handler;
 - `overrides` names modules to give the model for some names instead (chorus gives each
-  model its own `triton_python_backend_utils`).
+  Triton model its own `triton_python_backend_utils`).
 
-Where chorus differs from Triton: `import util` and `from . import util` give the same
-module (Triton loads it twice, as `util` and `1.util`); `importlib.import_module("util")`
-does not go through `__import__`, so it finds only installed modules; and a model's
-builtins are a copy made when it loads (later additions to `builtins` are not seen).
+Where chorus differs: `import util` and `from . import util` give the same module (Triton
+loads it twice, as `util` and `1.util`); `importlib.import_module("util")` does not go
+through `__import__`, so it finds only installed modules; and a model's builtins are a
+copy made when it loads (later additions to `builtins` are not seen).
 """
 
 import builtins
@@ -35,7 +41,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 __all__ = ["ModelNamespace", "ROOT"]
 
-ROOT = "_chorus_triton_models"
+ROOT = "_chorus_models"
 
 _real_import = builtins.__import__
 
@@ -84,7 +90,7 @@ def _finder() -> _ModelModuleFinder:
             return finder
     finder = _ModelModuleFinder()
     sys.meta_path.insert(0, finder)
-    root = ModuleType(ROOT, "The modules of the Triton Python-backend models chorus runs.")
+    root = ModuleType(ROOT, "The modules of the Python models chorus runs.")
     root.__path__ = []
     sys.modules.setdefault(ROOT, root)
     return finder
@@ -100,9 +106,11 @@ class ModelNamespace:
     """The modules of one model: its files import each other under names of their own."""
 
     def __init__(self, key: str, search_dirs: List[str],
-                 overrides: Optional[Mapping[str, ModuleType]] = None):
+                 overrides: Optional[Mapping[str, ModuleType]] = None,
+                 folders_first: bool = False):
         self.package_name = f"{ROOT}.{_identifier(key)}"
         self.search_dirs = list(search_dirs)
+        self._folders_first = folders_first
         self._overrides = dict(overrides or {})
         # Top-level name -> whether it is a module of the model's folders.
         self._is_own_module: Dict[str, bool] = {}
@@ -158,10 +166,13 @@ class ModelNamespace:
     def _is_model_module(self, top: str) -> bool:
         known = self._is_own_module.get(top)
         if known is None:
-            known = self._is_own_module[top] = self._found_only_in_folders(top)
+            known = self._is_own_module[top] = self._resolves_to_folders(top)
         return known
 
-    def _found_only_in_folders(self, top: str) -> bool:
-        if top in sys.modules or importlib.util.find_spec(top) is not None:
-            return False  # installed (or built in): Triton's sys.path finds it first
+    def _resolves_to_folders(self, top: str) -> bool:
+        if top in sys.stdlib_module_names or top in sys.builtin_module_names:
+            return False
+        if not self._folders_first and (top in sys.modules or
+                                        importlib.util.find_spec(top) is not None):
+            return False  # installed: Triton's sys.path finds it first
         return importlib.machinery.PathFinder.find_spec(top, self.search_dirs) is not None
