@@ -1,24 +1,31 @@
 #!/usr/bin/env bash
-# Installs (once) TorchServe, the peer of `make bench-peers`: Debian's Java 17
-# when no Java 17+ is on PATH (apt-get), and the pinned torchserve and
-# torch-model-archiver (tools/requirements/torchserve.txt) into PYTHON, the venv
-# whose torch the workers then run. Idempotent: prints nothing and touches
-# nothing when all is present; prints only errors otherwise. pip's cache keeps
-# reinstalls offline.
+# Installs (once) TorchServe's Python packages, the pinned torchserve (`ts`, the
+# handler package chorus runs .mar archives with) and torch-model-archiver
+# (tools/requirements/torchserve.txt), into PYTHON, the venv chorus embeds
+# (make configures it so). With --frontend, also what TorchServe's own server
+# needs, the peer of `make bench-peers` and `make bench-density`: Debian's
+# Java 17 when no Java 17+ is on PATH (apt-get). Idempotent: prints nothing
+# and touches nothing when all is present; prints only errors otherwise. pip's
+# cache keeps reinstalls offline.
 #
-#   tools/install-torchserve.sh PYTHON
+#   tools/install-torchserve.sh PYTHON [--frontend]
 set -euo pipefail
 python="$1"
+frontend="${2:-}"
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 requirements="$here/requirements/torchserve.txt"
 log="$(mktemp /tmp/chorus-install-torchserve.XXXXXX)"
 trap 'rm -f "$log"' EXIT
 
-major=0
-if command -v java >/dev/null 2>&1; then
-  major=$(java -version 2>&1 | sed -n 's/.* version "\([0-9]*\).*/\1/p' | head -1)
+needs_java=false
+if [ "$frontend" = "--frontend" ]; then
+  major=0
+  if command -v java >/dev/null 2>&1; then
+    major=$(java -version 2>&1 | sed -n 's/.* version "\([0-9]*\).*/\1/p' | head -1)
+  fi
+  [ "${major:-0}" -lt 17 ] && needs_java=true
 fi
-if [ "${major:-0}" -lt 17 ]; then
+if $needs_java; then
   sudo=""
   [ "$(id -u)" -ne 0 ] && sudo="sudo"
   export DEBIAN_FRONTEND=noninteractive

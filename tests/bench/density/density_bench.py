@@ -201,7 +201,8 @@ def main():
     args = parse_args()
     python = sys.executable
     if "torchserve" in args.stacks:
-        subprocess.run([os.path.join(ROOT, "tools", "install-torchserve.sh"), python], check=True)
+        subprocess.run([os.path.join(ROOT, "tools", "install-torchserve.sh"), python, "--frontend"],
+                       check=True)
     work = tempfile.mkdtemp(prefix="chorus-density-")
     os.makedirs(os.path.join(work, "logs"))
     try:

@@ -146,7 +146,8 @@ def parse_args():
 
 def install_tools(args, python):
     """TorchServe into this venv, and perf_analyzer unless --perf-analyzer names one."""
-    subprocess.run([os.path.join(ROOT, "tools", "install-torchserve.sh"), python], check=True)
+    subprocess.run([os.path.join(ROOT, "tools", "install-torchserve.sh"), python, "--frontend"],
+                   check=True)
     if not args.perf_analyzer:
         args.perf_analyzer = subprocess.run(
             [os.path.join(ROOT, "tools", "install-perf-analyzer.sh"), python], check=True,

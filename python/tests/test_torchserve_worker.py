@@ -1,0 +1,193 @@
+"""chorus.torchserve in plain Python: TorchServe's own test archives (../shared/torchserve
+beside the checkout, as torch-model-archiver wrote them) loaded and run by a Worker, with
+TorchServe's `ts` package; the answers are those TorchServe's frontend tests expect."""
+
+import json
+import os
+import sys
+import textwrap
+import zipfile
+
+import pytest
+import torch
+
+from chorus.model_namespaces import ROOT
+from chorus.torchserve.handlers import load_entry_point
+from chorus.torchserve.worker import (Failure, Input, Request, Response, Worker, decoded_value,
+                                      encoded_answer)
+
+ARCHIVES = os.path.join(os.environ.get("CHORUS_SOURCE_DIR", "."), "..", "shared", "torchserve",
+                        "serve", "frontend", "archive", "src", "test", "resources", "models")
+needs_archives = pytest.mark.skipif(not os.path.isdir(ARCHIVES),
+                                    reason="TorchServe's test archives are not beside the checkout")
+
+
+def _extracted(mar, tmp_path):
+    """The .mar `mar` extracted into a folder of its own, as TorchServe extracts it."""
+    folder = tmp_path / mar
+    with zipfile.ZipFile(os.path.join(ARCHIVES, mar)) as archive:
+        archive.extractall(folder)
+    return str(folder)
+
+
+def _manifest_handler(model_dir):
+    with open(os.path.join(model_dir, "MAR-INF", "MANIFEST.json")) as file:
+        handler = json.load(file)["model"]["handler"]
+    module, _, function = handler.partition(":")
+    return module.removesuffix(".py").split("/")[-1], function
+
+
+def _worker(mar, tmp_path, key=None, **options):
+    model_dir = _extracted(mar, tmp_path)
+    module, function = _manifest_handler(model_dir)
+    return Worker(key or mar, mar.removesuffix(".mar"), model_dir, module, function, **options)
+
+
+def _body(data, content_type="application/octet-stream", request_id="r0", headers=None):
+    return Request(request_id, headers or {}, [Input("body", content_type, data)])
+
+
+@needs_archives
+def test_a_module_handle_function_is_the_entry_point_and_sets_the_content_type(tmp_path):
+    worker = _worker("noop.mar", tmp_path)  # a class and a module-level handle: the function
+    answers = worker.predict([_body(b"x", request_id="a"), _body(b"y", request_id="b")])
+    assert answers == [Response(200, "", {"content-type": "text/plain"}, "text/plain", b"OK"),
+                       Response(200, "", {}, "", b"OK")]
+    context = worker.context
+    assert context.request_ids == {0: "a", 1: "b"}
+    assert context.system_properties["model_dir"].endswith("noop.mar")
+    assert context.system_properties["server_name"] == "MMS"
+    assert context.manifest["model"]["modelVersion"] == "1.11"
+    worker.close()
+
+
+@needs_archives
+def test_a_named_function_is_the_entry_point(tmp_path):
+    worker = _worker("noop_entrypntfunc.mar", tmp_path)  # handler:handle_request
+    assert worker.predict([_body(b"x"), _body(b"y")]) == [Response(200, "", {}, "", b"OK")] * 2
+    worker.close()
+
+
+@needs_archives
+def test_headers_and_statuses_the_handler_sets_reach_the_answer(tmp_path):
+    worker = _worker("respheader-test.mar", tmp_path)
+    [answer] = worker.predict([_body(b"x", headers={"Content-Type": "text/plain"})])
+    assert answer.headers == {"content-type": "text/plain", "dummy": "1"}
+    worker.close()
+    worker = _worker("error_batch.mar", tmp_path)
+    [answer] = worker.predict([_body(b"x")])
+    assert (answer.status, answer.body) == (507, b"Invalid response")
+    worker.close()
+
+
+@needs_archives
+def test_a_prediction_exception_fails_the_batch_with_its_code(tmp_path):
+    worker = _worker("pred-custom-return-code.mar", tmp_path)
+    assert worker.predict([_body(b"x")]) == Failure(599, "Some Prediction Error")
+    worker.close()
+
+
+@needs_archives
+def test_an_initialize_that_raises_fails_the_load_and_leaves_no_modules(tmp_path):
+    with pytest.raises(RuntimeError, match="Initialize failure."):
+        _worker("init-error.mar", tmp_path)
+    assert not [n for n in sys.modules if n.startswith(ROOT + ".m_init_error")]
+
+
+@needs_archives
+def test_inputs_are_decoded_by_their_content_type(tmp_path):
+    worker = _worker("echo.mar", tmp_path)  # answers each request's `data` input
+    requests = [Request("j", {}, [Input("data", "application/json", b'{"a": [1, 2]}')]),
+                Request("t", {}, [Input("data", "text/plain; charset=utf-8", b"caf\xc3\xa9")]),
+                Request("b", {}, [Input("data", "image/png", b"\x89PNG")])]
+    answers = worker.predict(requests)
+    assert [a.body for a in answers] == [json.dumps({"a": [1, 2]}, indent=2).encode(),
+                                         "café".encode(), b"\x89PNG"]
+    worker.close()
+
+
+@needs_archives
+def test_two_archives_with_the_same_file_names_load_side_by_side(tmp_path):
+    # Both carry handler.py and model.py; each worker imports its own.
+    first = _worker("noop_entrypntfunc.mar", tmp_path)
+    second = _worker("noop_handlername.mar", tmp_path)
+    assert first.predict([_body(b"x")])[0].body == b"OK"
+    assert second.predict([_body(b"x")])[0].body == b"OK"
+    assert "handler" not in sys.modules and "model" not in sys.modules
+    first.close()
+    second.close()
+
+
+WORKER_STATE = """
+    import model
+    CALLS = []
+
+    def handle(data, context):
+        if data is None:
+            return None
+        CALLS.append(len(data))
+        return [{"from": model.NAME, "calls": len(CALLS), "cwd": INITIAL_CWD}] * len(data)
+
+    import os
+    INITIAL_CWD = os.path.basename(os.getcwd())
+    """
+
+
+def test_each_worker_has_its_own_module_globals_and_the_archives_own_modules(tmp_path):
+    model_dir = tmp_path / "counter"
+    model_dir.mkdir()
+    (model_dir / "handler.py").write_text(textwrap.dedent(WORKER_STATE))
+    (model_dir / "model.py").write_text("NAME = 'the archive model.py'\n")
+    workers = [Worker(f"counter/{i}", "counter", str(model_dir), "handler", "") for i in (0, 1)]
+    assert json.loads(workers[0].predict([_body(b"")])[0].body)["calls"] == 1
+    assert json.loads(workers[0].predict([_body(b"")])[0].body)["calls"] == 2
+    answer = json.loads(workers[1].predict([_body(b"")])[0].body)
+    assert answer == {"from": "the archive model.py", "calls": 1, "cwd": "counter"}
+    assert os.getcwd() != str(model_dir)  # only while the handler initialized
+    for worker in workers:
+        worker.close()
+
+
+def test_answers_are_encoded_as_torchserve_encodes_them():
+    assert encoded_answer(b"raw") == b"raw" and encoded_answer(bytearray(b"ab")) == b"ab"
+    assert encoded_answer("é") == "é".encode()
+    assert encoded_answer({"k": 1}) == b'{\n  "k": 1\n}'
+    tensor = torch.arange(3)
+    assert torch.equal(torch.load(__import__("io").BytesIO(encoded_answer(tensor))), tensor)
+    with pytest.raises(TypeError):
+        encoded_answer(object())
+    assert decoded_value("application/json", b"not json") == b"not json"
+    assert decoded_value("application/json", b"[1]", decode=False) == b"[1]"
+    assert decoded_value("text/csv", b"\xff") == b"\xff"
+
+
+def test_a_handler_found_nowhere_is_an_import_error_and_a_module_without_entry_a_value_error(
+        tmp_path):
+    from chorus.model_namespaces import ModelNamespace
+
+    namespace = ModelNamespace("missing", [str(tmp_path)], folders_first=True)
+    with pytest.raises(ImportError):
+        load_entry_point(namespace, str(tmp_path), "no_such_handler_anywhere", "", None)
+    (tmp_path / "two.py").write_text("class A:\n    pass\nclass B:\n    pass\n")
+    with pytest.raises(ValueError, match="Expected only one class"):
+        load_entry_point(namespace, str(tmp_path), "two", "", None)
+    namespace.close()
+
+
+def test_a_bad_answer_fails_the_batch(tmp_path):
+    (tmp_path / "bad.py").write_text(textwrap.dedent("""
+        def handle(data, context):
+            if data is None:
+                return None
+            if data[0]["body"] == b"dict":
+                return {"n": 1}
+            if data[0]["body"] == b"short":
+                return ["one"]
+            return [object()] * len(data)
+        """))
+    worker = Worker("bad", "bad", str(tmp_path), "bad", "")
+    assert worker.predict([_body(b"dict")]) == Failure(503, "Invalid model predict output")
+    assert worker.predict([_body(b"obj")]) == Failure(503, "Invalid model predict output")
+    assert worker.predict([_body(b"short"), _body(b"b")]) == Failure(
+        503, "number of batch response mismatched")
+    worker.close()
