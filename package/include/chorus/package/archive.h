@@ -4,12 +4,14 @@
 // format's tables; package/model (chorus/package/model.h) loads a model from
 // any format onto the interpreters or libtorch.
 //
-// A validated, memory-mapped view of a package archive (a zip file).
+// A validated, memory-mapped view of a package archive (a zip file, read by
+// ZipFile: zip_file.h).
 //
 // Archives come from outside, so Open() checks everything it can before any
-// byte is used: zip structure (via libzip), names (no absolute paths, no "..",
-// no duplicates, no NUL), declared against actual sizes, compression ratio
-// (zip bombs), encryption (refused), CRCs of the small records, and the
+// byte is used: what ZipFile checks (zip structure via libzip, names: no
+// absolute paths, no "..", no duplicates, no NUL; declared against actual
+// sizes, compression ratio (zip bombs), encryption (refused)), that every
+// record sits under one top folder, CRCs of the small records, and the
 // manifest's schema. Each failure is INVALID_ARGUMENT (DATA_LOSS for
 // corruption) with a message that starts with what is wrong, e.g. "unsafe
 // record name", "duplicate record", "bad CRC", "encrypted record",
@@ -35,6 +37,7 @@
 #include "chorus/common/status.h"
 #include "chorus/package/manifest.h"
 #include "chorus/package/model_format.h"
+#include "chorus/package/zip_file.h"
 
 namespace chorus {
 
@@ -45,23 +48,6 @@ struct ArchiveOptions {
   // Verify every record against the manifest's sha256 at Open (see also
   // Archive::VerifySha256).
   bool verify_sha256 = false;
-};
-
-// One record (zip entry).
-struct ArchiveRecord {
-  std::string name;   // relative to the archive's top folder
-  uint64_t size = 0;  // uncompressed size
-  uint64_t compressed_size = 0;
-  uint64_t data_offset = 0;  // file offset of the (possibly compressed) data
-  uint32_t crc32 = 0;
-  bool stored = false;  // compression method "stored": data is mapped as is
-};
-
-// A record's bytes and what keeps them alive.
-struct RecordData {
-  const uint8_t* data = nullptr;
-  size_t size = 0;
-  std::shared_ptr<const void> owner;  // the mapping, or a decompressed copy
 };
 
 class Archive {
