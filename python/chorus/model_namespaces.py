@@ -20,15 +20,19 @@ A `ModelNamespace` gives a model's modules names of their own instead:
   standard library's modules, which a TorchServe worker has imported before it loads a
   handler;
 - `overrides` names modules to give the model for some names instead (chorus gives each
-  Triton model its own `triton_python_backend_utils`).
+  Triton model its own `triton_python_backend_utils`);
+- while `active()`, importlib's own imports of a bare name of the model's modules on that
+  thread give them too (TorchServe's BaseHandler imports an archive's model file with
+  `importlib.import_module`, finding it on the worker's sys.path).
 
 Where chorus differs: `import util` and `from . import util` give the same module (Triton
 loads it twice, as `util` and `1.util`); `importlib.import_module("util")` does not go
-through `__import__`, so it finds only installed modules; and a model's builtins are a
-copy made when it loads (later additions to `builtins` are not seen).
+through `__import__`, so outside `active()` it finds only installed modules; and a model's
+builtins are a copy made when it loads (later additions to `builtins` are not seen).
 """
 
 import builtins
+import contextlib
 import hashlib
 import importlib
 import importlib.abc
@@ -36,8 +40,9 @@ import importlib.machinery
 import importlib.util
 import re
 import sys
+import threading
 from types import ModuleType
-from typing import Any, Dict, List, Mapping, Optional, Sequence
+from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 
 __all__ = ["ModelNamespace", "ROOT"]
 
@@ -60,8 +65,29 @@ class _NamespacedLoader(importlib.machinery.SourceFileLoader):
         super().exec_module(module)
 
 
+class _AliasLoader(importlib.abc.Loader):
+    """Gives a bare name (`model`) the module the active namespace has under its own name
+    (`<package>.model`), importing it there first."""
+
+    def __init__(self, namespace: "ModelNamespace", name: str):
+        self._namespace, self._name = namespace, name
+
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType:
+        module = importlib.import_module(f"{self._namespace.package_name}.{self._name}")
+        self._namespace._aliases[self._name] = (module, module.__spec__)
+        return module
+
+    def exec_module(self, module: ModuleType) -> None:
+        module.__spec__ = self._namespace._aliases[self._name][1]  # its own again
+
+
+# The namespace whose bare module names importlib resolves on this thread (see active()).
+_active = threading.local()
+
+
 class _ModelModuleFinder(importlib.abc.MetaPathFinder):
-    """Finds the modules of every namespace's package (registered in sys.meta_path)."""
+    """Finds the modules of every namespace's package, and the bare names of the active
+    namespace's modules (registered in sys.meta_path)."""
 
     def __init__(self) -> None:
         self.namespaces: Dict[str, "ModelNamespace"] = {}
@@ -69,6 +95,10 @@ class _ModelModuleFinder(importlib.abc.MetaPathFinder):
     def find_spec(self, fullname: str, path: Optional[Sequence[str]] = None,
                   target: Optional[ModuleType] = None) -> Optional[importlib.machinery.ModuleSpec]:
         if not fullname.startswith(ROOT + "."):
+            active: Optional[ModelNamespace] = getattr(_active, "namespace", None)
+            if path is None and active is not None and "." not in fullname and \
+                    active._is_model_module(fullname):
+                return importlib.machinery.ModuleSpec(fullname, _AliasLoader(active, fullname))
             return None
         namespace = self.namespaces.get(".".join(fullname.split(".")[:2]))
         if namespace is None or path is None:
@@ -114,6 +144,8 @@ class ModelNamespace:
         self._overrides = dict(overrides or {})
         # Top-level name -> whether it is a module of the model's folders.
         self._is_own_module: Dict[str, bool] = {}
+        # Bare name -> (module, its own spec), given while active() (see _AliasLoader).
+        self._aliases: Dict[str, Tuple[ModuleType, Any]] = {}
         self.builtins = dict(builtins.__dict__)
         self.builtins["__import__"] = self._import
         finder = _finder()
@@ -137,6 +169,24 @@ class ModelNamespace:
             del sys.modules[fullname]
             raise
         return module
+
+    @contextlib.contextmanager
+    def active(self) -> Iterator[None]:
+        """While the scope lasts, on this thread, importlib's own import of a bare name of
+        the model's modules (`importlib.import_module("model")`, which does not go through
+        `__import__`: TorchServe's BaseHandler imports an archive's model file so) gives
+        the model's module, as the server's sys.path would; sys.modules forgets the bare
+        names when the scope ends."""
+        previous = getattr(_active, "namespace", None)
+        _active.namespace = self
+        try:
+            yield
+        finally:
+            _active.namespace = previous
+            for name, (module, _) in self._aliases.items():
+                if sys.modules.get(name) is module:
+                    del sys.modules[name]
+            self._aliases.clear()
 
     def close(self) -> None:
         """Forgets the model's modules (in sys.modules and the finder)."""

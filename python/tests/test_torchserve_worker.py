@@ -6,6 +6,7 @@ import json
 import os
 import sys
 import textwrap
+import threading
 import zipfile
 
 import pytest
@@ -187,7 +188,90 @@ def test_a_bad_answer_fails_the_batch(tmp_path):
         """))
     worker = Worker("bad", "bad", str(tmp_path), "bad", "")
     assert worker.predict([_body(b"dict")]) == Failure(503, "Invalid model predict output")
-    assert worker.predict([_body(b"obj")]) == Failure(503, "Invalid model predict output")
+    assert worker.predict([_body(b"obj")]) == Failure(503, "Unsupported model output data type.")
     assert worker.predict([_body(b"short"), _body(b"b")]) == Failure(
         503, "number of batch response mismatched")
     worker.close()
+
+
+EAGER_HANDLER = """
+    import json
+    import os
+    import time
+
+    import torch
+    from ts.torch_handler.base_handler import BaseHandler
+
+
+    class LinearHandler(BaseHandler):
+        def initialize(self, context):
+            super().initialize(context)  # imports the manifest's modelFile by its bare name
+            self.labels = open("labels.txt").read().split()  # relative: the model's folder
+            time.sleep(0.2)  # the other worker initializes meanwhile, in its own folder
+            self.cwd_at_initialize = os.getcwd()
+
+        def preprocess(self, data):
+            return torch.tensor([row["body"] for row in data])  # JSON: decoded already
+
+        def postprocess(self, output):
+            with open("labels.txt") as f:  # relative in handle too
+                labels = f.read().split()
+            return [{"y": row, "label": labels[0], "cwd": os.getcwd()} for row in output.tolist()]
+    """
+
+
+def _eager_archive(folder, seed):
+    """A .mar's files as torch-model-archiver lays out an eager model: modelFile (net.py),
+    serializedFile (a state dict) and a BaseHandler subclass."""
+    folder.mkdir()
+    (folder / "net.py").write_text("import torch\n\n\nclass Net(torch.nn.Linear):\n"
+                                   "    def __init__(self):\n        super().__init__(4, 2)\n")
+    torch.manual_seed(seed)
+    net = torch.nn.Linear(4, 2)
+    torch.save(net.state_dict(), folder / "weights.pt")
+    (folder / "handler.py").write_text(textwrap.dedent(EAGER_HANDLER))
+    (folder / "labels.txt").write_text(f"seed{seed}\n")
+    (folder / "MAR-INF").mkdir()
+    (folder / "MAR-INF" / "MANIFEST.json").write_text(json.dumps({
+        "runtime": "python", "model": {"modelName": folder.name, "modelVersion": "1.0",
+                                       "serializedFile": "weights.pt", "modelFile": "net.py",
+                                       "handler": "handler.py"}}))
+    return net
+
+
+def test_eager_archives_load_their_model_file_and_read_relative_files_in_their_own_folder(
+        tmp_path, monkeypatch):
+    # No folder of the test's on sys.path: the archive's modules must come from its own.
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", os.getcwd())])
+    nets = {seed: _eager_archive(tmp_path / f"linear{seed}", seed) for seed in (1, 2)}
+    cwd = os.getcwd()
+    workers, errors = {}, []
+
+    def start(seed):
+        try:
+            name = f"linear{seed}"
+            workers[seed] = Worker(name, name, str(tmp_path / name), "handler", "")
+        except Exception as e:  # reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=start, args=(seed,)) for seed in nets]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert not errors, errors
+    assert os.getcwd() == cwd and "net" not in sys.modules
+    x = [0.5, -1.0, 2.0, 0.25]
+    for seed, net in nets.items():
+        folder = str(tmp_path / f"linear{seed}")
+        assert workers[seed].context.system_properties["model_dir"] == folder
+        handler = workers[seed]._handle.__self__  # the LinearHandler
+        assert handler.cwd_at_initialize == folder and handler.labels == [f"seed{seed}"]
+        [answer] = workers[seed].predict([_body(json.dumps(x).encode(), "application/json")])
+        got = json.loads(answer.body)
+        expected = net(torch.tensor([x])).tolist()[0]
+        assert got["label"] == f"seed{seed}" and got["cwd"] == folder
+        assert got["y"] == pytest.approx(expected)
+    assert os.getcwd() == cwd and "net" not in sys.modules
+    for worker in workers.values():
+        worker.close()

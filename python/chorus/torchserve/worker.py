@@ -14,15 +14,20 @@ failed") or returns something other than one answer per request (503). This modu
 what `ts/service.py` and `ts/protocol/otf_message_handler.py` do around the handler,
 with TorchServe's Service building the Context and the handler's `data` as in TorchServe.
 
-Where chorus differs from TorchServe: the process' working directory is the model's
-folder while the handler initializes (TorchServe starts each worker there), not while it
-handles requests (interpreters run at once in one process, which has one working
-directory): a handler that opens files by relative paths in `handle` finds them only
-where it made the path from `context.system_properties["model_dir"]`, as TorchServe's
-own handlers do. Metrics a handler adds go to TorchServe's metrics cache (configured by
-TorchServe's default metrics.yaml); they are not yet on chorus' metrics endpoint.
+The handler runs as in a TorchServe worker process, whose working directory is the model's
+folder and whose sys.path has it: while it initializes or handles a batch, the thread
+running it has a working directory of its own (Linux's unshare(CLONE_FS): the process'
+other threads, other workers among them, keep theirs), the model's folder, and importlib's
+imports of the archive's modules by bare name (BaseHandler's import of the manifest's
+modelFile) find them (`ModelNamespace.active`). A worker runs one batch at a time.
+
+Where chorus differs from TorchServe: metrics a handler adds go to TorchServe's metrics
+cache (configured by TorchServe's default metrics.yaml); they are not yet on chorus'
+metrics endpoint.
 """
 
+import contextlib
+import ctypes
 import dataclasses
 import io
 import json
@@ -30,7 +35,7 @@ import logging
 import os
 import threading
 import time
-from typing import Any, Dict, List, Optional, Union
+from typing import Any, Dict, Iterator, List, Optional, Union
 
 from ..model_namespaces import ModelNamespace
 from .handlers import load_entry_point
@@ -39,8 +44,34 @@ __all__ = ["Input", "Request", "Response", "Failure", "Worker"]
 
 logger = logging.getLogger(__name__)
 
-# The process' working directory is changed only under this lock (see the docstring).
-_cwd_lock = threading.Lock()
+_CLONE_FS = 0x00000200  # <sched.h>: the working directory, root and umask
+_thread_state = threading.local()
+
+
+def _own_working_directory() -> None:
+    """Gives the calling thread a working directory of its own, once: its chdir then moves
+    no other thread of the process."""
+    if getattr(_thread_state, "own_directory", False):
+        return
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.unshare(_CLONE_FS) != 0:
+        error = ctypes.get_errno()
+        raise OSError(error, f"unshare(CLONE_FS): {os.strerror(error)}")
+    _thread_state.own_directory = True
+
+
+@contextlib.contextmanager
+def _as_in_a_worker_process(namespace: ModelNamespace, model_dir: str) -> Iterator[None]:
+    """The calling thread in the model's folder, with the archive's modules importable by
+    bare name, for the scope's life."""
+    _own_working_directory()
+    previous = os.getcwd()
+    os.chdir(model_dir)
+    try:
+        with namespace.active():
+            yield
+    finally:
+        os.chdir(previous)
 
 
 @dataclasses.dataclass
@@ -81,23 +112,24 @@ class Failure:
 
 
 def decoded_value(content_type: str, data: bytes, decode: bool = True) -> Any:
-    """An input's value as TorchServe's worker gives it to the handler."""
+    """An input's value as TorchServe's worker gives it to the handler (bytes as a
+    bytearray, as it reads them from its socket)."""
     if decode and content_type == "application/json":
         try:
             return json.loads(data.decode("utf-8"))
-        except (UnicodeDecodeError, ValueError):
+        except Exception:  # noqa: BLE001 (TorchServe forwards the bytes, whatever failed)
             logger.warning("Failed json decoding of input data. Forwarding encoded payload")
     elif decode and content_type.startswith("text"):
         try:
             return data.decode("utf-8")
-        except UnicodeDecodeError:
+        except Exception:  # noqa: BLE001 (as above)
             logger.warning("Failed utf-8 decoding of input data. Forwarding encoded payload")
-    return data
+    return bytearray(data)
 
 
 def encoded_answer(value: Any) -> bytes:
     """A handler's answer for one request as the bytes the client gets. Raises TypeError
-    for a value JSON cannot hold."""
+    or ValueError for a value JSON cannot hold."""
     if isinstance(value, (bytes, bytearray)):
         return bytes(value)
     if isinstance(value, str):
@@ -144,22 +176,20 @@ class Worker:
                  decode_input: bool = True):
         from ts.service import Service
 
+        model_dir = os.path.abspath(model_dir)
         self.model_name = model_name
+        self._model_dir = model_dir
         self._decode_input = decode_input
+        self._lock = threading.Lock()  # one batch at a time, as a worker process runs them
         self._namespace = ModelNamespace(key, [model_dir], folders_first=True)
         try:
-            with _cwd_lock:
-                previous = os.getcwd()
-                os.chdir(model_dir)
-                try:
-                    self._handle, initialize = load_entry_point(
-                        self._namespace, model_dir, module, function, envelope)
-                    self._service = Service(model_name, model_dir, _manifest(model_dir),
-                                            self._handle, gpu_id, batch_size,
-                                            limit_max_image_pixels, _metrics_cache(model_name))
-                    initialize(self._service.context)
-                finally:
-                    os.chdir(previous)
+            with _as_in_a_worker_process(self._namespace, model_dir):
+                self._handle, initialize = load_entry_point(
+                    self._namespace, model_dir, module, function, envelope)
+                self._service = Service(model_name, model_dir, _manifest(model_dir),
+                                        self._handle, gpu_id, batch_size,
+                                        limit_max_image_pixels, _metrics_cache(model_name))
+                initialize(self._service.context)
         except BaseException:
             self._namespace.close()
             raise
@@ -169,7 +199,12 @@ class Worker:
         return self._service.context
 
     def predict(self, requests: List[Request]) -> Union[List[Response], Failure]:
-        """The handler's answers to `requests` (one batch), or the batch's failure."""
+        """The handler's answers to `requests` (one batch), or the batch's failure. Any
+        thread; a worker's batches run one at a time."""
+        with self._lock, _as_in_a_worker_process(self._namespace, self._model_dir):
+            return self._predict(requests)
+
+    def _predict(self, requests: List[Request]) -> Union[List[Response], Failure]:
         from ts.service import Service
 
         headers, data, request_ids = Service.retrieve_data_for_inference(
@@ -216,9 +251,9 @@ class Worker:
         for index, answer in enumerate(answers):
             try:
                 body = encoded_answer(answer)
-            except TypeError:
+            except (TypeError, ValueError):
                 logger.warning("Unable to serialize model output.", exc_info=True)
-                return Failure(503, "Invalid model predict output")
+                return Failure(503, "Unsupported model output data type.")
             code, phrase = context.get_response_status(index)
             response_headers = dict(context.get_response_headers(index))
             responses.append(Response(
