@@ -519,6 +519,17 @@ StatusOr<Object> ReplicatedObject::In(InterpreterSession& session) const {
       rep.made.Wait(&rep.making_mu);
     }
   }
+  // However the factory ends (an error, an exception), the slot's waiters
+  // wake; a failed factory leaves the slot to the next caller, which tries again.
+  struct MakerDone {
+    internal::Replicated& rep;
+    size_t index;
+    ~MakerDone() {
+      MutexLock lock(&rep.making_mu);
+      rep.makers[index] = std::thread::id();
+      rep.made.SignalAll();
+    }
+  } done{rep, index};
   StatusOr<Object> made = rep.factory(session);
   if (made.ok() && made->slot_ != slot) {
     made = InvalidArgumentError("replication factory returned an object of another interpreter");
@@ -527,10 +538,6 @@ StatusOr<Object> ReplicatedObject::In(InterpreterSession& session) const {
     slot->side->IncRef(made->ref_);
     cell.store(made->ref_, std::memory_order_release);
   }
-  // A failed factory leaves the slot to the next caller, which tries again.
-  MutexLock lock(&rep.making_mu);
-  rep.makers[index] = std::thread::id();
-  rep.made.SignalAll();
   return made;
 }
 

@@ -70,7 +70,7 @@ StatusOr<TorchServeArchive> Described(TorchServeArchive archive, const std::stri
 StatusOr<TorchServeArchive> OpenMar(const std::string& path, const std::string& extract_root,
                                     const std::string& stem) {
   CHORUS_ASSIGN_OR_RETURN(std::shared_ptr<const ZipFile> zip, ZipFile::Open(path));
-  CHORUS_ASSIGN_OR_RETURN(std::string folder, NewFolder(extract_root, stem));
+  CHORUS_ASSIGN_OR_RETURN(std::string folder, NewFolder(fs::absolute(extract_root).string(), stem));
   CHORUS_RETURN_IF_ERROR(zip->ExtractTo(folder));
   TorchServeArchive archive;
   archive.model_dir = folder;
@@ -88,10 +88,12 @@ StatusOr<TorchServeArchive> OpenTorchServeArchive(const std::string& path,
   std::error_code error;
   const fs::file_status status = fs::status(path, error);
   if (!fs::exists(status)) return NotFoundError(path + ": no such model archive or folder");
-  const std::string name = fs::path(path).filename().string();
+  fs::path entry = fs::path(path).lexically_normal();
+  if (!entry.has_filename()) entry = entry.parent_path();  // "models/noop/"
+  const std::string name = entry.filename().string();
   if (fs::is_directory(status)) {
     TorchServeArchive archive;
-    archive.model_dir = Unwrapped(fs::path(path)).string();
+    archive.model_dir = fs::absolute(Unwrapped(entry)).string();
     return Described(std::move(archive), path, name);
   }
   if (EndsWith(name, ".tar.gz") || EndsWith(name, ".tgz")) {

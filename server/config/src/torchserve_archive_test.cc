@@ -52,13 +52,14 @@ TEST_F(TorchServeArchiveTest, AFolderIsUsedWhereItIsAndAFolderOfOneFolderIsUnwra
   const fs::path noop = kArchives / "noop_no_archive" / "noop";
   StatusOr<TorchServeArchive> plain = OpenTorchServeArchive(noop.string(), root_.string());
   ASSERT_TRUE(plain.ok()) << plain.status().ToString();
-  EXPECT_EQ(plain->model_dir, noop.string());
+  EXPECT_TRUE(fs::equivalent(plain->model_dir, noop));
   EXPECT_FALSE(plain->extracted);
   EXPECT_EQ(plain->model_name, "noop");
   StatusOr<TorchServeArchive> wrapped =
       OpenTorchServeArchive((kArchives / "noop_no_archive_no_version").string(), root_.string());
   ASSERT_TRUE(wrapped.ok()) << wrapped.status().ToString();
-  EXPECT_EQ(wrapped->model_dir, (kArchives / "noop_no_archive_no_version" / "noop").string());
+  EXPECT_TRUE(
+      fs::equivalent(wrapped->model_dir, kArchives / "noop_no_archive_no_version" / "noop"));
   EXPECT_EQ(wrapped->manifest->model_version, "1.0");
   EXPECT_TRUE(fs::is_empty(root_)) << "a folder is not copied";
 }
@@ -71,6 +72,9 @@ TEST_F(TorchServeArchiveTest, AnEntryWithoutAManifestIsNamedAfterItself) {
   ASSERT_TRUE(archive.ok()) << archive.status().ToString();
   EXPECT_EQ(archive->model_name, "plain-model.v2");
   EXPECT_FALSE(archive->manifest.has_value());
+  StatusOr<TorchServeArchive> slash = OpenTorchServeArchive(folder.string() + "/", root_.string());
+  ASSERT_TRUE(slash.ok()) << slash.status().ToString();
+  EXPECT_EQ(slash->model_name, "plain-model.v2");
 }
 
 TEST_F(TorchServeArchiveTest, WhatCannotBeOpenedIsRefusedNamingTheEntry) {

@@ -19,7 +19,7 @@ namespace chorus {
 
 struct TorchServeArchive {
   std::string model_name;  // the manifest's, else the entry's name without .mar
-  std::string model_dir;   // the archive's files: the handler's model_dir
+  std::string model_dir;   // the archive's files (an absolute path): the handler's model_dir
   bool extracted = false;  // model_dir was made from a .mar (the caller removes it)
   std::optional<TorchServeManifest> manifest;  // nullopt: the entry has none
 };
