@@ -79,7 +79,8 @@ configure: deps
 	  echo "make: $(BUILD)/ was configured for another Python; configuring afresh"; \
 	  rm -f $(BUILD)/CMakeCache.txt; \
 	fi
-	@tools/install-torchserve.sh $(PYTHON)
+	@case "$(PYTHON)" in "$${XDG_CACHE_HOME:-$$HOME/.cache}/chorus/venvs/"*) \
+	  tools/install-torchserve.sh $(PYTHON);; esac
 	@$(CMAKE) -S . -B $(BUILD) -G Ninja -DCHORUS_PYTHON=$(PYTHON) \
 	  -DCHORUS_PERF_ANALYZER=$$(tools/install-perf-analyzer.sh $(PYTHON)) \
 	  -DCHORUS_EXAMPLE_CLIENT_DEPS=$$(tools/install-example-client-deps.sh $(PYTHON)) >/dev/null

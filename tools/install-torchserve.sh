@@ -2,7 +2,7 @@
 # Installs (once) TorchServe's Python packages, the pinned torchserve (`ts`, the
 # handler package chorus runs .mar archives with) and torch-model-archiver
 # (tools/requirements/torchserve.txt), into PYTHON, the venv chorus embeds
-# (make configures it so). With --frontend, also what TorchServe's own server
+# (make does it for chorus' own venvs; a venv of the user's is left as it is). With --frontend, also what TorchServe's own server
 # needs, the peer of `make bench-peers` and `make bench-density`: Debian's
 # Java 17 when no Java 17+ is on PATH (apt-get). Idempotent: prints nothing
 # and touches nothing when all is present; prints only errors otherwise. pip's
