@@ -109,12 +109,15 @@ def test_inputs_are_decoded_by_their_content_type(tmp_path):
 
 @needs_archives
 def test_two_archives_with_the_same_file_names_load_side_by_side(tmp_path):
-    # Both carry handler.py and model.py; each worker imports its own.
+    # Both carry handler.py and model.py; each worker imports its own, under names of its
+    # own (whatever other tests left under the bare names stays as it was).
+    bare = {name: sys.modules.get(name) for name in ("handler", "model")}
     first = _worker("noop_entrypntfunc.mar", tmp_path)
     second = _worker("noop_handlername.mar", tmp_path)
     assert first.predict([_body(b"x")])[0].body == b"OK"
     assert second.predict([_body(b"x")])[0].body == b"OK"
-    assert "handler" not in sys.modules and "model" not in sys.modules
+    assert {name: sys.modules.get(name) for name in bare} == bare
+    assert first._handle.__module__ != second._handle.__module__
     first.close()
     second.close()
 
@@ -244,7 +247,7 @@ def test_eager_archives_load_their_model_file_and_read_relative_files_in_their_o
     # No folder of the test's on sys.path: the archive's modules must come from its own.
     monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", os.getcwd())])
     nets = {seed: _eager_archive(tmp_path / f"linear{seed}", seed) for seed in (1, 2)}
-    cwd = os.getcwd()
+    cwd, bare_net = os.getcwd(), sys.modules.get("net")
     workers, errors = {}, []
 
     def start(seed):
@@ -260,7 +263,7 @@ def test_eager_archives_load_their_model_file_and_read_relative_files_in_their_o
     for thread in threads:
         thread.join()
     assert not errors, errors
-    assert os.getcwd() == cwd and "net" not in sys.modules
+    assert os.getcwd() == cwd and sys.modules.get("net") is bare_net
     x = [0.5, -1.0, 2.0, 0.25]
     for seed, net in nets.items():
         folder = str(tmp_path / f"linear{seed}")
@@ -272,6 +275,6 @@ def test_eager_archives_load_their_model_file_and_read_relative_files_in_their_o
         expected = net(torch.tensor([x])).tolist()[0]
         assert got["label"] == f"seed{seed}" and got["cwd"] == folder
         assert got["y"] == pytest.approx(expected)
-    assert os.getcwd() == cwd and "net" not in sys.modules
+    assert os.getcwd() == cwd and sys.modules.get("net") is bare_net
     for worker in workers.values():
         worker.close()
