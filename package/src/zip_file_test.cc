@@ -1,13 +1,14 @@
 #include "chorus/package/zip_file.h"
 
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <nlohmann/json.hpp>
 #include <string>
+
+#include "chorus/common/file_util.h"
 
 namespace chorus {
 namespace {
@@ -28,14 +29,13 @@ std::string ReadFile(const fs::path& path) {
 class ZipFileTest : public testing::Test {
  protected:
   void SetUp() override {
-    scratch_ =
-        fs::temp_directory_path() / ("zip_file_test_" + std::to_string(::getpid()) + "_" +
-                                     testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(scratch_);
-    fs::create_directories(scratch_);
+    StatusOr<ScopedTempDir> scratch = ScopedTempDir::Create("zip_file_test_");
+    ASSERT_TRUE(scratch.ok()) << scratch.status().ToString();
+    scratch_dir_ = *std::move(scratch);
+    scratch_ = scratch_dir_.path();
   }
-  void TearDown() override { fs::remove_all(scratch_); }
 
+  ScopedTempDir scratch_dir_;
   fs::path scratch_;
 };
 

@@ -1,11 +1,12 @@
 #include "chorus/server/config/torchserve_archive.h"
 
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
 #include <string>
+
+#include "chorus/common/file_util.h"
 
 namespace chorus {
 namespace {
@@ -20,14 +21,13 @@ class TorchServeArchiveTest : public testing::Test {
  protected:
   void SetUp() override {
     if (!fs::is_directory(kArchives)) GTEST_SKIP() << "no TorchServe archives at " << kArchives;
-    root_ =
-        fs::temp_directory_path() / ("torchserve_archive_test_" + std::to_string(::getpid()) + "_" +
-                                     testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(root_);
-    fs::create_directories(root_);
+    StatusOr<ScopedTempDir> root = ScopedTempDir::Create("torchserve_archive_test_");
+    ASSERT_TRUE(root.ok()) << root.status().ToString();
+    root_dir_ = *std::move(root);
+    root_ = root_dir_.path();
   }
-  void TearDown() override { fs::remove_all(root_); }
 
+  ScopedTempDir root_dir_;
   fs::path root_;
 };
 
