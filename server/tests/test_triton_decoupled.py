@@ -207,8 +207,9 @@ class TritonPythonModel:
             json.dump({"seen": seen, "sent": sent, "error": error}, f)
 """
 
-# Default mode: waits (a minute at most) until its request is cancelled, then writes what
-# it saw into the file the request's parameters name.
+# Default mode: says it started (the marker's name plus ".started"), waits (a minute at
+# most) until its request is cancelled, then writes what it saw into the marker file the
+# request's parameters name.
 CANCEL_PROBE_PY = """
 import json, time
 import numpy as np
@@ -217,10 +218,12 @@ import triton_python_backend_utils as pb_utils
 
 class TritonPythonModel:
     def execute(self, requests):
+        marker = json.loads(requests[0].parameters())["marker"]
+        open(marker + ".started", "w").close()
         deadline = time.monotonic() + 60
         while not requests[0].is_cancelled() and time.monotonic() < deadline:
             time.sleep(0.01)
-        with open(json.loads(requests[0].parameters())["marker"], "w") as f:
+        with open(marker, "w") as f:
             json.dump({"cancelled": requests[0].is_cancelled()}, f)
         error = pb_utils.TritonError("cancelled", pb_utils.TritonError.CANCELLED)
         return [pb_utils.InferenceResponse(error=error) for _ in requests]
@@ -443,11 +446,15 @@ def test_cancelling_a_stream_is_seen_by_the_request_and_its_sender(triton, tmp_p
 
 def test_cancelling_a_unary_grpc_call_is_seen_by_the_request(triton, tmp_path):
     marker = tmp_path / "cancelled.json"
+    started = tmp_path / "cancelled.json.started"
     results = []
     context = triton.grpc.async_infer(
         "cancel_probe", inputs_of(grpcclient, mode(0)),
         callback=lambda result, error: results.append((result, error)),
         parameters={"marker": str(marker)})
+    # Cancelled before it reaches the server, the call would never run at all (as on
+    # Triton); the point here is a running request seeing its cancellation.
+    wait_until(started.exists, why=lambda: "the request never started")
     context.cancel()
     wait_until(marker.exists, why=lambda: f"{marker} never written")
     assert json.loads(marker.read_text()) == {"cancelled": True}
