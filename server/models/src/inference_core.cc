@@ -112,9 +112,10 @@ Status ReadQueueParameters(const inference::ModelInferRequest& request,
 
 namespace core_internal {
 
-// A Python-backend model's outputs go out as it gave them (Triton's).
+// The outputs of a model that answers its requests itself go out as it gave
+// them (Triton's, for its Python backend).
 OutputCheck OutputCheckOf(const LoadedModel& model) {
-  return model.python_backend() != nullptr ? OutputCheck::kAsReturned : OutputCheck::kSignature;
+  return model.executor() != nullptr ? OutputCheck::kAsReturned : OutputCheck::kSignature;
 }
 
 // Who answers: the model, its version and the request's id.
@@ -282,7 +283,7 @@ StatusOr<InferenceRequest> InferenceCore::CheckCall(LoadedModel& model,
   if (checked.ok()) checked = ReadQueueParameters(request, model.scheduling().priorities, &call);
   if (!checked.ok()) return Refused(model, std::move(checked), start);
   call.id = request.id();
-  if (model.python_backend() != nullptr) SetRequestAttributes(model, request, &call);
+  if (model.executor() != nullptr) SetRequestAttributes(model, request, &call);
   call.deadline = deadline;
   if (options_.request_timeout.count() > 0) {
     call.deadline = std::min(deadline, start + options_.request_timeout);

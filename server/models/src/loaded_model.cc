@@ -43,11 +43,13 @@ LoadedModel::LoadedModel(std::string name, std::string version, std::shared_ptr<
 }
 
 LoadedModel::LoadedModel(std::string name, std::string version,
-                         std::shared_ptr<PythonBackendModel> python, Manifest signature,
-                         const SchedulerOptions& options, LoadedModelParts parts)
+                         std::shared_ptr<RequestExecutor> executor, std::string platform,
+                         Manifest signature, const SchedulerOptions& options,
+                         LoadedModelParts parts)
     : name_(std::move(name)),
       version_(std::move(version)),
-      python_(std::move(python)),
+      executor_(std::move(executor)),
+      executor_platform_(std::move(platform)),
       scheduling_(options),
       annotations_(std::move(parts.annotations)),
       manifest_(std::move(signature)),
@@ -55,7 +57,7 @@ LoadedModel::LoadedModel(std::string name, std::string version,
       triton_config_(std::move(parts.triton_config)),
       serial_(NextSerial()) {
   scheduler_ = std::make_unique<ModelScheduler>(
-      python_, options, [this](const ExecutionStats& stats) { RecordExecution(stats); });
+      executor_, options, [this](const ExecutionStats& stats) { RecordExecution(stats); });
 }
 
 LoadedModel::LoadedModel(std::string name, std::string version,
@@ -75,7 +77,7 @@ LoadedModel::LoadedModel(std::string name, std::string version,
 
 std::string LoadedModel::platform() const {
   if (ensemble_) return "ensemble";
-  if (python_) return "python";  // Triton names a backend's models after it
+  if (executor_) return executor_platform_;
   return FormatInfo(model_->format()).platform;
 }
 
@@ -91,7 +93,7 @@ void LoadedModel::Drain(std::chrono::steady_clock::time_point deadline) {
   }
   if (sequences_) sequences_->Drain(deadline);
   if (scheduler_) scheduler_->Drain(deadline);
-  if (python_) python_->Drain(deadline);  // responses its senders still owe
+  if (executor_) executor_->Drain(deadline);  // responses its senders still owe
 }
 
 void LoadedModel::RecordExecution(const ExecutionStats& stats) {

@@ -111,7 +111,8 @@ StatusOr<std::shared_ptr<LoadedModel>> ModelLoader::LoadPythonBackend(const std:
   parts.annotations = std::move(annotations);
   parts.response_cache = config.response_cache && !config.decoupled;
   parts.triton_config = config.triton;
-  return std::make_shared<LoadedModel>(name, version, std::move(python),
+  // Triton names a backend's models after it.
+  return std::make_shared<LoadedModel>(name, version, std::move(python), "python",
                                        std::move(options.signature), scheduling, std::move(parts));
 }
 

@@ -2,6 +2,8 @@
 
 #include <sys/socket.h>
 
+#include <algorithm>
+
 #include <nlohmann/json.hpp>
 
 #include "chorus/server/frontends/http/http_status.h"
@@ -106,12 +108,13 @@ HttpEndpoint::HttpEndpoint(const HttpEndpointOptions& options) {
       });
   const Authorizer* authorizer = options.authorizer;
   server_->set_pre_routing_handler(
-      [this, authorizer, compressible = options.compressible](const httplib::Request& request,
-                                                              httplib::Response& response) {
+      [this, authorizer, compressible = options.compressible, open_paths = options.open_paths](
+          const httplib::Request& request, httplib::Response& response) {
         LimitCompression(request, compressible);
-        if (authorizer == nullptr || request.path.rfind("/v2/health/", 0) == 0) {
-          return httplib::Server::HandlerResponse::Unhandled;
-        }
+        const bool open = std::any_of(open_paths.begin(), open_paths.end(), [&](const auto& path) {
+          return request.path.rfind(path, 0) == 0;
+        });
+        if (authorizer == nullptr || open) return httplib::Server::HandlerResponse::Unhandled;
         Status allowed = authorizer->Check(request.get_header_value("Authorization"));
         if (allowed.ok()) return httplib::Server::HandlerResponse::Unhandled;
         ReplyError(request.path, response, allowed);

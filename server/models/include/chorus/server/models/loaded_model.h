@@ -70,10 +70,12 @@ class LoadedModel {
  public:
   LoadedModel(std::string name, std::string version, std::shared_ptr<Model> model,
               const SchedulerOptions& options, LoadedModelParts parts = {});
-  // A Triton Python-backend model of signature `signature`: its scheduler
-  // hands batches to `python`'s instances.
-  LoadedModel(std::string name, std::string version, std::shared_ptr<PythonBackendModel> python,
-              Manifest signature, const SchedulerOptions& options, LoadedModelParts parts);
+  // A model of signature `signature` that answers its requests itself (a
+  // Triton Python-backend model, a TorchServe model): its scheduler hands
+  // batches to `executor`'s instances. `platform` is Triton's name for it.
+  LoadedModel(std::string name, std::string version, std::shared_ptr<RequestExecutor> executor,
+              std::string platform, Manifest signature, const SchedulerOptions& options,
+              LoadedModelParts parts);
   // An ensemble of signature `signature`: its requests run through `ensemble`'s
   // steps; no model file, no scheduler of its own.
   LoadedModel(std::string name, std::string version, std::shared_ptr<const Ensemble> ensemble,
@@ -87,10 +89,14 @@ class LoadedModel {
 
   const std::string& name() const { return name_; }
   const std::string& version() const { return version_; }
-  // The model its file holds; nullptr for an ensemble and a Python-backend model.
+  // The model its file holds; nullptr for an ensemble and a request executor.
   const Model* model() const { return model_.get(); }
+  // The model that answers its requests itself; nullptr for others.
+  RequestExecutor* executor() const { return executor_.get(); }
   // The Python-backend model it is; nullptr for others.
-  PythonBackendModel* python_backend() const { return python_.get(); }
+  PythonBackendModel* python_backend() const {
+    return dynamic_cast<PythonBackendModel*>(executor_.get());
+  }
   // The config.pbtxt it was loaded from, normalized; nullptr for config.json's.
   const std::shared_ptr<const inference::ModelConfig>& triton_config() const {
     return triton_config_;
@@ -138,7 +144,8 @@ class LoadedModel {
   const std::string name_;
   const std::string version_;
   const std::shared_ptr<Model> model_;
-  const std::shared_ptr<PythonBackendModel> python_;
+  const std::shared_ptr<RequestExecutor> executor_;
+  const std::string executor_platform_;
   const std::shared_ptr<const Ensemble> ensemble_;
   const SchedulerOptions scheduling_;
   const TensorAnnotations annotations_;

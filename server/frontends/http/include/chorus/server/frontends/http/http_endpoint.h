@@ -16,6 +16,7 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "chorus/common/status.h"
 #include "chorus/server/rpc/authorizer.h"
@@ -27,8 +28,11 @@ struct HttpEndpointOptions {
   // connections queue); 0: cpp-httplib's default.
   int request_threads = 0;
   int64_t max_body_bytes = 0;  // larger bodies get 413; 0: no limit
-  // When set, every route but /v2/health/... needs its bearer token. Outlives the endpoint.
+  // When set, every route but those under `open_paths` needs its bearer
+  // token. Outlives the endpoint.
   const Authorizer* authorizer = nullptr;
+  // Path prefixes served without a token: the health probes.
+  std::vector<std::string> open_paths = {"/v2/health/"};
   // Successful answers to the paths it accepts are gzip-compressed when the
   // client accepts gzip (never brotli); all others, and every error, are
   // never compressed. Unset: none.
