@@ -59,6 +59,8 @@ class ServerProcess:
             self.log.seek(0)
             raise RuntimeError(f"chorus-server did not start: {line!r}\n{self.log.read()}")
         self.port, self.metrics_port, self.http_port = (int(g) for g in match.groups())
+        torchserve = re.search(r"torchserve inference (\d+)", line)
+        self.torchserve_port = int(torchserve.group(1)) if torchserve else -1
         self.host = host
         self.address = f"{host}:{self.port}"
 

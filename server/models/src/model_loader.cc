@@ -213,6 +213,8 @@ StatusOr<std::shared_ptr<LoadedModel>> ModelLoader::Load(const std::string& name
                                                          const std::string& version,
                                                          ModelConfig config) const {
   if (config.ensemble) return LoadEnsemble(name, version, config);
+  // An archive's manifest decides: its model.py is the eager model's, not Triton's.
+  if (IsTorchServe(config, name, version)) return LoadTorchServe(name, version, config);
   if (IsPythonBackend(config, name, version)) {
     return LoadPythonBackend(name, version, std::move(config));
   }

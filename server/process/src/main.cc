@@ -91,6 +91,7 @@ struct CommandLine {
   void AddServingOptions(CLI::App& app);
   void AddLimitsAndSecurityOptions(CLI::App& app);
   void AddTritonOptions(CLI::App& app);
+  void AddTorchServeOptions(CLI::App& app);
   void Finish() {
     options.request_timeout = std::chrono::milliseconds(timeout_ms);
     if (exit_timeout_secs >= 0) drain_ms = exit_timeout_secs * 1000;
@@ -152,6 +153,17 @@ void CommandLine::AddTritonOptions(CLI::App& app) {
                              " (accepted: python,shm-*=... and python,stub-timeout-seconds=...)";
           },
           "BACKEND,SETTING=VALUE"));
+}
+
+// TorchServe's: a model store's archives and its inference API.
+void CommandLine::AddTorchServeOptions(CLI::App& app) {
+  app.add_option("--models", options.torchserve_models,
+                 "TorchServe's: the model store entries to serve ('all', ENTRY.mar, "
+                 "NAME=ENTRY); the --model-store is then a TorchServe model store")
+      ->delimiter(',');
+  app.add_option("--torchserve-inference-port", options.torchserve_inference_port,
+                 "TorchServe's inference API (/ping, /predictions) port (0: any free port, -1: "
+                 "none)");
 }
 
 void CommandLine::AddServingOptions(CLI::App& app) {
@@ -243,6 +255,7 @@ int Supervised(chorus::ServerOptions options, bool spare) {
   if (options.port == 0) options.port = ports.Pick();
   if (options.metrics_port == 0) options.metrics_port = ports.Pick(options.cells);
   if (options.http_port == 0) options.http_port = ports.Pick();
+  if (options.torchserve_inference_port == 0) options.torchserve_inference_port = ports.Pick();
   chorus::ScopedTempDir private_dir;
   if (options.jobs_file.empty() && options.cells == 1 && !spare) {
     chorus::StatusOr<chorus::ScopedTempDir> made = chorus::ScopedTempDir::Create("chorus-server-");
@@ -278,6 +291,7 @@ int main(int argc, char** argv) {
   command_line.AddServingOptions(app);
   command_line.AddLimitsAndSecurityOptions(app);
   command_line.AddTritonOptions(app);
+  command_line.AddTorchServeOptions(app);
   CLI11_PARSE(app, argc, argv);
   command_line.Finish();
   if (command_line.options.exit_on_error && !command_line.no_supervisor) {

@@ -15,8 +15,12 @@ namespace chorus {
 namespace {
 
 void PrintListening(const Server& server) {
-  std::printf("chorus-server listening on port %d (metrics %d), http %d\n", server.port(),
+  std::printf("chorus-server listening on port %d (metrics %d), http %d", server.port(),
               server.metrics_port(), server.http_port());
+  if (server.torchserve_inference_port() >= 0) {
+    std::printf(", torchserve inference %d", server.torchserve_inference_port());
+  }
+  std::printf("\n");
   std::fflush(stdout);
 }
 

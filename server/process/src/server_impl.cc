@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <atomic>
 #include <mutex>
+#include <optional>
 #include <thread>
 
 #include "chorus/common/file_util.h"
@@ -18,10 +19,12 @@
 #include "chorus/server/frontends/http/http_endpoint.h"
 #include "chorus/server/frontends/http/rest_service.h"
 #include "chorus/server/frontends/openai/openai_service.h"
+#include "chorus/server/frontends/torchserve/torchserve_inference_api.h"
 #include "chorus/server/models/inference_core.h"
 #include "chorus/server/models/model_metrics.h"
 #include "chorus/server/rpc/authorizer.h"
 #include "chorus/server/server.h"
+#include "chorus/server/torchserve/model_store.h"
 #include "chorus/server/training/job_metrics.h"
 #include "chorus/server/training/training_service.h"
 #include "server/process/src/process_metrics.h"
@@ -38,6 +41,9 @@ class ServerImpl final : public Server {
   int port() const override { return port_; }
   int metrics_port() const override { return metrics_ ? metrics_->port() : -1; }
   int http_port() const override { return http_ ? http_->port() : -1; }
+  int torchserve_inference_port() const override {
+    return torchserve_http_ ? torchserve_http_->port() : -1;
+  }
   Status Listen(int cell) override;
   void Quarantine(const std::string& model, const std::string& why) override;
   void ApplyChange(int64_t id, const ModelChange& change) override;
@@ -65,10 +71,13 @@ class ServerImpl final : public Server {
   Status StartGrpc(const ServerOptions& options);
   Status StartMetrics(const ServerOptions& options);
   Status StartHttp(const ServerOptions& options);
+  Status StartTorchServeInference(const ServerOptions& options);
 
   ServerOptions options_;
   std::unique_ptr<InterpreterManager> manager_;
   std::unique_ptr<InterpreterPlacement> placement_;
+  // --models: the TorchServe model store's archives (outlives the repository).
+  std::optional<TorchServeModelStore> model_store_;
   std::unique_ptr<ModelRepository> repository_;
   std::shared_ptr<const TrustedKeys> trusted_keys_;
   std::unique_ptr<BackgroundRunner> background_;
@@ -77,6 +86,7 @@ class ServerImpl final : public Server {
   std::unique_ptr<InferenceService> service_;
   std::unique_ptr<RestService> rest_;
   std::unique_ptr<OpenAiService> openai_;
+  std::unique_ptr<TorchServeInferenceApi> torchserve_inference_;
   std::unique_ptr<JobRegistry> jobs_;
   std::unique_ptr<JobJournal> journal_;
   std::unique_ptr<TrainingCore> training_core_;
@@ -84,6 +94,7 @@ class ServerImpl final : public Server {
   std::unique_ptr<grpc::Server> grpc_;
   std::unique_ptr<HttpEndpoint> metrics_;
   std::unique_ptr<HttpEndpoint> http_;
+  std::unique_ptr<HttpEndpoint> torchserve_http_;
   std::unique_ptr<IdleMemoryReleaser> memory_releaser_;
   std::unique_ptr<PeriodicTask> poller_;  // --model-control-mode poll
   // Several serving processes under a supervisor: this one's half of their talk.
@@ -167,6 +178,7 @@ Status ServerImpl::Listen(int cell) {
   if (options_.cells > 1 && options_.metrics_port > 0) options_.metrics_port += cell;
   CHORUS_RETURN_IF_ERROR(StartGrpc(options_));
   CHORUS_RETURN_IF_ERROR(StartHttp(options_));
+  CHORUS_RETURN_IF_ERROR(StartTorchServeInference(options_));
   CHORUS_RETURN_IF_ERROR(StartMetrics(options_));
   core_->SetAccepting(true);
   listening_ = true;
@@ -243,8 +255,13 @@ Status ServerImpl::StartModels(const ServerOptions& options) {
   CHORUS_ASSIGN_OR_RETURN(RepositoryOptions repository,
                           RepositoryOptionsOf(options, manager_->size()));
   trusted_keys_ = repository.trusted_keys;
-  repository_ =
-      std::make_unique<ModelRepository>(options.model_repository, placement_.get(), repository);
+  std::string root = options.model_repository;
+  if (!options.torchserve_models.empty()) {
+    CHORUS_ASSIGN_OR_RETURN(model_store_, TorchServeModelStore::Open(options.model_repository,
+                                                                     options.torchserve_models));
+    root = model_store_->root();
+  }
+  repository_ = std::make_unique<ModelRepository>(root, placement_.get(), repository);
   StartCore(options);
   CHORUS_RETURN_IF_ERROR(LoadStartupModels(options));
   if (options.idle_memory_release.count() > 0) {
@@ -349,6 +366,7 @@ void ServerImpl::StartServices(const ServerOptions& options) {
   service_ = std::make_unique<InferenceService>(authorizer_.get(), core_.get());
   rest_ = std::make_unique<RestService>(core_.get());
   openai_ = std::make_unique<OpenAiService>(core_.get());
+  torchserve_inference_ = std::make_unique<TorchServeInferenceApi>(core_.get());
   jobs_ = std::make_unique<JobRegistry>();
   journal_ = std::make_unique<JobJournal>(options.jobs_file);
   training_core_ = std::make_unique<TrainingCore>(
@@ -403,6 +421,20 @@ Status ServerImpl::StartHttp(const ServerOptions& options) {
   rest_->Register(http_.get());
   openai_->Register(http_.get());
   return http_->Serve(options.host, options.http_port, "HTTP/REST");
+}
+
+Status ServerImpl::StartTorchServeInference(const ServerOptions& options) {
+  if (options.torchserve_inference_port < 0) return OkStatus();
+  HttpEndpointOptions endpoint;
+  endpoint.request_threads = RestService::kRequestThreads;
+  endpoint.max_body_bytes = options.max_message_bytes;
+  endpoint.authorizer = authorizer_.get();
+  endpoint.open_paths = {"/ping"};  // TorchServe's health check needs no token
+  endpoint.reuse_port = options.cells > 1;
+  torchserve_http_ = std::make_unique<HttpEndpoint>(endpoint);
+  torchserve_inference_->Register(torchserve_http_.get());
+  return torchserve_http_->Serve(options.host, options.torchserve_inference_port,
+                                 "TorchServe's inference API");
 }
 
 Status ServerImpl::StartMetrics(const ServerOptions& options) {

@@ -3,7 +3,8 @@
 // finds the version's file, loads it as the file and the config say (model_format.h), learns its
 // outputs from one run on zeros when the config leaves them out, and sets up
 // its scheduling and, for a generative model, its generation engines; or
-// makes a Triton Python-backend model's instances. Thread-safe.
+// makes a Triton Python-backend model's instances, or a TorchServe model's
+// workers. Thread-safe.
 #ifndef CHORUS_SERVER_MODELS_MODEL_LOADER_H_
 #define CHORUS_SERVER_MODELS_MODEL_LOADER_H_
 
@@ -71,6 +72,16 @@ class ModelLoader {
   // config says so, or names no backend and the folder holds model.py.
   bool IsPythonBackend(const ModelConfig& config, const std::string& name,
                        const std::string& version) const;
+  // TorchServe model `name` (version `version`): the version folder holds a
+  // .mar archive's files (MAR-INF/MANIFEST.json); its workers made
+  // (model_loader_torchserve.cc).
+  StatusOr<std::shared_ptr<LoadedModel>> LoadTorchServe(const std::string& name,
+                                                        const std::string& version,
+                                                        const ModelConfig& config) const;
+  // Whether `name`'s version `version` is a TorchServe model: no config names
+  // another kind, and the version folder holds MAR-INF/MANIFEST.json.
+  bool IsTorchServe(const ModelConfig& config, const std::string& name,
+                    const std::string& version) const;
   // The model at `path`, in the form `config` says.
   StatusOr<std::shared_ptr<Model>> LoadModel(const std::string& path, const ModelConfig& config,
                                              const std::string& name,

@@ -1,0 +1,65 @@
+// ModelLoader's TorchServe models (model_loader.h): a version folder holding
+// a .mar archive's files, served by workers of its handler
+// (chorus/server/torchserve) with the archive's model-config.yaml mapped onto
+// chorus' scheduling: minWorkers workers (a config's instance count wins; by
+// default one per interpreter, as TorchServe's default is one per core),
+// batches of batchSize requests gathered for up to maxBatchDelay.
+#include <filesystem>
+
+#include "chorus/common/file_util.h"
+#include "chorus/server/config/torchserve_manifest.h"
+#include "chorus/server/torchserve/torchserve_model.h"
+#include "server/models/src/model_loader_internal.h"
+
+namespace chorus {
+namespace {
+
+constexpr char kManifestPath[] = "MAR-INF/MANIFEST.json";
+
+}  // namespace
+
+bool ModelLoader::IsTorchServe(const ModelConfig& config, const std::string& name,
+                               const std::string& version) const {
+  if (config.format || config.ensemble || config.python_backend || config.triton) return false;
+  std::error_code error;
+  return std::filesystem::is_regular_file(
+      layout_->ModelDir(name) + "/" + version + "/" + kManifestPath, error);
+}
+
+StatusOr<std::shared_ptr<LoadedModel>> ModelLoader::LoadTorchServe(
+    const std::string& name, const std::string& version, const ModelConfig& config) const {
+  std::error_code error;
+  // The archive's own folder (a model store's entry is linked in): the
+  // handler's model_dir, as TorchServe gives it.
+  const std::string model_dir =
+      std::filesystem::canonical(layout_->ModelDir(name) + "/" + version, error).string();
+  if (error) return NotFoundError("model " + name + " version " + version + ": " + error.message());
+  CHORUS_ASSIGN_OR_RETURN(std::string text, ReadFile(model_dir + "/" + kManifestPath));
+  CHORUS_ASSIGN_OR_RETURN(TorchServeManifest manifest, ParseTorchServeManifest(text));
+  CHORUS_ASSIGN_OR_RETURN(
+      TorchServeModelSettings settings,
+      TorchServeModel::ReadSettings(placement_->manager(), model_dir, manifest));
+  TorchServeModelOptions options;
+  options.model_name = name;
+  options.version = version;
+  options.model_dir = model_dir;
+  options.manifest = std::move(manifest);
+  options.workers = config.instance_count() > 0 ? config.instance_count()
+                    : settings.min_workers > 0  ? settings.min_workers
+                                                : placement_->manager()->size();
+  options.batch_size = settings.batch_size;
+  options.load_timeout = options_.load_timeout;
+  CHORUS_ASSIGN_OR_RETURN(std::shared_ptr<TorchServeModel> model,
+                          TorchServeModel::Load(placement_, options));
+  Manifest signature = TorchServeSignature(name, version, settings.batch_size);
+  SchedulerOptions scheduling = model_loader::SchedulingFor(config, signature, options_);
+  scheduling.workers = model->instances();
+  scheduling.batching.max_batch_size = settings.batch_size;
+  scheduling.batching.enabled = settings.batch_size > 1;
+  scheduling.batching.max_queue_delay = settings.max_batch_delay;
+  scheduling.label = CrashLabel::Model(name, version);
+  return std::make_shared<LoadedModel>(name, version, std::move(model), "torchserve",
+                                       std::move(signature), scheduling, LoadedModelParts{});
+}
+
+}  // namespace chorus
