@@ -21,6 +21,11 @@
 #                      (../shared/triton-python/examples, skipped when absent)
 #                      served unchanged, each client run unchanged
 #                      -> build/triton_examples.json (also in make test)
+#   make torchserve-compare  deps + build + the same .mar archives (TorchServe's test
+#                      archives and examples in ../shared/torchserve, and chorus'
+#                      own) on the real TorchServe 0.12 and on chorus, the same
+#                      requests to both -> build/torchserve_compare.json (skipped
+#                      without ../shared/torchserve or Java)
 #   make test-other-torch  the interpreter core built against each of
 #                      OTHER_TORCH_VERSIONS (a venv per version, as for the default)
 #                      in build-torchV/, and its tests
@@ -58,7 +63,7 @@ CTEST_ARGS ?=
 # across runs as ccache's and pip's are.
 export TORCHINDUCTOR_CACHE_DIR ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/chorus/inductor
 
-.PHONY: triton-examples test-python device-bundle device-rehearsal image test-image fuzz asan-build
+.PHONY: triton-examples torchserve-compare test-python device-bundle device-rehearsal image test-image fuzz asan-build
 .PHONY: all deps debian-packages print-python configure build test test-core test-asan check-thread-safety check-structure test-other-torch demo bench bench-check bench-check-short clean format check-format check-python
 
 all: build
@@ -193,6 +198,11 @@ bench-%: build
 triton-examples: build
 	@$(PYTHON) tests/triton_examples/run_examples.py --build $(BUILD) \
 	  --client-path $$(tools/install-example-client-deps.sh $(PYTHON))
+
+# TorchServe itself needs its Java frontend: installed here, not by make deps.
+torchserve-compare: build
+	@tools/install-torchserve.sh $(PYTHON) --frontend
+	@$(PYTHON) tests/torchserve_compare/compare.py --build $(BUILD)
 
 # The Python the build embeds (for running chorus' Python tools and examples).
 print-python: deps

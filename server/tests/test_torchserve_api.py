@@ -94,9 +94,13 @@ def test_several_files_of_a_multipart_request_are_inputs_by_field_name(server):
                                "note": (None, b"plain words", None)})
     status, _, answer = call(server, "/predictions/echo", body, headers)
     assert status == 200, answer
+    # A form attribute (no file name) has no content type, as in TorchServe: bytes.
     assert json.loads(answer)["inputs"] == {
-        "data": {"bytes": 600, "type": "bytearray"}, "meta": {"k": 1},
+        "data": {"bytes": 600, "type": "bytearray"}, "meta": {"bytes": 8, "type": "bytearray"},
         "note": {"bytes": 11, "type": "bytearray"}}
+    body, headers = multipart({"data": ("meta.json", b'{"k": 1}', "application/json")})
+    _, _, answer = call(server, "/predictions/echo", body, headers)
+    assert json.loads(answer)["inputs"] == {"data": {"k": 1}}
 
 
 def test_a_url_encoded_form_gives_one_input_per_field(server):

@@ -105,7 +105,8 @@ std::optional<std::vector<Field>> ReadFields(const httplib::Request& request,
     std::vector<Field> parts;
     const bool read = reader(
         [&parts](const httplib::MultipartFormData& part) {
-          parts.push_back({part.name, part.content_type, ""});
+          // As TorchServe (Netty): a form attribute (no file name) has no content type.
+          parts.push_back({part.name, part.filename.empty() ? "" : part.content_type, ""});
           return true;
         },
         [&parts](const char* data, size_t size) {
