@@ -21,6 +21,11 @@ other threads, other workers among them, keep theirs), the model's folder, and i
 imports of the archive's modules by bare name (BaseHandler's import of the manifest's
 modelFile) find them (`ModelNamespace.active`). A worker runs one batch at a time.
 
+The archive's weights are held once for all the model's workers (`chorus.mapped_weights`):
+a checkpoint `torch.load` reads from the archive is mapped, and the state dict
+`load_state_dict` gives a module during `initialize` becomes its parameters (where it
+fits them) rather than a copy; TorchServe holds one copy per worker process.
+
 Where chorus differs from TorchServe: metrics a handler adds go to TorchServe's metrics
 cache (configured by TorchServe's default metrics.yaml); they are not yet on chorus'
 metrics endpoint.
@@ -37,6 +42,7 @@ import threading
 import time
 from typing import Any, Dict, Iterator, List, Optional, Union
 
+from .. import mapped_weights
 from ..model_namespaces import ModelNamespace
 from .handlers import load_entry_point
 
@@ -182,8 +188,10 @@ class Worker:
         self._decode_input = decode_input
         self._lock = threading.Lock()  # one batch at a time, as a worker process runs them
         self._namespace = ModelNamespace(key, [model_dir], folders_first=True)
+        mapped_weights.share_folder(model_dir)
         try:
-            with _as_in_a_worker_process(self._namespace, model_dir):
+            with _as_in_a_worker_process(self._namespace, model_dir), \
+                    mapped_weights.assigning_state_dicts():
                 self._handle, initialize = load_entry_point(
                     self._namespace, model_dir, module, function, envelope)
                 self._service = Service(model_name, model_dir, _manifest(model_dir),
@@ -191,7 +199,7 @@ class Worker:
                                         limit_max_image_pixels, _metrics_cache(model_name))
                 initialize(self._service.context)
         except BaseException:
-            self._namespace.close()
+            self.close()
             raise
 
     @property
@@ -263,8 +271,9 @@ class Worker:
         return responses
 
     def close(self) -> None:
-        """Forgets the worker's modules."""
+        """Forgets the worker's modules and its hold on the archive's weights."""
         self._namespace.close()
+        mapped_weights.forget_folder(self._model_dir)
 
 
 def _manifest(model_dir: str) -> Optional[Dict[str, Any]]:

@@ -24,7 +24,8 @@ the kind is installed on disk, so a Triton install outside chorus is not shadowe
 Where chorus differs from Triton: `auto_complete_config` runs in an interpreter where the
 model file is loaded (Triton runs it in a throw-away process); the file's modules are
 forgotten after it, and imported again for the instances. A checkpoint `torch.load` reads
-from the model's folder is mapped, not read (`weights.py`): one copy for every instance.
+from the model's folder is mapped, not read (`chorus.mapped_weights`): one copy for every
+instance.
 """
 
 import dataclasses
@@ -34,7 +35,8 @@ import sys
 from types import ModuleType
 from typing import Any, Dict, List, Tuple
 
-from . import bls, c_utils, utils, weights
+from . import bls, c_utils, utils
+from .. import mapped_weights as weights
 from .errors import TritonModelException
 from .instance import ModelInstance
 from .model_config import ModelConfig
