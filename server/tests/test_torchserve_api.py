@@ -10,8 +10,10 @@ import threading
 import uuid
 
 import pytest
+import torch
 from conftest import BIN_DIR, ServerProcess
-from torchserve_archives import (echo_archive, net_archive, net_forward, net_state_dict)
+from torchserve_archives import (ECHO_HANDLER, archive, echo_archive, net_archive, net_forward,
+                                 net_state_dict)
 
 TORCHSERVE_FLAGS = ("--models", "all", "--torchserve-inference-port", "0")
 
@@ -211,3 +213,25 @@ def test_a_store_entry_that_cannot_be_opened_stops_the_start_naming_it(tmp_path)
         capture_output=True, text=True, timeout=120)
     assert ran.returncode == 1, ran.stderr
     assert "broken.mar" in ran.stderr and "Traceback" not in ran.stderr, ran.stderr
+
+
+def test_a_requirements_file_is_refused_naming_what_is_missing_and_accepted_when_met(tmp_path):
+    store = str(tmp_path / "store")
+    unmet = "no-such-package-for-chorus==1.0\ntorch>=1.0\n"
+    met = f"torch>={torch.__version__.split('+')[0]}\n"
+    archive(store, "unmet", {"echo_handler.py": ECHO_HANDLER, "requirements.txt": unmet},
+            "echo_handler.py", extra_requirements="requirements.txt")
+    archive(store, "met", {"echo_handler.py": ECHO_HANDLER, "requirements.txt": met},
+            "echo_handler.py", extra_requirements="requirements.txt")
+    server = ServerProcess(store, *TORCHSERVE_FLAGS, "--strict-readiness", "false",
+                           interpreters=1)
+    try:
+        assert call(server, "/predictions/met", b"x")[0] == 200
+        status, _, body = call(server, "/predictions/unmet", b"x")
+        assert status == 503, body
+        log = server.log_text()
+        assert "requirements.txt asks for what chorus' interpreters lack: " \
+               "no-such-package-for-chorus==1.0 (not installed)" in log, log
+        assert "torch>=1.0" not in log.split("lack: ")[1].split("\n")[0]
+    finally:
+        assert server.stop() == 0

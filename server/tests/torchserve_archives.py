@@ -95,7 +95,7 @@ def net_forward(state, rows):
 
 
 def archive(store, name, sources, handler, version="1.0", serialized=None, model_file=None,
-            config=None, extra=()):
+            config=None, extra=(), extra_requirements=None):
     """Writes `sources` (file name -> text) into a folder beside `store`, and archives them
     as `<store>/<name>.mar`. Returns the archive's path."""
     work = os.path.join(os.path.dirname(store), f"{name}-sources")
@@ -117,6 +117,8 @@ def archive(store, name, sources, handler, version="1.0", serialized=None, model
         command += ["--config-file", os.path.join(work, config)]
     if extra:
         command += ["--extra-files", ",".join(os.path.join(work, e) for e in extra)]
+    if extra_requirements:
+        command += ["--requirements-file", os.path.join(work, extra_requirements)]
     os.makedirs(store, exist_ok=True)
     subprocess.run(command, check=True, capture_output=True)
     return os.path.join(store, f"{name}.mar")

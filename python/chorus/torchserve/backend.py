@@ -5,6 +5,7 @@ returns plain values; an exception goes back to C++, which logs it and fails the
 the batch with its message.
 
     worker_settings(model_dir, config_file) -> {name: int}
+    check_requirements(model_dir, requirements_file)
     create_worker(worker_key, model_name, model_dir, module, function, gpu_id, batch_size,
                   envelope)
     predict(worker_key, requests) -> [(status, phrase, headers, body, error)]
@@ -25,7 +26,8 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from .worker import Failure, Input, Request, Worker
 
-__all__ = ["worker_settings", "create_worker", "predict", "close_worker"]
+__all__ = ["worker_settings", "check_requirements", "create_worker", "predict",
+           "close_worker"]
 
 _workers: Dict[str, Worker] = {}
 
@@ -55,6 +57,41 @@ def worker_settings(model_dir: str, config_file: str) -> Dict[str, int]:
             raise ValueError(f"{config_file}: {key}: {value!r} is not an integer")
         settings[key] = value
     return settings
+
+
+def check_requirements(model_dir: str, requirements_file: str) -> None:
+    """Raises ValueError naming what the archive's requirements.txt asks for that the
+    interpreters' site-packages lack (chorus' interpreters share them: nothing is installed
+    per model, where TorchServe's install_py_dep_per_model would pip-install the file)."""
+    from importlib import metadata
+
+    from packaging.requirements import InvalidRequirement, Requirement
+
+    path = os.path.join(model_dir, requirements_file)
+    missing = []
+    with open(path, encoding="utf-8") as file:
+        for line in file:
+            text = line.split("#", 1)[0].strip()
+            if not text:
+                continue
+            try:
+                requirement = Requirement(text)
+            except InvalidRequirement:
+                missing.append(f"{text} (not a requirement chorus can check)")
+                continue
+            if requirement.marker is not None and not requirement.marker.evaluate():
+                continue
+            try:
+                installed = metadata.version(requirement.name)
+            except metadata.PackageNotFoundError:
+                missing.append(f"{text} (not installed)")
+                continue
+            if installed not in requirement.specifier:
+                missing.append(f"{text} ({installed} is installed)")
+    if missing:
+        raise ValueError(f"{requirements_file} asks for what chorus' interpreters lack: "
+                         f"{', '.join(missing)}; install it into the venv chorus embeds "
+                         f"(models share its site-packages)")
 
 
 def create_worker(worker_key: str, model_name: str, model_dir: str, module: str,

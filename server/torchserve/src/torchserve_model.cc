@@ -136,8 +136,17 @@ Manifest TorchServeSignature(const std::string& name, const std::string& version
 StatusOr<TorchServeModelSettings> TorchServeModel::ReadSettings(
     InterpreterManager* manager, const std::string& model_dir, const TorchServeManifest& manifest) {
   TorchServeModelSettings settings;
-  if (manifest.config_file.empty()) return settings;
   InterpreterSession session = manager->AcquireOne();
+  if (!manifest.requirements_file.empty()) {
+    Status met =
+        CallBackend(session, "check_requirements", {model_dir, manifest.requirements_file}, {})
+            .status();
+    if (!met.ok()) {
+      const Status logged = Logged(met, "model " + manifest.model_name);
+      return Status(StatusCode::kFailedPrecondition, logged.message());
+    }
+  }
+  if (manifest.config_file.empty()) return settings;
   StatusOr<Object> read =
       CallBackend(session, "worker_settings", {model_dir, manifest.config_file}, {});
   if (!read.ok()) return Logged(read.status(), "reading " + manifest.config_file);

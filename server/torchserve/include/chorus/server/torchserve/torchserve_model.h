@@ -82,8 +82,11 @@ struct TorchServeModelOptions {
 class TorchServeModel final : public RequestExecutor {
  public:
   // The settings of the archive's model-config.yaml (the manifest's
-  // configFile), read in one of the manager's interpreters. Errors: the
-  // file's (unreadable, a setting that is not an integer).
+  // configFile), read in one of the manager's interpreters, once its
+  // requirements file (if any) is found met by what the interpreters have.
+  // Errors: FAILED_PRECONDITION naming the requirements not met (nothing is
+  // installed per model); the config file's (unreadable, a setting that is
+  // not an integer).
   static StatusOr<TorchServeModelSettings> ReadSettings(InterpreterManager* manager,
                                                         const std::string& model_dir,
                                                         const TorchServeManifest& manifest);
