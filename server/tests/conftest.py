@@ -61,6 +61,8 @@ class ServerProcess:
         self.port, self.metrics_port, self.http_port = (int(g) for g in match.groups())
         torchserve = re.search(r"torchserve inference (\d+)", line)
         self.torchserve_port = int(torchserve.group(1)) if torchserve else -1
+        management = re.search(r"torchserve management (\d+)", line)
+        self.torchserve_management_port = int(management.group(1)) if management else -1
         self.host = host
         self.address = f"{host}:{self.port}"
 

@@ -3,7 +3,8 @@
 // (chorus/server/torchserve) with the archive's model-config.yaml mapped onto
 // chorus' scheduling: minWorkers workers (a config's instance count wins; by
 // default one per interpreter, as TorchServe's default is one per core),
-// batches of batchSize requests gathered for up to maxBatchDelay.
+// batches of batchSize requests gathered for up to maxBatchDelay (a config's
+// max_batch_size and queue delay win: the management API's load).
 #include <filesystem>
 
 #include "chorus/common/file_util.h"
@@ -20,7 +21,11 @@ constexpr char kManifestPath[] = "MAR-INF/MANIFEST.json";
 
 bool ModelLoader::IsTorchServe(const ModelConfig& config, const std::string& name,
                                const std::string& version) const {
-  if (config.format || config.ensemble || config.python_backend || config.triton) return false;
+  // A load's override may give Triton's config (workers, batching); one that
+  // names a backend or platform is that kind of model.
+  const bool names_kind =
+      config.triton && (!config.triton->backend().empty() || !config.triton->platform().empty());
+  if (config.format || config.ensemble || config.python_backend || names_kind) return false;
   std::error_code error;
   return std::filesystem::is_regular_file(
       layout_->ModelDir(name) + "/" + version + "/" + kManifestPath, error);
@@ -47,6 +52,12 @@ StatusOr<std::shared_ptr<LoadedModel>> ModelLoader::LoadTorchServe(
   options.workers = config.instance_count() > 0 ? config.instance_count()
                     : settings.min_workers > 0  ? settings.min_workers
                                                 : placement_->manager()->size();
+  // A load's config (the management API's batch_size, max_batch_delay) wins.
+  if (config.max_batch_size.value_or(0) > 0) settings.batch_size = *config.max_batch_size;
+  if (config.max_queue_delay) {
+    settings.max_batch_delay =
+        std::chrono::duration_cast<std::chrono::milliseconds>(*config.max_queue_delay);
+  }
   options.batch_size = settings.batch_size;
   options.load_timeout = options_.load_timeout;
   CHORUS_ASSIGN_OR_RETURN(std::shared_ptr<TorchServeModel> model,

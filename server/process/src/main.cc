@@ -164,6 +164,9 @@ void CommandLine::AddTorchServeOptions(CLI::App& app) {
   app.add_option("--torchserve-inference-port", options.torchserve_inference_port,
                  "TorchServe's inference API (/ping, /predictions) port (0: any free port, -1: "
                  "none)");
+  app.add_option("--torchserve-management-port", options.torchserve_management_port,
+                 "TorchServe's management API (/models) port (0: any free port, -1: none); the "
+                 "--model-store is then a TorchServe model store");
 }
 
 void CommandLine::AddServingOptions(CLI::App& app) {
@@ -256,6 +259,7 @@ int Supervised(chorus::ServerOptions options, bool spare) {
   if (options.metrics_port == 0) options.metrics_port = ports.Pick(options.cells);
   if (options.http_port == 0) options.http_port = ports.Pick();
   if (options.torchserve_inference_port == 0) options.torchserve_inference_port = ports.Pick();
+  if (options.torchserve_management_port == 0) options.torchserve_management_port = ports.Pick();
   chorus::ScopedTempDir private_dir;
   if (options.jobs_file.empty() && options.cells == 1 && !spare) {
     chorus::StatusOr<chorus::ScopedTempDir> made = chorus::ScopedTempDir::Create("chorus-server-");
@@ -305,6 +309,13 @@ int main(int argc, char** argv) {
     std::fprintf(stderr,
                  "chorus-server: --jobs-file needs one serving process: no --cells "
                  "above 1, no --spare (training jobs are refused with them)\n");
+    return 2;
+  }
+  if ((command_line.options.cells > 1 || command_line.spare) &&
+      command_line.options.torchserve_management_port >= 0) {
+    std::fprintf(stderr,
+                 "chorus-server: --torchserve-management-port needs one serving process: no "
+                 "--cells above 1, no --spare (each would register models alone)\n");
     return 2;
   }
   command_line.options.with_spare = command_line.spare;

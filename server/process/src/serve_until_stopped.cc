@@ -20,6 +20,9 @@ void PrintListening(const Server& server) {
   if (server.torchserve_inference_port() >= 0) {
     std::printf(", torchserve inference %d", server.torchserve_inference_port());
   }
+  if (server.torchserve_management_port() >= 0) {
+    std::printf(", torchserve management %d", server.torchserve_management_port());
+  }
   std::printf("\n");
   std::fflush(stdout);
 }

@@ -20,6 +20,7 @@
 #include "chorus/server/frontends/http/rest_service.h"
 #include "chorus/server/frontends/openai/openai_service.h"
 #include "chorus/server/frontends/torchserve/torchserve_inference_api.h"
+#include "chorus/server/frontends/torchserve/torchserve_management_api.h"
 #include "chorus/server/models/inference_core.h"
 #include "chorus/server/models/model_metrics.h"
 #include "chorus/server/rpc/authorizer.h"
@@ -43,6 +44,9 @@ class ServerImpl final : public Server {
   int http_port() const override { return http_ ? http_->port() : -1; }
   int torchserve_inference_port() const override {
     return torchserve_http_ ? torchserve_http_->port() : -1;
+  }
+  int torchserve_management_port() const override {
+    return torchserve_management_http_ ? torchserve_management_http_->port() : -1;
   }
   Status Listen(int cell) override;
   void Quarantine(const std::string& model, const std::string& why) override;
@@ -72,12 +76,13 @@ class ServerImpl final : public Server {
   Status StartMetrics(const ServerOptions& options);
   Status StartHttp(const ServerOptions& options);
   Status StartTorchServeInference(const ServerOptions& options);
+  Status StartTorchServeManagement(const ServerOptions& options);
 
   ServerOptions options_;
   std::unique_ptr<InterpreterManager> manager_;
   std::unique_ptr<InterpreterPlacement> placement_;
   // --models: the TorchServe model store's archives (outlives the repository).
-  std::optional<TorchServeModelStore> model_store_;
+  std::unique_ptr<TorchServeModelStore> model_store_;
   std::unique_ptr<ModelRepository> repository_;
   std::shared_ptr<const TrustedKeys> trusted_keys_;
   std::unique_ptr<BackgroundRunner> background_;
@@ -87,6 +92,7 @@ class ServerImpl final : public Server {
   std::unique_ptr<RestService> rest_;
   std::unique_ptr<OpenAiService> openai_;
   std::unique_ptr<TorchServeInferenceApi> torchserve_inference_;
+  std::unique_ptr<TorchServeManagementApi> torchserve_management_;
   std::unique_ptr<JobRegistry> jobs_;
   std::unique_ptr<JobJournal> journal_;
   std::unique_ptr<TrainingCore> training_core_;
@@ -95,6 +101,7 @@ class ServerImpl final : public Server {
   std::unique_ptr<HttpEndpoint> metrics_;
   std::unique_ptr<HttpEndpoint> http_;
   std::unique_ptr<HttpEndpoint> torchserve_http_;
+  std::unique_ptr<HttpEndpoint> torchserve_management_http_;
   std::unique_ptr<IdleMemoryReleaser> memory_releaser_;
   std::unique_ptr<PeriodicTask> poller_;  // --model-control-mode poll
   // Several serving processes under a supervisor: this one's half of their talk.
@@ -179,6 +186,7 @@ Status ServerImpl::Listen(int cell) {
   CHORUS_RETURN_IF_ERROR(StartGrpc(options_));
   CHORUS_RETURN_IF_ERROR(StartHttp(options_));
   CHORUS_RETURN_IF_ERROR(StartTorchServeInference(options_));
+  CHORUS_RETURN_IF_ERROR(StartTorchServeManagement(options_));
   CHORUS_RETURN_IF_ERROR(StartMetrics(options_));
   core_->SetAccepting(true);
   listening_ = true;
@@ -256,7 +264,7 @@ Status ServerImpl::StartModels(const ServerOptions& options) {
                           RepositoryOptionsOf(options, manager_->size()));
   trusted_keys_ = repository.trusted_keys;
   std::string root = options.model_repository;
-  if (!options.torchserve_models.empty()) {
+  if (!options.torchserve_models.empty() || options.torchserve_management_port >= 0) {
     CHORUS_ASSIGN_OR_RETURN(model_store_, TorchServeModelStore::Open(options.model_repository,
                                                                      options.torchserve_models));
     root = model_store_->root();
@@ -367,6 +375,10 @@ void ServerImpl::StartServices(const ServerOptions& options) {
   rest_ = std::make_unique<RestService>(core_.get());
   openai_ = std::make_unique<OpenAiService>(core_.get());
   torchserve_inference_ = std::make_unique<TorchServeInferenceApi>(core_.get());
+  if (model_store_) {
+    torchserve_management_ =
+        std::make_unique<TorchServeManagementApi>(core_.get(), model_store_.get());
+  }
   jobs_ = std::make_unique<JobRegistry>();
   journal_ = std::make_unique<JobJournal>(options.jobs_file);
   training_core_ = std::make_unique<TrainingCore>(
@@ -435,6 +447,18 @@ Status ServerImpl::StartTorchServeInference(const ServerOptions& options) {
   torchserve_inference_->Register(torchserve_http_.get());
   return torchserve_http_->Serve(options.host, options.torchserve_inference_port,
                                  "TorchServe's inference API");
+}
+
+Status ServerImpl::StartTorchServeManagement(const ServerOptions& options) {
+  if (options.torchserve_management_port < 0) return OkStatus();
+  HttpEndpointOptions endpoint;
+  endpoint.request_threads = RestService::kRequestThreads;
+  endpoint.authorizer = authorizer_.get();
+  endpoint.open_paths = {};
+  torchserve_management_http_ = std::make_unique<HttpEndpoint>(endpoint);
+  torchserve_management_->Register(torchserve_management_http_.get());
+  return torchserve_management_http_->Serve(options.host, options.torchserve_management_port,
+                                            "TorchServe's management API");
 }
 
 Status ServerImpl::StartMetrics(const ServerOptions& options) {

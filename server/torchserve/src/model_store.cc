@@ -9,6 +9,9 @@ namespace chorus {
 namespace fs = std::filesystem;
 namespace {
 
+// Where .mar archives are extracted: hidden, so the repository lists no model there.
+constexpr char kArchives[] = ".archives";
+
 // The entries "all" names: .mar files and folders with a manifest, by name.
 std::vector<std::string> AllEntries(const std::string& store) {
   std::vector<std::string> entries;
@@ -24,62 +27,116 @@ std::vector<std::string> AllEntries(const std::string& store) {
   return entries;
 }
 
+// Removes a folder when it goes out of scope, unless released.
+class ScopedRemoval {
+ public:
+  explicit ScopedRemoval(std::string path) : path_(std::move(path)) {}
+  ~ScopedRemoval() {
+    if (!path_.empty()) RemoveTree(path_).IgnoreError();
+  }
+  ScopedRemoval(const ScopedRemoval&) = delete;
+  ScopedRemoval& operator=(const ScopedRemoval&) = delete;
+  void Release() { path_.clear(); }
+
+ private:
+  std::string path_;
+};
+
 }  // namespace
 
-StatusOr<TorchServeModelStore> TorchServeModelStore::Open(const std::string& store,
-                                                          const std::vector<std::string>& models) {
+StatusOr<std::unique_ptr<TorchServeModelStore>> TorchServeModelStore::Open(
+    const std::string& store, const std::vector<std::string>& models) {
   std::error_code error;
   if (!fs::is_directory(store, error)) {
     return NotFoundError("model store " + store + " is not a folder");
   }
-  TorchServeModelStore opened;
-  CHORUS_ASSIGN_OR_RETURN(opened.extracted_, ScopedTempDir::Create("chorus-mar-"));
-  CHORUS_ASSIGN_OR_RETURN(opened.repository_, ScopedTempDir::Create("chorus-model-store-"));
+  CHORUS_ASSIGN_OR_RETURN(ScopedTempDir repository, ScopedTempDir::Create("chorus-model-store-"));
+  fs::create_directory(fs::path(repository.path()) / kArchives, error);
+  if (error) return InternalError("model store: " + error.message());
+  std::unique_ptr<TorchServeModelStore> opened(
+      new TorchServeModelStore(store, std::move(repository)));
   for (const std::string& model : models) {
     if (model == "all") {
       for (const std::string& entry : AllEntries(store)) {
-        CHORUS_RETURN_IF_ERROR(opened.Add((fs::path(store) / entry).string(), ""));
+        CHORUS_RETURN_IF_ERROR(opened->Register(entry, "", true).status());
       }
       continue;
     }
     const size_t equals = model.find('=');
-    const std::string entry = equals == std::string::npos ? model : model.substr(equals + 1);
+    const std::string url = equals == std::string::npos ? model : model.substr(equals + 1);
     const std::string name = equals == std::string::npos ? "" : model.substr(0, equals);
-    // As TorchServe: a name the store holds, else a path.
-    const std::string path =
-        fs::exists(fs::path(store) / entry, error) ? (fs::path(store) / entry).string() : entry;
-    CHORUS_RETURN_IF_ERROR(opened.Add(path, name));
+    CHORUS_RETURN_IF_ERROR(opened->Register(url, name, true).status());
   }
   return opened;
 }
 
-Status TorchServeModelStore::Add(const std::string& entry, const std::string& name) {
+StatusOr<TorchServeStoreEntry> TorchServeModelStore::Register(const std::string& url,
+                                                              const std::string& name,
+                                                              bool at_startup) {
+  std::error_code error;
+  // As TorchServe: a name the store holds, else a path.
+  const fs::path in_store = fs::path(store_) / url;
+  const std::string path = fs::exists(in_store, error) ? in_store.string() : url;
   CHORUS_ASSIGN_OR_RETURN(TorchServeArchive archive,
-                          OpenTorchServeArchive(entry, extracted_.path()));
+                          OpenTorchServeArchive(path, root() + "/" + kArchives));
+  Registered registered{{archive.model_name, "", url, at_startup},
+                        archive.extracted ? archive.model_dir : ""};
+  ScopedRemoval discard(registered.extracted);  // unless registered below
   if (!archive.manifest) {
-    return InvalidArgumentError("model store entry " + entry +
+    return InvalidArgumentError("model store entry " + url +
                                 " has no MAR-INF/MANIFEST.json: chorus serves archives that "
                                 "torch-model-archiver made");
   }
-  const std::string model_name = name.empty() ? archive.model_name : name;
-  if (!IsTorchServeModelName(model_name)) {
-    return InvalidArgumentError("model store entry " + entry + ": invalid model name '" +
-                                model_name + "'");
+  TorchServeStoreEntry& entry = registered.entry;
+  entry.model_version = archive.manifest->model_version;
+  if (!name.empty()) entry.model_name = name;
+  if (!IsTorchServeModelName(entry.model_name)) {
+    return InvalidArgumentError("model store entry " + url + ": invalid model name '" +
+                                entry.model_name + "'");
   }
-  if (std::find(names_.begin(), names_.end(), model_name) != names_.end()) {
-    return InvalidArgumentError("model store entry " + entry + ": a model named " + model_name +
-                                " is registered already");
+  MutexLock lock(&mu_);
+  if (models_.count(entry.model_name) > 0) {
+    return AlreadyExistsError("Model version " + entry.model_version +
+                              " is already registered for model " + entry.model_name);
   }
-  const fs::path folder = fs::path(repository_.path()) / model_name;
-  std::error_code error;
+  const fs::path folder = fs::path(root()) / entry.model_name;
   fs::create_directory(folder, error);
   if (!error) fs::create_directory_symlink(archive.model_dir, folder / "1", error);
   if (error) {
-    return InternalError("model store entry " + entry + ": cannot link " + folder.string() + ": " +
+    RemoveTree(folder.string()).IgnoreError();
+    return InternalError("model store entry " + url + ": cannot link " + folder.string() + ": " +
                          error.message());
   }
-  names_.push_back(model_name);
-  return OkStatus();
+  discard.Release();
+  models_[entry.model_name] = registered;
+  return entry;
+}
+
+Status TorchServeModelStore::Unregister(const std::string& name) {
+  Registered registered;
+  {
+    MutexLock lock(&mu_);
+    auto found = models_.find(name);
+    if (found == models_.end()) return NotFoundError("Model not found: " + name);
+    registered = std::move(found->second);
+    models_.erase(found);
+  }
+  CHORUS_RETURN_IF_ERROR(RemoveTree(root() + "/" + name));
+  return registered.extracted.empty() ? OkStatus() : RemoveTree(registered.extracted);
+}
+
+std::vector<TorchServeStoreEntry> TorchServeModelStore::Entries() const {
+  MutexLock lock(&mu_);
+  std::vector<TorchServeStoreEntry> entries;
+  for (const auto& [name, registered] : models_) entries.push_back(registered.entry);
+  return entries;
+}
+
+StatusOr<TorchServeStoreEntry> TorchServeModelStore::Find(const std::string& name) const {
+  MutexLock lock(&mu_);
+  auto found = models_.find(name);
+  if (found == models_.end()) return NotFoundError("Model not found: " + name);
+  return found->second.entry;
 }
 
 }  // namespace chorus

@@ -9,12 +9,16 @@
 #include "chorus/server/frontends/http/http_status.h"
 #include "chorus/server/torchserve/torchserve_model.h"
 #include "chorus/serving/string_tensor.h"
+#include "server/frontends/torchserve/src/torchserve_json.h"
 
 namespace chorus {
 namespace {
 
 namespace tensors = torchserve_tensors;
-constexpr char kJson[] = "application/json";
+using torchserve_json::ErrorBody;
+using torchserve_json::ErrorType;
+using torchserve_json::kJson;
+using torchserve_json::Pretty;
 // model, version ("" for none), the rest of the path ("" for none).
 constexpr char kPredictions[] = R"(/predictions/([^/]+)(?:/([^/]+))?(?:/(.*))?)";
 constexpr char kExplanations[] = R"(/explanations/([^/]+)(?:/([^/]+))?(?:/(.*))?)";
@@ -25,31 +29,6 @@ struct Field {
   std::string content_type;
   std::string data;
 };
-
-// TorchServe's JSON (Gson's pretty printing: two spaces, keys as written).
-std::string PrettyJson(const nlohmann::ordered_json& json) {
-  return json.dump(2, ' ', false, nlohmann::json::error_handler_t::replace);
-}
-
-// The exception class TorchServe's frontend names in an error of `code`.
-const char* ErrorType(int code) {
-  switch (code) {
-    case 400:
-      return "BadRequestException";
-    case 404:
-      return "ModelNotFoundException";
-    case 413:
-      return "RequestTooLargeException";
-    case 503:
-      return "ServiceUnavailableException";
-    default:
-      return "InternalServerException";
-  }
-}
-
-std::string ErrorJson(int code, const std::string& type, const std::string& message) {
-  return PrettyJson({{"code", code}, {"type", type}, {"message", message}});
-}
 
 // A new request id: a random UUID (version 4), as TorchServe's.
 std::string NewRequestId() {
@@ -193,7 +172,7 @@ Status Render(const inference::ModelInferResponse& answer, httplib::Response& re
                           StringsOf(answer, tensors::kResponseHeaders));
   response.status = std::stoi(status.at(0));
   if (!error.empty() && !error[0].empty()) {
-    response.set_content(ErrorJson(response.status, "InternalServerException", error[0]), kJson);
+    response.set_content(ErrorBody(response.status, "InternalServerException", error[0]), kJson);
     return OkStatus();
   }
   for (size_t i = 0; i + 1 < headers.size(); i += 2) {
@@ -214,7 +193,7 @@ void RenderError(const Status& status, const std::string& model, const std::stri
                               : "Model version: " + version + " does not exist for model: " + model;
   }
   response.status = code;
-  response.set_content(ErrorJson(code, ErrorType(code), message), kJson);
+  response.set_content(ErrorBody(code, ErrorType(code), message), kJson);
 }
 
 }  // namespace
@@ -222,12 +201,12 @@ void RenderError(const Status& status, const std::string& model, const std::stri
 void TorchServeInferenceApi::Register(HttpEndpoint* endpoint) {
   httplib::Server* server = &endpoint->routes();
   endpoint->SetErrorBody("/", [](const std::string& message, int code) {
-    return ErrorJson(code, ErrorType(code), message);
+    return ErrorBody(code, ErrorType(code), message);
   });
   const auto ping = [this](const httplib::Request&, httplib::Response& response) {
     const bool healthy = core_->ServerReady();
     response.status = healthy ? 200 : 500;
-    response.set_content(PrettyJson({{"status", healthy ? "Healthy" : "Unhealthy"}}), kJson);
+    response.set_content(Pretty({{"status", healthy ? "Healthy" : "Unhealthy"}}), kJson);
   };
   server->Get("/ping", ping);
   server->Post("/ping", ping);

@@ -86,9 +86,11 @@ struct ServerOptions {
   // and these of its entries serve ("all", "<entry>", "<name>=<entry>";
   // chorus/server/torchserve/model_store.h). Empty: a chorus repository.
   std::vector<std::string> torchserve_models;
-  // TorchServe's inference API (/ping, /predictions): its port; 0 picks a
-  // free one, -1 serves none.
+  // TorchServe's inference API (/ping, /predictions) and management API
+  // (/models): their ports; 0 picks a free one, -1 serves none. The
+  // management API makes model_repository a TorchServe model store.
   int torchserve_inference_port = -1;
+  int torchserve_management_port = -1;
   // Triton's --exit-on-error: Start fails ("failed to load all models") when
   // a model of the repository fails to load at start (false: the others serve).
   bool exit_on_error = false;
@@ -146,8 +148,9 @@ class Server {
   virtual int metrics_port() const = 0;
   // The HTTP/REST port bound; -1 when disabled.
   virtual int http_port() const = 0;
-  // TorchServe's inference API's port bound; -1 when disabled.
+  // TorchServe's inference and management APIs' ports bound; -1 when disabled.
   virtual int torchserve_inference_port() const = 0;
+  virtual int torchserve_management_port() const = 0;
 
   // Starts listening as cell `cell` when Start deferred it (a spare); OK and
   // nothing more if it listens already. Errors: ports not available. Any thread.

@@ -1,0 +1,120 @@
+"""TorchServe's management API on chorus-server: list, describe, register, scale and
+unregister the archives of a model store, answered with TorchServe's codes and JSON."""
+
+import http.client
+import json
+import threading
+
+import pytest
+from conftest import ServerProcess
+from test_torchserve_api import call
+from torchserve_archives import echo_archive
+
+FLAGS = ("--torchserve-inference-port", "0", "--torchserve-management-port", "0")
+
+
+def manage(server, method, path):
+    """(status, parsed JSON body) of one management call."""
+    connection = http.client.HTTPConnection("127.0.0.1", server.torchserve_management_port,
+                                            timeout=120)
+    try:
+        connection.request(method, path)
+        response = connection.getresponse()
+        return response.status, json.loads(response.read())
+    finally:
+        connection.close()
+
+
+def workers_seen(server, model, calls=60):
+    """The distinct workers (their Context objects) that answered `calls` requests sent
+    4 at a time."""
+    seen = set()
+    lock = threading.Lock()
+
+    def ask():
+        for _ in range(calls // 4):
+            status, _, body = call(server, f"/predictions/{model}", b"x")
+            assert status == 200, body
+            with lock:
+                seen.add(json.loads(body)["worker"])
+
+    threads = [threading.Thread(target=ask) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return len(seen)
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    store = str(tmp_path_factory.mktemp("management") / "store")
+    echo_archive(store, "startup")
+    echo_archive(store, "later")
+    echo_archive(store, "other")
+    started = ServerProcess(store, "--models", "startup.mar", *FLAGS)
+    yield started
+    assert started.stop() == 0
+
+
+def test_the_models_registered_at_start_are_listed_and_described(server):
+    assert manage(server, "GET", "/models") == (200, {"models": [
+        {"modelName": "startup", "modelUrl": "startup.mar"}]})
+    status, (described,) = manage(server, "GET", "/models/startup")
+    assert status == 200
+    assert {key: described[key] for key in ("modelName", "modelVersion", "modelUrl", "runtime",
+                                            "minWorkers", "batchSize", "loadedAtStartup")} == {
+        "modelName": "startup", "modelVersion": "1.0", "modelUrl": "startup.mar",
+        "runtime": "python", "minWorkers": 2, "batchSize": 1, "loadedAtStartup": True}
+    assert [worker["status"] for worker in described["workers"]] == ["READY", "READY"]
+
+
+def test_register_scale_and_unregister_a_model_of_the_store(server):
+    assert call(server, "/predictions/later", b"x")[0] == 404
+    status, answer = manage(server, "POST", "/models?url=later.mar&initial_workers=1"
+                                            "&synchronous=true")
+    assert (status, answer) == (200, {"status": 'Model "later" Version: 1.0 registered with 1 '
+                                                'initial workers'})
+    assert call(server, "/predictions/later", b"x")[0] == 200
+    assert workers_seen(server, "later") == 1
+    # Scaled synchronously to 3 workers: three handler objects answer.
+    status, answer = manage(server, "PUT", "/models/later?min_worker=3&synchronous=true")
+    assert (status, answer) == (200, {"status": "Workers scaled to 3 for model: later"})
+    assert manage(server, "GET", "/models/later")[1][0]["minWorkers"] == 3
+    assert workers_seen(server, "later") == 3
+    status, answer = manage(server, "DELETE", "/models/later")
+    assert (status, answer) == (200, {"status": 'Model "later" unregistered'})
+    assert call(server, "/predictions/later", b"x")[0] == 404
+    assert [m["modelName"] for m in manage(server, "GET", "/models")[1]["models"]] == ["startup"]
+
+
+def test_a_registration_with_batching_and_no_workers(server):
+    status, answer = manage(server, "POST", "/models?url=other.mar&model_name=renamed"
+                                            "&batch_size=4&max_batch_delay=50")
+    assert status == 200
+    assert answer["status"] == ('Model "renamed" Version: 1.0 registered with 0 initial workers. '
+                                'Use scale workers API to add workers for the model.')
+    # Registered, not serving, until workers are added (asynchronously: 202).
+    assert call(server, "/predictions/renamed", b"x")[0] == 404
+    assert manage(server, "PUT", "/models/renamed?min_worker=1") == (
+        202, {"status": "Processing worker updates..."})
+    deadline_calls = 200
+    while call(server, "/predictions/renamed", b"x")[0] != 200:
+        deadline_calls -= 1
+        assert deadline_calls > 0, "the scaled model never served"
+    assert manage(server, "DELETE", "/models/renamed")[0] == 200
+
+
+def test_management_errors_are_torchserve_json(server):
+    status, answer = manage(server, "GET", "/models/nothing")
+    assert (status, answer) == (404, {"code": 404, "type": "ModelNotFoundException",
+                                      "message": "Model not found: nothing"})
+    status, answer = manage(server, "POST", "/models?url=startup.mar")
+    assert (status, answer["type"]) == (409, "ConflictStatusException")
+    assert answer["message"] == "Model version 1.0 is already registered for model startup"
+    status, answer = manage(server, "POST", "/models?url=missing.mar")
+    assert status == 404 and "missing.mar" in answer["message"]
+    status, answer = manage(server, "POST", "/models")
+    assert (status, answer["message"]) == (400, "Parameter url is required.")
+    status, answer = manage(server, "PUT", "/models/startup?min_worker=lots")
+    assert (status, answer["message"]) == (400, "Invalid min_worker: lots")
