@@ -63,6 +63,8 @@ class ServerProcess:
         self.torchserve_port = int(torchserve.group(1)) if torchserve else -1
         management = re.search(r"torchserve management (\d+)", line)
         self.torchserve_management_port = int(management.group(1)) if management else -1
+        metrics = re.search(r"torchserve metrics (\d+)", line)
+        self.torchserve_metrics_port = int(metrics.group(1)) if metrics else -1
         self.host = host
         self.address = f"{host}:{self.port}"
 

@@ -15,7 +15,8 @@ from conftest import BIN_DIR, ServerProcess
 from torchserve_archives import (ECHO_HANDLER, archive, echo_archive, net_archive, net_forward,
                                  net_state_dict)
 
-TORCHSERVE_FLAGS = ("--models", "all", "--torchserve-inference-port", "0")
+TORCHSERVE_FLAGS = ("--models", "all", "--torchserve-inference-port", "0",
+                    "--torchserve-metrics-port", "0")
 
 BATCHING_CONFIG = """
 minWorkers: 1
@@ -235,3 +236,27 @@ def test_a_requirements_file_is_refused_naming_what_is_missing_and_accepted_when
         assert "torch>=1.0" not in log.split("lack: ")[1].split("\n")[0]
     finally:
         assert server.stop() == 0
+
+
+def test_the_metrics_api_counts_each_model_requests_as_torchserve_names_them(server):
+    def metrics(query=""):
+        connection = http.client.HTTPConnection("127.0.0.1", server.torchserve_metrics_port,
+                                                timeout=60)
+        connection.request("GET", "/metrics" + query)
+        return connection.getresponse().read().decode()
+
+    def requests_total(text, model):
+        for line in text.splitlines():
+            if line.startswith(f'ts_inference_requests_total{{model_name="{model}",'):
+                return float(line.rsplit(" ", 1)[1])
+        raise AssertionError(text)
+
+    before = requests_total(metrics(), "two_workers")
+    for _ in range(3):
+        assert call(server, "/predictions/two_workers", b"x")[0] == 200
+    text = metrics()
+    assert requests_total(text, "two_workers") == before + 3
+    assert "# TYPE ts_inference_latency_microseconds counter" in text
+    assert "# TYPE ts_queue_latency_microseconds counter" in text
+    only = metrics("?name[]=ts_queue_latency_microseconds")
+    assert "ts_queue_latency_microseconds{" in only and "ts_inference_requests_total" not in only

@@ -167,6 +167,9 @@ void CommandLine::AddTorchServeOptions(CLI::App& app) {
   app.add_option("--torchserve-management-port", options.torchserve_management_port,
                  "TorchServe's management API (/models) port (0: any free port, -1: none); the "
                  "--model-store is then a TorchServe model store");
+  app.add_option("--torchserve-metrics-port", options.torchserve_metrics_port,
+                 "TorchServe's metrics API (/metrics, its frontend counters) port (0: any free "
+                 "port, -1: none)");
 }
 
 void CommandLine::AddServingOptions(CLI::App& app) {
@@ -260,6 +263,9 @@ int Supervised(chorus::ServerOptions options, bool spare) {
   if (options.http_port == 0) options.http_port = ports.Pick();
   if (options.torchserve_inference_port == 0) options.torchserve_inference_port = ports.Pick();
   if (options.torchserve_management_port == 0) options.torchserve_management_port = ports.Pick();
+  if (options.torchserve_metrics_port == 0) {
+    options.torchserve_metrics_port = ports.Pick(options.cells);
+  }
   chorus::ScopedTempDir private_dir;
   if (options.jobs_file.empty() && options.cells == 1 && !spare) {
     chorus::StatusOr<chorus::ScopedTempDir> made = chorus::ScopedTempDir::Create("chorus-server-");

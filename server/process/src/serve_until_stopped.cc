@@ -23,6 +23,9 @@ void PrintListening(const Server& server) {
   if (server.torchserve_management_port() >= 0) {
     std::printf(", torchserve management %d", server.torchserve_management_port());
   }
+  if (server.torchserve_metrics_port() >= 0) {
+    std::printf(", torchserve metrics %d", server.torchserve_metrics_port());
+  }
   std::printf("\n");
   std::fflush(stdout);
 }

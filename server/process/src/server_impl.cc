@@ -21,6 +21,7 @@
 #include "chorus/server/frontends/openai/openai_service.h"
 #include "chorus/server/frontends/torchserve/torchserve_inference_api.h"
 #include "chorus/server/frontends/torchserve/torchserve_management_api.h"
+#include "chorus/server/frontends/torchserve/torchserve_metrics_api.h"
 #include "chorus/server/models/inference_core.h"
 #include "chorus/server/models/model_metrics.h"
 #include "chorus/server/rpc/authorizer.h"
@@ -47,6 +48,9 @@ class ServerImpl final : public Server {
   }
   int torchserve_management_port() const override {
     return torchserve_management_http_ ? torchserve_management_http_->port() : -1;
+  }
+  int torchserve_metrics_port() const override {
+    return torchserve_metrics_http_ ? torchserve_metrics_http_->port() : -1;
   }
   Status Listen(int cell) override;
   void Quarantine(const std::string& model, const std::string& why) override;
@@ -77,6 +81,7 @@ class ServerImpl final : public Server {
   Status StartHttp(const ServerOptions& options);
   Status StartTorchServeInference(const ServerOptions& options);
   Status StartTorchServeManagement(const ServerOptions& options);
+  Status StartTorchServeMetrics(const ServerOptions& options);
 
   ServerOptions options_;
   std::unique_ptr<InterpreterManager> manager_;
@@ -93,6 +98,7 @@ class ServerImpl final : public Server {
   std::unique_ptr<OpenAiService> openai_;
   std::unique_ptr<TorchServeInferenceApi> torchserve_inference_;
   std::unique_ptr<TorchServeManagementApi> torchserve_management_;
+  std::unique_ptr<TorchServeMetricsApi> torchserve_metrics_;
   std::unique_ptr<JobRegistry> jobs_;
   std::unique_ptr<JobJournal> journal_;
   std::unique_ptr<TrainingCore> training_core_;
@@ -102,6 +108,7 @@ class ServerImpl final : public Server {
   std::unique_ptr<HttpEndpoint> http_;
   std::unique_ptr<HttpEndpoint> torchserve_http_;
   std::unique_ptr<HttpEndpoint> torchserve_management_http_;
+  std::unique_ptr<HttpEndpoint> torchserve_metrics_http_;
   std::unique_ptr<IdleMemoryReleaser> memory_releaser_;
   std::unique_ptr<PeriodicTask> poller_;  // --model-control-mode poll
   // Several serving processes under a supervisor: this one's half of their talk.
@@ -183,10 +190,14 @@ Status ServerImpl::Listen(int cell) {
   if (listening_) return OkStatus();
   options_.cell = cell;
   if (options_.cells > 1 && options_.metrics_port > 0) options_.metrics_port += cell;
+  if (options_.cells > 1 && options_.torchserve_metrics_port > 0) {
+    options_.torchserve_metrics_port += cell;  // each cell's statistics are its own
+  }
   CHORUS_RETURN_IF_ERROR(StartGrpc(options_));
   CHORUS_RETURN_IF_ERROR(StartHttp(options_));
   CHORUS_RETURN_IF_ERROR(StartTorchServeInference(options_));
   CHORUS_RETURN_IF_ERROR(StartTorchServeManagement(options_));
+  CHORUS_RETURN_IF_ERROR(StartTorchServeMetrics(options_));
   CHORUS_RETURN_IF_ERROR(StartMetrics(options_));
   core_->SetAccepting(true);
   listening_ = true;
@@ -375,6 +386,7 @@ void ServerImpl::StartServices(const ServerOptions& options) {
   rest_ = std::make_unique<RestService>(core_.get());
   openai_ = std::make_unique<OpenAiService>(core_.get());
   torchserve_inference_ = std::make_unique<TorchServeInferenceApi>(core_.get());
+  torchserve_metrics_ = std::make_unique<TorchServeMetricsApi>(core_.get());
   if (model_store_) {
     torchserve_management_ =
         std::make_unique<TorchServeManagementApi>(core_.get(), model_store_.get());
@@ -459,6 +471,15 @@ Status ServerImpl::StartTorchServeManagement(const ServerOptions& options) {
   torchserve_management_->Register(torchserve_management_http_.get());
   return torchserve_management_http_->Serve(options.host, options.torchserve_management_port,
                                             "TorchServe's management API");
+}
+
+Status ServerImpl::StartTorchServeMetrics(const ServerOptions& options) {
+  if (options.torchserve_metrics_port < 0) return OkStatus();
+  // A port per cell, as chorus' metrics; no token, as TorchServe's.
+  torchserve_metrics_http_ = std::make_unique<HttpEndpoint>(HttpEndpointOptions{});
+  torchserve_metrics_->Register(torchserve_metrics_http_.get());
+  return torchserve_metrics_http_->Serve(options.host, options.torchserve_metrics_port,
+                                         "TorchServe's metrics API");
 }
 
 Status ServerImpl::StartMetrics(const ServerOptions& options) {

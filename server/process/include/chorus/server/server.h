@@ -91,6 +91,7 @@ struct ServerOptions {
   // management API makes model_repository a TorchServe model store.
   int torchserve_inference_port = -1;
   int torchserve_management_port = -1;
+  int torchserve_metrics_port = -1;  // TorchServe's metrics API (/metrics)
   // Triton's --exit-on-error: Start fails ("failed to load all models") when
   // a model of the repository fails to load at start (false: the others serve).
   bool exit_on_error = false;
@@ -151,6 +152,7 @@ class Server {
   // TorchServe's inference and management APIs' ports bound; -1 when disabled.
   virtual int torchserve_inference_port() const = 0;
   virtual int torchserve_management_port() const = 0;
+  virtual int torchserve_metrics_port() const = 0;
 
   // Starts listening as cell `cell` when Start deferred it (a spare); OK and
   // nothing more if it listens already. Errors: ports not available. Any thread.
