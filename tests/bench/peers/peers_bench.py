@@ -1,7 +1,7 @@
 """make bench-peers: chorus against TorchServe, serving the same models side by side.
 
     peers_bench.py --bin build/bin --out build/bench/peers.json [--quick]
-                   [--models resnet18,control_flow,big_mlp,resnet18_batched]
+                   [--models resnet18,control_flow,big_mlp,resnet18_batched,resnet18_mar,big_mar]
                    [--workers 1,2,4]
                    [--concurrency 1,8] [--perf-analyzer PATH] [--keep]
 
@@ -14,6 +14,9 @@ serves that file, and TorchServe serves the same file through a custom handler
 (torchserve_handler.py) that loads it with stock torch.package: same code,
 weights, input bytes and output bytes on both sides. `resnet18_batched` is
 resnet18 with dynamic batching on both sides, same settings (BATCHED below).
+`resnet18_mar` and `big_mar` (mar_models.py) are one TorchServe .mar archive each,
+served unchanged by both (chorus through --model-store and its TorchServe inference
+API), their answers checked equal; they have no bare loop.
 
 For each model and N in --workers, one chorus-server with N interpreters and one
 TorchServe with N workers (batch size 1 but in BATCHED configurations; intra-op
@@ -67,7 +70,8 @@ summed PSS over chorus'), `footprint_unique` (the same on distinct pages), `rss`
 could reach over TorchServe on this machine), and throughput
 and p50/p99 ratios per concurrency (`by_concurrency`); `goals`: the issue's
 targets (at N = 4: resnet18 throughput >= 1.5 and footprint >= 2, big_mlp
-footprint >= 3) and whether this run met them, the throughput goal with its
+footprint >= 3, resnet18_mar throughput >= 1.2 and big_mar footprint >= 3, keyed
+torchserve_mar.*_vs_torchserve) and whether this run met them, the throughput goal with its
 ceiling and whether the ceiling reaches it. The ratio table is printed, and
 a plot written beside the JSON (peers.png).
 """
@@ -88,6 +92,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
 from drive import bare_throughput, log, run_pair  # noqa: E402
+from mar_models import same_answer  # noqa: E402
 from servers import SERVERS, ChorusServer, TorchServe  # noqa: E402
 from stacks import Stack, intra_op_threads  # noqa: E402
 from summary import describe_cell, goals, plot, ratios, table  # noqa: E402
@@ -201,12 +206,21 @@ def run_cell(args, work, name, spec, workers, kinds):
     for kind in kinds:
         log("  " + describe_cell(kind, cells[kind]))
         failed |= "error" in cells[kind]
-    try:
-        cells["bare"] = bare_throughput(args, work, name, spec, workers)
-        log(f"  bare: {cells['bare']['throughput_per_s']:.1f}/s")
-    except Exception as e:  # noqa: BLE001 (recorded; the run goes on)
-        cells["bare"] = {"error": str(e)}
-        log(f"  bare: FAILED: {e}")
+    if spec.get("mar"):
+        # The same archive on both: the same answer (JSON values within 1e-5).
+        answers = [getattr(server, "answer", None) for server in servers]
+        if None not in answers and not same_answer(*answers):
+            failed = True
+            cells[kinds[0]]["error"] = f"the servers' answers differ: {answers}"
+            log(f"  FAILED: the servers' answers differ: {answers}")
+        cells["bare"] = {"error": "no bare loop for a .mar archive (its handler's own code)"}
+    else:
+        try:
+            cells["bare"] = bare_throughput(args, work, name, spec, workers)
+            log(f"  bare: {cells['bare']['throughput_per_s']:.1f}/s")
+        except Exception as e:  # noqa: BLE001 (recorded; the run goes on)
+            cells["bare"] = {"error": str(e)}
+            log(f"  bare: FAILED: {e}")
     cells["chorus_vs_torchserve"] = ratios(
         cells["chorus"], cells["torchserve"], args.concurrency,
         None if "error" in cells["bare"] else cells["bare"])
@@ -220,7 +234,7 @@ def run_models(args, work, prepared, result):
     order = 0
     for name in args.models:
         spec = prepared[name]
-        entry = {"description": spec["description"], "input": spec["input"],
+        entry = {"description": spec["description"], "input": spec.get("input", "a file"),
                  "weights_mib": round(spec["weights_mib"], 2), "workers": {}}
         result["models"][name] = entry
         for workers in args.workers:

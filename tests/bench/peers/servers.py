@@ -36,6 +36,12 @@ class ChorusServer:
         server = os.path.join(args.bin, "chorus-server")
         self.command = [server, "--model-repository", repository, "--host", "127.0.0.1",
                         "--port", "0", "--metrics-port", "0", "--interpreters", str(workers)]
+        if spec.get("mar"):
+            # The archive as it is, from its store, through TorchServe's inference API.
+            self.command = [server, "--model-store", spec["store"], "--models",
+                            f"{name}={name}.mar", "--torchserve-inference-port", "0",
+                            "--host", "127.0.0.1", "--port", "0", "--metrics-port", "0",
+                            "--interpreters", str(workers)]
         if chorus_has_http(server):
             # Served as by default, on a free port (the default, 8000, may be taken).
             self.command += ["--http-port", "0"]
@@ -44,6 +50,8 @@ class ChorusServer:
 
     def start(self):
         """Starts the server; returns (first_answer_s, all_ready_s)."""
+        if self.spec.get("mar"):
+            return self._start_mar()
         import numpy as np
         import tritonclient.grpc as grpcclient
         env = dict(os.environ)
@@ -88,7 +96,37 @@ class ChorusServer:
         # chorus loads the model on every interpreter before it answers.
         return first, first
 
+    def _start_mar(self):
+        """start() for a .mar served through TorchServe's inference API: the first
+        answer to the request's bytes, as TorchServe's clients send them."""
+        started = time.monotonic()
+        self.stack = Stack(self.command, dict(os.environ), self.work, self.log_path,
+                           read_stdout=True)
+        line = self.stack.process.stdout.readline()
+        match = re.search(r"torchserve inference (\d+)", line)
+        if not match:
+            raise RuntimeError(f"chorus-server did not start: {line!r} (see {self.log_path})")
+        self.torchserve_port = int(match.group(1))
+        with open(self.spec["input_bin"], "rb") as f:
+            payload = f.read()
+        url = f"http://127.0.0.1:{self.torchserve_port}/predictions/{self.name}"
+        deadline = started + self.args.start_timeout_s
+        while True:
+            try:
+                self.answer = post_form(url, payload)
+                first = time.monotonic() - started
+                return first, first
+            except (OSError, urllib.error.URLError, ConnectionError) as e:
+                if time.monotonic() > deadline or not self.stack.alive():
+                    raise RuntimeError(f"chorus-server gave no answer: {e} "
+                                       f"(see {self.log_path})") from None
+                time.sleep(0.02)
+
     def perf_args(self):
+        if self.spec.get("mar"):
+            return ["-m", self.name, "--service-kind", "torchserve", "-i", "http",
+                    "-u", f"127.0.0.1:{self.torchserve_port}", "--input-data",
+                    os.path.join(self.work, "inputs", f"{self.name}.torchserve.json")]
         address = self.http_address if self.args.chorus_protocol == "http" else self.address
         return ["-m", self.name, "-i", self.args.chorus_protocol, "-u", address, "--input-data",
                 os.path.join(self.work, "inputs", f"{self.name}.grpc.json")]
@@ -122,17 +160,22 @@ class TorchServe:
         """Starts TorchServe; returns (first_answer_s, all_ready_s)."""
         config = self._write_config(free_ports(5))
         python = sys.executable
+        mar = self.spec.get("mar")
         command = [os.path.join(os.path.dirname(python), "torchserve"), "--start",
                    "--foreground", "--ncs", "--disable-token-auth",
-                   "--model-store", self.args.torchserve_store,
-                   "--models", f"{self.name}={self.name}", "--ts-config", config]
+                   "--model-store", self.spec["store"] if mar else self.args.torchserve_store,
+                   "--models", f"{self.name}={self.name}{'.mar' if mar else ''}",
+                   "--ts-config", config]
         if self.args.torchserve_log_config:
             command += ["--log-config", self.args.torchserve_log_config]
         started = time.monotonic()
         self.stack = Stack(command, self._environment(), self.home, self.log_path)
         deadline = started + self.args.start_timeout_s
         raw, first = self._first_answer(started, deadline)
-        if not answers_match(raw, os.path.join(self.work, "inputs", f"{self.name}.expected.bin")):
+        if self.spec.get("mar"):
+            self.answer = raw  # compared with chorus' by run_cell
+        elif not answers_match(raw, os.path.join(self.work, "inputs",
+                                                 f"{self.name}.expected.bin")):
             raise RuntimeError(f"TorchServe's answer for {self.name} differs from the model's")
         # TorchServe answers as soon as one worker is up; the others follow.
         self._wait_all_ready(deadline)

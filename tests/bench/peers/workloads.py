@@ -11,7 +11,8 @@ import sys
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.abspath(os.path.join(HERE, "..", "..", ".."))
 
-ALL_MODELS = ["resnet18", "control_flow", "big_mlp", "resnet18_batched"]
+ALL_MODELS = ["resnet18", "control_flow", "big_mlp", "resnet18_batched", "resnet18_mar",
+              "big_mar"]
 # Configurations that batch on both sides, with the same settings: the model packaged
 # batchable up to max_batch_size; chorus' dynamic batching waits up to delay_ms for a
 # batch to fill (config.json max_queue_delay_us), TorchServe's frontend likewise
@@ -32,10 +33,14 @@ def prepare(work, names):
     sys.path.insert(0, HERE)
     import torch
 
+    import mar_models
     import models as suite_models
     from chorus.package import create_package
     prepared = {"torch": torch.__version__}
     for name in names:
+        if name in mar_models.MAR_MODELS:
+            prepared[name] = mar_models.build(work, name)
+            continue
         if name == "big_mlp":
             import big_mlp
             model, inputs = big_mlp.build(), big_mlp.example_inputs()
@@ -105,8 +110,8 @@ def torchserve_store(work, prepared, python):
     store = os.path.join(work, "torchserve_store")
     os.makedirs(store)
     for name in ALL_MODELS:
-        if name not in prepared:
-            continue
+        if name not in prepared or prepared[name].get("mar"):
+            continue  # a .mar serves from its own store on both sides
         config = None
         if name in BATCHED:
             config = os.path.join(work, f"{name}.model-config.yaml")
@@ -121,6 +126,10 @@ def write_inputs(work, prepared):
     """perf_analyzer's input files: the same bytes for both servers."""
     for name, spec in prepared.items():
         if not isinstance(spec, dict):
+            continue
+        if spec.get("mar"):
+            with open(os.path.join(work, "inputs", f"{name}.torchserve.json"), "w") as f:
+                json.dump({"data": [{"TORCHSERVE_INPUT": [spec["input_bin"]]}]}, f)
             continue
         with open(spec["input_bin"], "rb") as f:
             payload = f.read()
