@@ -82,6 +82,10 @@ def test_a_raw_body_reaches_the_handler_decoded_by_its_content_type(server):
     assert answer["inputs"] == {"body": {"x": [1, 2]}}
     assert headers["Content-Type"] == "application/json"
     assert uuid.UUID(headers["x-request-id"]).version == 4
+    # The media type decides, its parameters aside (as Netty gives it to TorchServe's worker).
+    _, _, body = call(server, "/predictions/echo", b'{"x": 3}',
+                      {"Content-Type": "application/json; charset=UTF-8"})
+    assert json.loads(body)["inputs"] == {"body": {"x": 3}}
     # text/* as str; anything else as TorchServe's bytearray
     _, _, body = call(server, "/predictions/echo", "héllo".encode(), {"Content-Type": "text/plain"})
     assert json.loads(body)["inputs"] == {"body": "héllo"}

@@ -72,8 +72,8 @@ def check_requirements(model_dir: str, requirements_file: str) -> None:
     with open(path, encoding="utf-8") as file:
         for line in file:
             text = line.split("#", 1)[0].strip()
-            if not text:
-                continue
+            if not text or text.startswith("-"):
+                continue  # pip's options (--extra-index-url, -r, -e): nothing to check
             try:
                 requirement = Requirement(text)
             except InvalidRequirement:
@@ -86,7 +86,7 @@ def check_requirements(model_dir: str, requirements_file: str) -> None:
             except metadata.PackageNotFoundError:
                 missing.append(f"{text} (not installed)")
                 continue
-            if installed not in requirement.specifier:
+            if not requirement.specifier.contains(installed, prereleases=True):
                 missing.append(f"{text} ({installed} is installed)")
     if missing:
         raise ValueError(f"{requirements_file} asks for what chorus' interpreters lack: "

@@ -523,8 +523,12 @@ void ServerImpl::Shutdown() {
     // in flight are answered by the drain; then the HTTP server stops.
     if (repository_) repository_->DrainAll(drain_deadline);
     if (manager_) manager_->SetModelCallHandler(nullptr);
-    if (http_) http_->Stop();
-    if (metrics_) metrics_->Stop();
+    // Every endpoint stops before the repository its handlers reach goes.
+    for (HttpEndpoint* endpoint :
+         {http_.get(), metrics_.get(), torchserve_http_.get(), torchserve_management_http_.get(),
+          torchserve_metrics_http_.get()}) {
+      if (endpoint != nullptr) endpoint->Stop();
+    }
     // Queued job work (builds, deletions) finishes before the jobs go.
     if (training_) training_->Stop();
     if (training_core_) training_core_->Stop();

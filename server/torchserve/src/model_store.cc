@@ -113,16 +113,14 @@ StatusOr<TorchServeStoreEntry> TorchServeModelStore::Register(const std::string&
 }
 
 Status TorchServeModelStore::Unregister(const std::string& name) {
-  Registered registered;
-  {
-    MutexLock lock(&mu_);
-    auto found = models_.find(name);
-    if (found == models_.end()) return NotFoundError("Model not found: " + name);
-    registered = std::move(found->second);
-    models_.erase(found);
-  }
+  // Under the lock: a registration of the same name may follow at once.
+  MutexLock lock(&mu_);
+  auto found = models_.find(name);
+  if (found == models_.end()) return NotFoundError("Model not found: " + name);
+  const std::string extracted = found->second.extracted;
+  models_.erase(found);
   CHORUS_RETURN_IF_ERROR(RemoveTree(root() + "/" + name));
-  return registered.extracted.empty() ? OkStatus() : RemoveTree(registered.extracted);
+  return extracted.empty() ? OkStatus() : RemoveTree(extracted);
 }
 
 std::vector<TorchServeStoreEntry> TorchServeModelStore::Entries() const {

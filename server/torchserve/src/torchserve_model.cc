@@ -99,8 +99,12 @@ StatusOr<std::vector<c10::IValue>> Outputs(const c10::IValue& answer) {
   CHORUS_ASSIGN_OR_RETURN(std::vector<std::string> headers, ElementsOfRaw(items[2]));
   CHORUS_ASSIGN_OR_RETURN(std::vector<std::string> body, ElementsOfRaw(items[3]));
   if (headers.size() % 2 != 0) return InternalError("a response header without its value");
+  const int64_t status = items[0].toInt();
+  if (status < 100 || status > 599) {
+    return InternalError("the handler set HTTP status " + std::to_string(status));
+  }
   return std::vector<c10::IValue>{
-      at::full({1, 1}, items[0].toInt(), at::TensorOptions().dtype(at::kInt)),
+      at::full({1, 1}, status, at::TensorOptions().dtype(at::kInt)),
       StringRows({items[1].toStringRef()}, 1),
       StringRows(std::move(headers), 2),
       StringRows({body.empty() ? std::string() : std::move(body[0])}, 1),
@@ -242,7 +246,14 @@ Status TorchServeModel::Execute(int instance, std::vector<ExecutorRequest> batch
   for (const ExecutorRequest& call : batch) {
     deadline = std::max(deadline, call.request.deadline);  // never cut a request short
     StatusOr<c10::IValue> request = BackendRequest(call.request);
-    if (!request.ok()) return request.status();  // the signature was checked: a bug
+    if (!request.ok()) {  // the signature was checked: a bug, but every request is answered
+      for (ExecutorRequest& failed : batch) {
+        InferenceResult result = ResultOf(failed, start);
+        result.status = request.status();
+        failed.done(std::move(result));
+      }
+      return request.status();
+    }
     requests.push_back(std::move(*request));
   }
   StatusOr<c10::IValue> answers = Predict(worker, std::move(requests), deadline);

@@ -43,10 +43,20 @@ std::string NewRequestId() {
   return text;
 }
 
+// A content type's media type, its parameters left out (Netty's
+// HttpUtil.getMimeType, as TorchServe hands it to the worker).
+std::string MediaType(const std::string& content_type) {
+  std::string type = content_type.substr(0, content_type.find(';'));
+  const size_t first = type.find_first_not_of(" \t");
+  if (first == std::string::npos) return "";
+  type = type.substr(first, type.find_last_not_of(" \t") - first + 1);
+  return type;
+}
+
 // The request's inputs from its body: one per form field (the last of a
 // repeated name), else the whole body as "body" with the request's type.
 std::vector<Field> FieldsOf(const httplib::Request& request, std::string body) {
-  const std::string type = request.get_header_value("Content-Type");
+  const std::string type = MediaType(request.get_header_value("Content-Type"));
   std::vector<Field> fields;
   if (type.rfind("application/x-www-form-urlencoded", 0) == 0) {
     httplib::Params params;
@@ -85,7 +95,8 @@ std::optional<std::vector<Field>> ReadFields(const httplib::Request& request,
     const bool read = reader(
         [&parts](const httplib::MultipartFormData& part) {
           // As TorchServe (Netty): a form attribute (no file name) has no content type.
-          parts.push_back({part.name, part.filename.empty() ? "" : part.content_type, ""});
+          parts.push_back(
+              {part.name, part.filename.empty() ? "" : MediaType(part.content_type), ""});
           return true;
         },
         [&parts](const char* data, size_t size) {

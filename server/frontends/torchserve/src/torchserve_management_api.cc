@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <limits>
 #include <optional>
 
 #include "chorus/common/logging.h"
@@ -23,13 +24,17 @@ constexpr char kModel[] = R"(/models/([^/]+))";
 // model, then a version or "all": one version is all chorus has.
 constexpr char kModelVersion[] = R"(/models/([^/]+)/([^/]+))";
 
-// Query parameter `name` as a non-negative integer; `fallback` when absent.
-StatusOr<int> IntParam(const httplib::Request& request, const std::string& name, int fallback) {
+// Workers one call may ask for: each is a handler object in this process.
+constexpr int kMaxWorkers = 256;
+
+// Query parameter `name` as an integer in [0, `most`]; `fallback` when absent.
+StatusOr<int> IntParam(const httplib::Request& request, const std::string& name, int fallback,
+                       int most = std::numeric_limits<int>::max()) {
   if (!request.has_param(name)) return fallback;
   const std::string text = request.get_param_value(name);
   int value = 0;
   const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
-  if (error != std::errc() || end != text.data() + text.size() || value < 0) {
+  if (error != std::errc() || end != text.data() + text.size() || value < 0 || value > most) {
     return InvalidArgumentError("Invalid " + name + ": " + text);
   }
   return value;
@@ -43,7 +48,8 @@ bool BoolParam(const httplib::Request& request, const std::string& name, bool fa
 }
 
 // A load's config in Triton's JSON form (ModelOverride): `workers`
-// instances, and batching when `batch_size` > 0.
+// instances, and batching when `batch_size` > 0 (else the archive's
+// model-config.yaml says).
 std::string LoadConfig(int workers, int batch_size, int max_batch_delay_ms) {
   nlohmann::json config = {{"instance_group", {{{"count", workers}, {"kind", "KIND_CPU"}}}}};
   if (batch_size > 0) {
@@ -151,8 +157,9 @@ void TorchServeManagementApi::RegisterModel(const httplib::Request& request,
                                             httplib::Response& response) const {
   const std::string url = request.get_param_value("url");
   if (url.empty()) return ReplyError(InvalidArgumentError("Parameter url is required."), response);
-  StatusOr<int> workers = IntParam(request, "initial_workers", 0);
-  StatusOr<int> batch_size = IntParam(request, "batch_size", 1);
+  StatusOr<int> workers = IntParam(request, "initial_workers", 0, kMaxWorkers);
+  // Not given: the archive's model-config.yaml (else TorchServe's 1 and 100 ms).
+  StatusOr<int> batch_size = IntParam(request, "batch_size", 0);
   StatusOr<int> delay = IntParam(request, "max_batch_delay", 100);
   for (const auto* value : {&workers, &batch_size, &delay}) {
     if (!value->ok()) return ReplyError(value->status(), response);
@@ -177,7 +184,7 @@ void TorchServeManagementApi::RegisterModel(const httplib::Request& request,
 void TorchServeManagementApi::Scale(const std::string& model, const httplib::Request& request,
                                     httplib::Response& response) const {
   if (Status found = store_->Find(model).status(); !found.ok()) return ReplyError(found, response);
-  StatusOr<int> workers = IntParam(request, "min_worker", 1);
+  StatusOr<int> workers = IntParam(request, "min_worker", 1, kMaxWorkers);
   if (!workers.ok()) return ReplyError(workers.status(), response);
   // The batching the model serves with now stays.
   inference::ModelConfigResponse served;
