@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import uuid
 
 import torch
 
@@ -137,3 +138,19 @@ def net_archive(store, name="net", seed=7):
                "net.pt": net_state_dict(seed)}
     return archive(store, name, sources, "net_handler.py", serialized="net.pt",
                    model_file="model.py")
+
+
+def multipart(fields):
+    """A multipart/form-data body of `fields` (name -> (file name or None, bytes, type))."""
+    boundary = uuid.uuid4().hex
+    parts = []
+    for name, (file_name, data, content_type) in fields.items():
+        disposition = f'form-data; name="{name}"'
+        if file_name:
+            disposition += f'; filename="{file_name}"'
+        head = f"--{boundary}\r\nContent-Disposition: {disposition}\r\n"
+        if content_type:
+            head += f"Content-Type: {content_type}\r\n"
+        parts.append(head.encode() + b"\r\n" + data + b"\r\n")
+    body = b"".join(parts) + f"--{boundary}--\r\n".encode()
+    return body, {"Content-Type": f"multipart/form-data; boundary={boundary}"}

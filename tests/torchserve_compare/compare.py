@@ -46,6 +46,7 @@ sys.path.insert(0, str(ROOT / "server" / "tests"))
 
 from servers import torchserve_environment, write_torchserve_config  # noqa: E402
 from stacks import Stack, free_ports  # noqa: E402
+from torchserve_archives import multipart  # noqa: E402
 
 START_TIMEOUT_S = 240
 EXAMPLES_ROOT = Path()  # <shared>/serve/examples, set by main
@@ -111,22 +112,6 @@ def cases() -> List[Tuple[str, str, str, bytes, Dict[str, str]]]:
         ("nothing", "unknown model", "/predictions/nothing", b"x", {}),
     ]
     return listed
-
-
-def multipart(fields) -> Tuple[bytes, Dict[str, str]]:
-    """A multipart/form-data body of `fields` (name -> (file name or None, bytes, type))."""
-    boundary = "chorus-compare-boundary"
-    parts = []
-    for name, (file_name, data, content_type) in fields.items():
-        disposition = f'form-data; name="{name}"'
-        if file_name:
-            disposition += f'; filename="{file_name}"'
-        head = f"--{boundary}\r\nContent-Disposition: {disposition}\r\n"
-        if content_type:
-            head += f"Content-Type: {content_type}\r\n"
-        parts.append(head.encode() + b"\r\n" + data + b"\r\n")
-    body = b"".join(parts) + f"--{boundary}--\r\n".encode()
-    return body, {"Content-Type": f"multipart/form-data; boundary={boundary}"}
 
 
 def call(port: int, path: str, body: bytes, headers: Dict[str, str]):

@@ -9,6 +9,7 @@
 #include <set>
 
 #include "chorus/common/logging.h"
+#include "chorus/interpreter/python_calls.h"
 #include "chorus/server/config/triton_config.h"
 #include "server/python_backend/src/open_requests.h"
 #include "server/python_backend/src/request_handle.h"
@@ -25,36 +26,19 @@ std::string ModelKey(const PythonBackendOptions& options) {
   return options.model_name + "/" + options.version + "/" + std::to_string(++serial);
 }
 
-CallOptions WithTimeout(std::chrono::milliseconds timeout) {
-  CallOptions options;
-  if (timeout.count() > 0) options.deadline = Clock::now() + timeout;
-  return options;
-}
-
-// chorus.triton.backend.<function>(*args) in `session`'s interpreter.
+// chorus.<backend>.<function>(*args) in `session`'s interpreter.
 StatusOr<Object> CallBackend(InterpreterSession& session, std::string_view function,
                              const std::vector<c10::IValue>& args, const CallOptions& options) {
-  CHORUS_ASSIGN_OR_RETURN(Object fn, session.Global(kBackendModule, function));
-  return fn.Call(args, {}, options);
-}
-
-// `status` as clients and the log see it: the Python exception's message
-// (its traceback logged), else the status' own.
-Status Logged(const Status& status, const std::string& what) {
-  if (status.ok()) return status;
-  const PythonError* error = status.python_error();
-  if (error == nullptr) return status.Annotate(what);
-  Log().warn("{}: {}\n{}", what, status.message(), error->traceback);
-  return Status(status.code(), what + ": " + error->message);
+  return CallModuleFunction(session, kBackendModule, function, args, options);
 }
 
 // Imports model.py (idempotent per interpreter and key).
 Status LoadModule(InterpreterSession& session, const std::string& key,
                   const PythonBackendOptions& options) {
-  return Logged(
+  return WithPythonErrorLogged(
       CallBackend(session, "load",
                   {key, options.model_name, options.version, options.model_dir, options.file_name},
-                  WithTimeout(options.load_timeout))
+                  CallWithin(options.load_timeout))
           .status(),
       "loading " + options.model_dir + "/" + options.version + "/" + options.file_name);
 }
@@ -112,10 +96,11 @@ StatusOr<std::string> PythonBackendModel::AutoCompleteConfig(InterpreterManager*
   InterpreterSession session = manager->AcquireOne();
   CHORUS_RETURN_IF_ERROR(LoadModule(session, key, options));
   StatusOr<Object> completed = CallBackend(session, "auto_complete_config", {key, config_json},
-                                           WithTimeout(options.load_timeout));
+                                           CallWithin(options.load_timeout));
   Status unloaded = CallBackend(session, "unload", {key}, {}).status();
-  if (!completed.ok()) return Logged(completed.status(), "auto_complete_config");
-  if (!unloaded.ok()) Logged(unloaded, "forgetting the auto-complete's modules").IgnoreError();
+  if (!completed.ok()) return WithPythonErrorLogged(completed.status(), "auto_complete_config");
+  if (!unloaded.ok())
+    WithPythonErrorLogged(unloaded, "forgetting the auto-complete's modules").IgnoreError();
   CHORUS_ASSIGN_OR_RETURN(c10::IValue text, completed->ToIValue());
   if (!text.isString()) return InternalError("auto_complete_config gave no JSON text");
   return text.toStringRef();
@@ -174,9 +159,9 @@ Status PythonBackendModel::MakeInstances() {
     }
     Status made = CallBackend(session, "create_instance",
                               {key_, instance.name, InitializeArgs(options_, instance)},
-                              WithTimeout(options_.load_timeout))
+                              CallWithin(options_.load_timeout))
                       .status();
-    if (!made.ok()) return Logged(made, "initializing " + instance.name);
+    if (!made.ok()) return WithPythonErrorLogged(made, "initializing " + instance.name);
     ++made_;
     if (made_ == 1) {
       StatusOr<Object> defined = CallBackend(session, "has_is_ready", {key_}, {});
@@ -194,13 +179,14 @@ void PythonBackendModel::Finalize() {
     interpreters.insert(instance.interpreter);
     if (i >= made_) continue;
     InterpreterSession session = manager()->Acquire(instance.interpreter);
-    Logged(CallBackend(session, "finalize", {key_, instance.name}, {}).status(),
-           "finalizing " + instance.name)
+    WithPythonErrorLogged(CallBackend(session, "finalize", {key_, instance.name}, {}).status(),
+                          "finalizing " + instance.name)
         .IgnoreError();
   }
   for (int interpreter : interpreters) {
     InterpreterSession session = manager()->Acquire(interpreter);
-    Logged(CallBackend(session, "unload", {key_}, {}).status(), "unloading " + key_).IgnoreError();
+    WithPythonErrorLogged(CallBackend(session, "unload", {key_}, {}).status(), "unloading " + key_)
+        .IgnoreError();
   }
 }
 
@@ -229,7 +215,7 @@ Status PythonBackendModel::Execute(int instance, std::vector<ExecutorRequest> ba
                        : execute.status();
   }
   if (ran.ok()) return ran;
-  const Status failed = Logged(ran, "model '" + target.name + "'");
+  const Status failed = WithPythonErrorLogged(ran, "model '" + target.name + "'");
   for (const auto& request : opened) {
     request->Fail(Status(failed.code(), "Failed to process the request(s) for model '" +
                                             target.name + "', message: " + failed.message()));
@@ -243,7 +229,7 @@ bool PythonBackendModel::InstancesReady(std::chrono::milliseconds timeout) {
   for (const Instance& instance : instances_) {
     InterpreterSession session = manager()->Acquire(instance.interpreter);
     StatusOr<Object> ready =
-        CallBackend(session, "is_ready", {key_, instance.name}, WithTimeout(timeout));
+        CallBackend(session, "is_ready", {key_, instance.name}, CallWithin(timeout));
     if (!ready.ok()) return false;
     StatusOr<c10::IValue> value = ready->ToIValue();
     if (!value.ok() || !value->isBool() || !value->toBool()) return false;

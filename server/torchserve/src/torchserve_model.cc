@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "chorus/common/logging.h"
+#include "chorus/interpreter/python_calls.h"
 #include "chorus/serving/model_values.h"
 #include "chorus/serving/string_tensor.h"
 
@@ -17,27 +18,10 @@ namespace {
 using Clock = std::chrono::steady_clock;
 constexpr char kBackendModule[] = "chorus.torchserve.backend";
 
-CallOptions WithTimeout(std::chrono::milliseconds timeout) {
-  CallOptions options;
-  if (timeout.count() > 0) options.deadline = Clock::now() + timeout;
-  return options;
-}
-
-// chorus.torchserve.backend.<function>(*args) in `session`'s interpreter.
+// chorus.<backend>.<function>(*args) in `session`'s interpreter.
 StatusOr<Object> CallBackend(InterpreterSession& session, std::string_view function,
                              const std::vector<c10::IValue>& args, const CallOptions& options) {
-  CHORUS_ASSIGN_OR_RETURN(Object fn, session.Global(kBackendModule, function));
-  return fn.Call(args, {}, options);
-}
-
-// `status` as clients and the log see it: the Python exception's message
-// (its traceback logged), else the status' own.
-Status Logged(const Status& status, const std::string& what) {
-  if (status.ok()) return status;
-  const PythonError* error = status.python_error();
-  if (error == nullptr) return status.Annotate(what);
-  Log().warn("{}: {}\n{}", what, status.message(), error->traceback);
-  return Status(status.code(), what + ": " + error->message);
+  return CallModuleFunction(session, kBackendModule, function, args, options);
 }
 
 TensorSpec Strings(const char* name, std::vector<int64_t> shape) {
@@ -146,14 +130,14 @@ StatusOr<TorchServeModelSettings> TorchServeModel::ReadSettings(
         CallBackend(session, "check_requirements", {model_dir, manifest.requirements_file}, {})
             .status();
     if (!met.ok()) {
-      const Status logged = Logged(met, "model " + manifest.model_name);
+      const Status logged = WithPythonErrorLogged(met, "model " + manifest.model_name);
       return Status(StatusCode::kFailedPrecondition, logged.message());
     }
   }
   if (manifest.config_file.empty()) return settings;
   StatusOr<Object> read =
       CallBackend(session, "worker_settings", {model_dir, manifest.config_file}, {});
-  if (!read.ok()) return Logged(read.status(), "reading " + manifest.config_file);
+  if (!read.ok()) return WithPythonErrorLogged(read.status(), "reading " + manifest.config_file);
   CHORUS_ASSIGN_OR_RETURN(c10::IValue value, read->ToIValue());
   if (!value.isGenericDict()) return InternalError("worker_settings answered no dict");
   for (const auto& entry : value.toGenericDict()) {
@@ -205,8 +189,8 @@ TorchServeModel::TorchServeModel(InterpreterPlacement* placement, TorchServeMode
 TorchServeModel::~TorchServeModel() {
   for (int i = 0; i < made_; ++i) {
     InterpreterSession session = manager()->Acquire(workers_[i].interpreter);
-    Logged(CallBackend(session, "close_worker", {workers_[i].key}, {}).status(),
-           "closing " + workers_[i].key)
+    WithPythonErrorLogged(CallBackend(session, "close_worker", {workers_[i].key}, {}).status(),
+                          "closing " + workers_[i].key)
         .IgnoreError();
   }
 }
@@ -219,9 +203,9 @@ Status TorchServeModel::MakeWorkers() {
                               {worker.key, options_.model_name, options_.model_dir, handler.module,
                                handler.function, int64_t{-1}, int64_t{options_.batch_size},
                                options_.manifest.envelope},
-                              WithTimeout(options_.load_timeout))
+                              CallWithin(options_.load_timeout))
                       .status();
-    if (!made.ok()) return Logged(made, "loading model " + options_.model_name);
+    if (!made.ok()) return WithPythonErrorLogged(made, "loading model " + options_.model_name);
     ++made_;
   }
   return OkStatus();
@@ -257,7 +241,7 @@ Status TorchServeModel::Execute(int instance, std::vector<ExecutorRequest> batch
     requests.push_back(std::move(*request));
   }
   StatusOr<c10::IValue> answers = Predict(worker, std::move(requests), deadline);
-  Status failed = Logged(answers.status(), "model " + options_.model_name);
+  Status failed = WithPythonErrorLogged(answers.status(), "model " + options_.model_name);
   if (failed.ok() && (!answers->isList() || answers->toListRef().size() != batch.size())) {
     failed = InternalError("the TorchServe backend answered no list of one answer per request");
   }
