@@ -12,8 +12,8 @@ import uuid
 import pytest
 import torch
 from conftest import BIN_DIR, ServerProcess
-from torchserve_archives import (ECHO_HANDLER, archive, echo_archive, net_archive, net_forward,
-                                 net_state_dict)
+from torchserve_archives import (ECHO_HANDLER, archive, echo_archive, multipart, net_archive,
+                                 net_forward, net_state_dict)
 
 TORCHSERVE_FLAGS = ("--models", "all", "--torchserve-inference-port", "0",
                     "--torchserve-metrics-port", "0")
@@ -38,22 +38,6 @@ def call(server, path, body=b"", headers=None, method="POST"):
         return response.status, dict(response.getheaders()), response.read()
     finally:
         connection.close()
-
-
-def multipart(fields):
-    """A multipart/form-data body of `fields` (name -> (file name or None, bytes, type))."""
-    boundary = uuid.uuid4().hex
-    parts = []
-    for name, (file_name, data, content_type) in fields.items():
-        disposition = f'form-data; name="{name}"'
-        if file_name:
-            disposition += f'; filename="{file_name}"'
-        head = f"--{boundary}\r\nContent-Disposition: {disposition}\r\n"
-        if content_type:
-            head += f"Content-Type: {content_type}\r\n"
-        parts.append(head.encode() + b"\r\n" + data + b"\r\n")
-    body = b"".join(parts) + f"--{boundary}--\r\n".encode()
-    return body, {"Content-Type": f"multipart/form-data; boundary={boundary}"}
 
 
 @pytest.fixture(scope="module")

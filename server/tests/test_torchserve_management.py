@@ -3,6 +3,7 @@ unregister the archives of a model store, answered with TorchServe's codes and J
 
 import http.client
 import json
+import socket
 import threading
 
 import pytest
@@ -10,7 +11,8 @@ from conftest import ServerProcess
 from test_torchserve_api import call
 from torchserve_archives import echo_archive
 
-FLAGS = ("--torchserve-inference-port", "0", "--torchserve-management-port", "0")
+FLAGS = ("--torchserve-inference-port", "0", "--torchserve-management-port", "0",
+         "--enable-model-api")
 
 
 def manage(server, method, path):
@@ -118,3 +120,55 @@ def test_management_errors_are_torchserve_json(server):
     assert (status, answer["message"]) == (400, "Parameter url is required.")
     status, answer = manage(server, "PUT", "/models/startup?min_worker=lots")
     assert (status, answer["message"]) == (400, "Invalid min_worker: lots")
+
+
+def test_without_the_model_api_registering_and_unregistering_are_refused(tmp_path):
+    store = str(tmp_path / "store")
+    echo_archive(store, "startup")
+    echo_archive(store, "later")
+    server = ServerProcess(store, "--models", "startup.mar", "--torchserve-inference-port", "0",
+                           "--torchserve-management-port", "0", interpreters=1)
+    try:
+        disabled = (400, {"code": 400, "type": "ModelException", "message": "Model API disabled"})
+        assert manage(server, "POST", "/models?url=later.mar&initial_workers=1") == disabled
+        assert manage(server, "DELETE", "/models/startup") == disabled
+        # Listing, describing and scaling stay, as in TorchServe.
+        assert manage(server, "GET", "/models")[0] == 200
+        assert manage(server, "PUT", "/models/startup?min_worker=1&synchronous=true")[0] == 200
+        assert call(server, "/predictions/startup", b"x")[0] == 200
+    finally:
+        assert server.stop() == 0
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_kserves_torchserve_runtime_config_serves_both_apis_on_one_address(tmp_path):
+    """KServe's TorchServe runtime: `torchserve --start --ts-config config.properties`,
+    inference and management on one address, the models from load_models."""
+    store = tmp_path / "model-store"
+    echo_archive(str(store), "mnist")
+    port = free_port()
+    config = tmp_path / "config.properties"
+    config.write_text(f"inference_address=http://127.0.0.1:{port}\n"
+                      f"management_address=http://127.0.0.1:{port}\n"
+                      "enable_metrics_api=false\n"
+                      f"model_store={store}\n"
+                      "load_models=mnist.mar\n"
+                      "number_of_netty_threads=4\n"
+                      "enable_envvars_config=true\n")
+    server = ServerProcess(str(store), "--start", "--ts-config", str(config), "--ncs",
+                           "--foreground", "--disable-token-auth", interpreters=1)
+    try:
+        assert server.torchserve_port == port == server.torchserve_management_port
+        assert server.torchserve_metrics_port == -1
+        assert call(server, "/predictions/mnist", b"x")[0] == 200
+        assert manage(server, "GET", "/models") == (200, {"models": [
+            {"modelName": "mnist", "modelUrl": "mnist.mar"}]})
+        assert ("keys chorus does not use, ignored: enable_envvars_config, "
+                "number_of_netty_threads") in server.log_text()
+    finally:
+        assert server.stop() == 0

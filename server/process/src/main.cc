@@ -13,12 +13,15 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <fmt/ranges.h>
+
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <iterator>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "chorus/common/crash_report.h"
@@ -27,6 +30,7 @@
 #include "chorus/server/server.h"
 #include "chorus/server/supervisor.h"
 #include "server/process/src/port_picker.h"
+#include "server/process/src/torchserve_properties.h"
 
 namespace {
 
@@ -87,11 +91,15 @@ struct CommandLine {
   int64_t exit_timeout_secs = -1;
   std::string backend_directory;
   std::vector<std::string> backend_configs;
+  // TorchServe's (AddTorchServeOptions).
+  bool torchserve_shape = false;
+  std::string ts_config;
 
   void AddServingOptions(CLI::App& app);
   void AddLimitsAndSecurityOptions(CLI::App& app);
   void AddTritonOptions(CLI::App& app);
   void AddTorchServeOptions(CLI::App& app);
+  chorus::Status ApplyTorchServe(const CLI::App& app);
   void Finish() {
     options.request_timeout = std::chrono::milliseconds(timeout_ms);
     if (exit_timeout_secs >= 0) drain_ms = exit_timeout_secs * 1000;
@@ -170,13 +178,64 @@ void CommandLine::AddTorchServeOptions(CLI::App& app) {
   app.add_option("--torchserve-metrics-port", options.torchserve_metrics_port,
                  "TorchServe's metrics API (/metrics, its frontend counters) port (0: any free "
                  "port, -1: none)");
+  app.add_flag("--torchserve", torchserve_shape,
+               "TorchServe's shape: its APIs on its ports (inference 8080, management 8081, "
+               "metrics 8082) where not given otherwise");
+  app.add_option("--ts-config", ts_config,
+                 "TorchServe's config.properties: its addresses' ports, model_store, "
+                 "load_models, enable_metrics_api and enable_model_api (other keys are named "
+                 "as ignored)");
+  app.add_flag("--enable-model-api", options.torchserve_model_api,
+               "TorchServe's: the management API registers and unregisters models");
+  // TorchServe's launcher flags that chorus' behaviour already is: accepted.
+  const std::string accepted = "TorchServe's, accepted: chorus behaves so already";
+  for (const char* flag :
+       {"--start", "--foreground", "--ncs,--no-config-snapshots", "--disable-token-auth"}) {
+    app.add_flag(flag, accepted);
+  }
+}
+
+// TorchServe's shape and config.properties applied to `options`, where the
+// command line did not set them. Errors: the file's.
+chorus::Status CommandLine::ApplyTorchServe(const CLI::App& app) {
+  std::vector<std::string> given;
+  for (const char* flag :
+       {"model-repository", "models", "torchserve-inference-port", "torchserve-management-port",
+        "torchserve-metrics-port", "enable-model-api"}) {
+    if (app.count(std::string("--") + flag) > 0) given.push_back(flag);
+  }
+  if (!ts_config.empty()) {
+    CHORUS_ASSIGN_OR_RETURN(std::string text, chorus::ReadFile(ts_config));
+    CHORUS_ASSIGN_OR_RETURN(auto properties, chorus::ParseProperties(text));
+    chorus::StatusOr<std::vector<std::string>> ignored =
+        chorus::ApplyTorchServeProperties(properties, given, &options);
+    if (!ignored.ok()) return ignored.status().Annotate(ts_config);
+    if (!ignored->empty()) {
+      chorus::Log().info("{}: keys chorus does not use, ignored: {}", ts_config,
+                         fmt::join(*ignored, ", "));
+    }
+  }
+  if (torchserve_shape) {
+    for (const auto& [flag, port, fallback] :
+         {std::tuple{"torchserve-inference-port", &options.torchserve_inference_port, 8080},
+          {"torchserve-management-port", &options.torchserve_management_port, 8081},
+          {"torchserve-metrics-port", &options.torchserve_metrics_port, 8082}}) {
+      const bool set = std::find(given.begin(), given.end(), flag) != given.end();
+      if (!set && *port == -1) *port = fallback;
+    }
+  }
+  if (options.model_repository.empty()) {
+    return chorus::InvalidArgumentError(
+        "--model-repository (or --model-store, or model_store in --ts-config) is required");
+  }
+  return chorus::OkStatus();
 }
 
 void CommandLine::AddServingOptions(CLI::App& app) {
   // Triton's names (--model-store, --grpc-port) are accepted too.
   app.add_option("--model-repository,--model-store", options.model_repository,
-                 "directory of <model>/<version>/<archive>.pt")
-      ->required();
+                 "directory of <model>/<version>/<archive>.pt (required; or TorchServe's model "
+                 "store)");
   app.add_option("--interpreters", options.interpreters, "Python interpreters (0: one per core)");
   app.add_option("--host", options.host, "address to listen on");
   app.add_option("--port,--grpc-port", options.port, "gRPC port (0: any free port)");
@@ -304,6 +363,10 @@ int main(int argc, char** argv) {
   command_line.AddTorchServeOptions(app);
   CLI11_PARSE(app, argc, argv);
   command_line.Finish();
+  if (chorus::Status applied = command_line.ApplyTorchServe(app); !applied.ok()) {
+    std::fprintf(stderr, "chorus-server: %s\n", std::string(applied.message()).c_str());
+    return 2;
+  }
   if (command_line.options.exit_on_error && !command_line.no_supervisor) {
     std::fprintf(stderr,
                  "chorus-server: --exit-on-error true needs --no-supervisor (the supervisor "

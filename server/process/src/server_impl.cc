@@ -47,6 +47,7 @@ class ServerImpl final : public Server {
     return torchserve_http_ ? torchserve_http_->port() : -1;
   }
   int torchserve_management_port() const override {
+    if (management_shares_inference_) return torchserve_inference_port();
     return torchserve_management_http_ ? torchserve_management_http_->port() : -1;
   }
   int torchserve_metrics_port() const override {
@@ -108,6 +109,9 @@ class ServerImpl final : public Server {
   std::unique_ptr<HttpEndpoint> http_;
   std::unique_ptr<HttpEndpoint> torchserve_http_;
   std::unique_ptr<HttpEndpoint> torchserve_management_http_;
+  // TorchServe's management API on the inference API's port (KServe's runtime
+  // gives both one address).
+  bool management_shares_inference_ = false;
   std::unique_ptr<HttpEndpoint> torchserve_metrics_http_;
   std::unique_ptr<IdleMemoryReleaser> memory_releaser_;
   std::unique_ptr<PeriodicTask> poller_;  // --model-control-mode poll
@@ -388,8 +392,8 @@ void ServerImpl::StartServices(const ServerOptions& options) {
   torchserve_inference_ = std::make_unique<TorchServeInferenceApi>(core_.get());
   torchserve_metrics_ = std::make_unique<TorchServeMetricsApi>(core_.get());
   if (model_store_) {
-    torchserve_management_ =
-        std::make_unique<TorchServeManagementApi>(core_.get(), model_store_.get());
+    torchserve_management_ = std::make_unique<TorchServeManagementApi>(
+        core_.get(), model_store_.get(), options.torchserve_model_api);
   }
   jobs_ = std::make_unique<JobRegistry>();
   journal_ = std::make_unique<JobJournal>(options.jobs_file);
@@ -457,12 +461,17 @@ Status ServerImpl::StartTorchServeInference(const ServerOptions& options) {
   endpoint.reuse_port = options.cells > 1;
   torchserve_http_ = std::make_unique<HttpEndpoint>(endpoint);
   torchserve_inference_->Register(torchserve_http_.get());
+  if (torchserve_management_ &&
+      options.torchserve_management_port == options.torchserve_inference_port) {
+    torchserve_management_->Register(torchserve_http_.get());
+    management_shares_inference_ = true;
+  }
   return torchserve_http_->Serve(options.host, options.torchserve_inference_port,
                                  "TorchServe's inference API");
 }
 
 Status ServerImpl::StartTorchServeManagement(const ServerOptions& options) {
-  if (options.torchserve_management_port < 0) return OkStatus();
+  if (options.torchserve_management_port < 0 || management_shares_inference_) return OkStatus();
   HttpEndpointOptions endpoint;
   endpoint.request_threads = RestService::kRequestThreads;
   endpoint.authorizer = authorizer_.get();

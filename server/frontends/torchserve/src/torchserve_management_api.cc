@@ -90,6 +90,14 @@ ordered_json Description(const TorchServeStoreEntry& entry,
   return described;
 }
 
+// TorchServe's answer to a registration or unregistration while its model
+// API is off (its ModelException, a bad request).
+void ReplyModelApiDisabled(httplib::Response& response) {
+  response.status = 400;
+  response.set_content(torchserve_json::ErrorBody(400, "ModelException", "Model API disabled"),
+                       kJson);
+}
+
 }  // namespace
 
 void TorchServeManagementApi::Register(HttpEndpoint* endpoint) {
@@ -155,6 +163,7 @@ Status TorchServeManagementApi::LoadWith(const std::string& model, int workers, 
 
 void TorchServeManagementApi::RegisterModel(const httplib::Request& request,
                                             httplib::Response& response) const {
+  if (!model_api_) return ReplyModelApiDisabled(response);
   const std::string url = request.get_param_value("url");
   if (url.empty()) return ReplyError(InvalidArgumentError("Parameter url is required."), response);
   StatusOr<int> workers = IntParam(request, "initial_workers", 0, kMaxWorkers);
@@ -221,6 +230,7 @@ void TorchServeManagementApi::Scale(const std::string& model, const httplib::Req
 
 void TorchServeManagementApi::Unregister(const std::string& model,
                                          httplib::Response& response) const {
+  if (!model_api_) return ReplyModelApiDisabled(response);
   if (Status found = store_->Find(model).status(); !found.ok()) return ReplyError(found, response);
   Completion completion;
   core_->UnloadModel(model, completion.Callback());

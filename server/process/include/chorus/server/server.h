@@ -92,6 +92,9 @@ struct ServerOptions {
   int torchserve_inference_port = -1;
   int torchserve_management_port = -1;
   int torchserve_metrics_port = -1;  // TorchServe's metrics API (/metrics)
+  // Whether the management API registers and unregisters models (TorchServe
+  // 0.12's --enable-model-api; off by default, as there).
+  bool torchserve_model_api = false;
   // Triton's --exit-on-error: Start fails ("failed to load all models") when
   // a model of the repository fails to load at start (false: the others serve).
   bool exit_on_error = false;

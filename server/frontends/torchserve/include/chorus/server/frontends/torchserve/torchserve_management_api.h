@@ -27,9 +27,11 @@ namespace chorus {
 
 class TorchServeManagementApi {
  public:
-  // Both outlive the API.
-  TorchServeManagementApi(InferenceCore* core, TorchServeModelStore* store)
-      : core_(core), store_(store) {}
+  // Both outlive the API. Without `model_api`, registering and unregistering
+  // are refused (400 "Model API disabled"), as TorchServe 0.12 refuses them
+  // without --enable-model-api.
+  TorchServeManagementApi(InferenceCore* core, TorchServeModelStore* store, bool model_api)
+      : core_(core), store_(store), model_api_(model_api) {}
 
   // Adds the API's routes and error bodies to `endpoint` (before it serves).
   // Handlers block their pool thread while a model loads.
@@ -48,6 +50,7 @@ class TorchServeManagementApi {
 
   InferenceCore* const core_;
   TorchServeModelStore* const store_;
+  const bool model_api_;
 };
 
 }  // namespace chorus

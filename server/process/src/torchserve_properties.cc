@@ -1,0 +1,106 @@
+#include "server/process/src/torchserve_properties.h"
+
+#include <algorithm>
+#include <charconv>
+
+namespace chorus {
+namespace {
+
+std::string_view Trimmed(std::string_view text) {
+  const size_t first = text.find_first_not_of(" \t\r");
+  if (first == std::string_view::npos) return {};
+  return text.substr(first, text.find_last_not_of(" \t\r") - first + 1);
+}
+
+bool Given(const std::vector<std::string>& given, const std::string& flag) {
+  return std::find(given.begin(), given.end(), flag) != given.end();
+}
+
+// "a.mar,b.mar" as --models takes it.
+std::vector<std::string> Split(const std::string& list) {
+  std::vector<std::string> items;
+  size_t start = 0;
+  while (start <= list.size()) {
+    const size_t comma = std::min(list.find(',', start), list.size());
+    const std::string_view item = Trimmed(std::string_view(list).substr(start, comma - start));
+    if (!item.empty()) items.emplace_back(item);
+    start = comma + 1;
+  }
+  return items;
+}
+
+}  // namespace
+
+StatusOr<std::map<std::string, std::string>> ParseProperties(std::string_view text) {
+  std::map<std::string, std::string> properties;
+  int number = 0;
+  while (!text.empty()) {
+    const size_t end = std::min(text.find('\n'), text.size());
+    const std::string_view line = Trimmed(text.substr(0, end));
+    text.remove_prefix(std::min(end + 1, text.size()));
+    ++number;
+    if (line.empty() || line[0] == '#' || line[0] == '!') continue;
+    const size_t separator = line.find_first_of("=:");
+    const std::string_view key = Trimmed(line.substr(0, separator));
+    if (key.empty()) {
+      return InvalidArgumentError("line " + std::to_string(number) + " has no key");
+    }
+    properties[std::string(key)] =
+        separator == std::string_view::npos ? "" : std::string(Trimmed(line.substr(separator + 1)));
+  }
+  return properties;
+}
+
+StatusOr<int> PortOfAddress(const std::string& address) {
+  const size_t scheme = address.find("://");
+  const std::string kind = scheme == std::string::npos ? "" : address.substr(0, scheme);
+  if (kind != "http" && kind != "https") {
+    return InvalidArgumentError("'" + address + "' is not an http or https address");
+  }
+  const std::string rest = address.substr(scheme + 3);
+  const size_t colon = rest.rfind(':');
+  if (colon == std::string::npos || rest.find(']', colon) != std::string::npos) {
+    return kind == "http" ? 80 : 443;
+  }
+  const std::string digits = rest.substr(colon + 1, rest.find('/', colon) - colon - 1);
+  int port = 0;
+  const auto [end, error] = std::from_chars(digits.data(), digits.data() + digits.size(), port);
+  if (error != std::errc() || end != digits.data() + digits.size() || port <= 0 || port > 65535) {
+    return InvalidArgumentError("'" + address + "' has no valid port");
+  }
+  return port;
+}
+
+StatusOr<std::vector<std::string>> ApplyTorchServeProperties(
+    const std::map<std::string, std::string>& properties, const std::vector<std::string>& given,
+    ServerOptions* options) {
+  const std::map<std::string, std::pair<std::string, int*>> addresses = {
+      {"inference_address", {"torchserve-inference-port", &options->torchserve_inference_port}},
+      {"management_address", {"torchserve-management-port", &options->torchserve_management_port}},
+      {"metrics_address", {"torchserve-metrics-port", &options->torchserve_metrics_port}},
+  };
+  std::vector<std::string> ignored;
+  for (const auto& [key, value] : properties) {
+    if (auto address = addresses.find(key); address != addresses.end()) {
+      StatusOr<int> port = PortOfAddress(value);
+      if (!port.ok()) return port.status().Annotate(key);
+      if (!Given(given, address->second.first)) *address->second.second = *port;
+    } else if (key == "model_store") {
+      if (!Given(given, "model-repository")) options->model_repository = value;
+    } else if (key == "load_models") {
+      if (!Given(given, "models")) options->torchserve_models = Split(value);
+    } else if (key == "enable_metrics_api") {
+      if (value == "false" && !Given(given, "torchserve-metrics-port")) {
+        options->torchserve_metrics_port = -1;
+      }
+    } else if (key == "enable_model_api") {
+      if (!Given(given, "enable-model-api")) options->torchserve_model_api = value == "true";
+    } else if (key != "disable_token_authorization" || value != "true") {
+      // Without --auth-token chorus asks for no token: disabled is its behaviour.
+      ignored.push_back(key);
+    }
+  }
+  return ignored;
+}
+
+}  // namespace chorus

@@ -1,0 +1,76 @@
+#include "server/process/src/torchserve_properties.h"
+
+#include <gtest/gtest.h>
+
+namespace chorus {
+namespace {
+
+// The config.properties of KServe's TorchServe runtime (inference and
+// management on one address), with comments and both separators.
+constexpr char kKServeProperties[] = R"(# KServe's
+inference_address=http://0.0.0.0:8085
+management_address = http://0.0.0.0:8085
+metrics_address: http://0.0.0.0:8082
+! another comment
+enable_metrics_api=true
+model_store=/mnt/models/model-store
+load_models=mnist.mar, other=b.mar
+number_of_netty_threads=4
+disable_token_authorization=true
+enable_model_api=true
+)";
+
+TEST(TorchServePropertiesTest, KServesRuntimeConfigMapsOntoTheServersOptions) {
+  StatusOr<std::map<std::string, std::string>> properties = ParseProperties(kKServeProperties);
+  ASSERT_TRUE(properties.ok()) << properties.status().ToString();
+  EXPECT_EQ(properties->at("management_address"), "http://0.0.0.0:8085");
+  ServerOptions options;
+  StatusOr<std::vector<std::string>> ignored = ApplyTorchServeProperties(*properties, {}, &options);
+  ASSERT_TRUE(ignored.ok()) << ignored.status().ToString();
+  EXPECT_EQ(options.torchserve_inference_port, 8085);
+  EXPECT_EQ(options.torchserve_management_port, 8085);
+  EXPECT_EQ(options.torchserve_metrics_port, 8082);
+  EXPECT_EQ(options.model_repository, "/mnt/models/model-store");
+  EXPECT_EQ(options.torchserve_models, (std::vector<std::string>{"mnist.mar", "other=b.mar"}));
+  EXPECT_TRUE(options.torchserve_model_api);
+  EXPECT_EQ(*ignored, std::vector<std::string>{"number_of_netty_threads"});
+}
+
+TEST(TorchServePropertiesTest, TheCommandLineWinsOverTheFile) {
+  ServerOptions options;
+  options.model_repository = "/given";
+  options.torchserve_inference_port = 9000;
+  StatusOr<std::vector<std::string>> ignored =
+      ApplyTorchServeProperties({{"model_store", "/file"},
+                                 {"inference_address", "http://127.0.0.1:8080"},
+                                 {"enable_metrics_api", "false"},
+                                 {"disable_token_authorization", "false"}},
+                                {"model-repository", "torchserve-inference-port"}, &options);
+  ASSERT_TRUE(ignored.ok());
+  EXPECT_EQ(options.model_repository, "/given");
+  EXPECT_EQ(options.torchserve_inference_port, 9000);
+  EXPECT_EQ(options.torchserve_metrics_port, -1);
+  // Token authorization asked for: chorus' is --auth-token, so the key is named.
+  EXPECT_EQ(*ignored, std::vector<std::string>{"disable_token_authorization"});
+}
+
+TEST(TorchServePropertiesTest, AddressesGiveTheirPortsAndBadOnesAreNamed) {
+  EXPECT_EQ(*PortOfAddress("http://127.0.0.1:8080"), 8080);
+  EXPECT_EQ(*PortOfAddress("https://0.0.0.0:8443/"), 8443);
+  EXPECT_EQ(*PortOfAddress("http://localhost"), 80);
+  EXPECT_EQ(*PortOfAddress("https://[::1]"), 443);
+  EXPECT_EQ(*PortOfAddress("http://[::1]:8081"), 8081);
+  for (const char* bad :
+       {"127.0.0.1:8080", "grpc://x:1", "http://x:0", "http://x:99999", "http://x:80a"}) {
+    EXPECT_FALSE(PortOfAddress(bad).ok()) << bad;
+  }
+  ServerOptions options;
+  StatusOr<std::vector<std::string>> applied =
+      ApplyTorchServeProperties({{"metrics_address", "nonsense"}}, {}, &options);
+  ASSERT_FALSE(applied.ok());
+  EXPECT_NE(applied.status().message().find("metrics_address"), std::string::npos);
+  EXPECT_FALSE(ParseProperties("=value\n").ok());
+}
+
+}  // namespace
+}  // namespace chorus
