@@ -94,8 +94,8 @@ def test_several_files_of_a_multipart_request_are_inputs_by_field_name(server):
     assert json.loads(answer)["inputs"] == {"data": {"k": 1}}
 
 
-def test_a_url_encoded_form_gives_one_input_per_field(server):
-    status, _, answer = call(server, "/predictions/echo", b"a=1&b=two",
+def test_a_url_encoded_form_gives_one_input_per_field_the_last_of_a_repeated_name(server):
+    status, _, answer = call(server, "/predictions/echo", b"a=first&a=1&b=two",
                              {"Content-Type": "application/x-www-form-urlencoded"})
     assert status == 200, answer
     assert json.loads(answer)["inputs"] == {"a": {"bytes": 1, "type": "bytearray"},

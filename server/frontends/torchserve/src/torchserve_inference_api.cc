@@ -1,7 +1,6 @@
 #include "chorus/server/frontends/torchserve/torchserve_inference_api.h"
 
 #include <algorithm>
-#include <atomic>
 #include <nlohmann/json.hpp>
 #include <random>
 
@@ -53,21 +52,6 @@ std::string MediaType(const std::string& content_type) {
   return type;
 }
 
-// The request's inputs from its body: one per form field (the last of a
-// repeated name), else the whole body as "body" with the request's type.
-std::vector<Field> FieldsOf(const httplib::Request& request, std::string body) {
-  const std::string type = MediaType(request.get_header_value("Content-Type"));
-  std::vector<Field> fields;
-  if (type.rfind("application/x-www-form-urlencoded", 0) == 0) {
-    httplib::Params params;
-    httplib::detail::parse_query_text(body, params);
-    for (const auto& [name, value] : params) fields.push_back({name, "", value});
-  } else {
-    fields.push_back({"body", type, std::move(body)});
-  }
-  return fields;
-}
-
 // Keeps the last field of each name, in the order names first came.
 std::vector<Field> LastOfEachName(std::vector<Field> fields) {
   std::vector<Field> kept;
@@ -81,6 +65,20 @@ std::vector<Field> LastOfEachName(std::vector<Field> fields) {
     }
   }
   return kept;
+}
+
+// The request's inputs from its body: one per form field (the last of a
+// repeated name), else the whole body as "body" with the request's type.
+std::vector<Field> FieldsOf(const httplib::Request& request, std::string body) {
+  const std::string type = MediaType(request.get_header_value("Content-Type"));
+  if (type == "application/x-www-form-urlencoded") {
+    httplib::Params params;
+    httplib::detail::parse_query_text(body, params);
+    std::vector<Field> fields;
+    for (const auto& [name, value] : params) fields.push_back({name, "", value});
+    return LastOfEachName(std::move(fields));
+  }
+  return {{"body", type, std::move(body)}};
 }
 
 // The body's fields, read through `reader`: multipart parts, or the body.
