@@ -82,6 +82,13 @@ class ServerProcess:
         (child,) = [int(p) for p in open(f"/proc/{pid}/task/{pid}/children").read().split()]
         return child
 
+    def serving_pss_mib(self):
+        """The serving process's PSS (/proc's smaps_rollup), in MiB."""
+        for line in open(f"/proc/{self.serving_pid()}/smaps_rollup"):
+            if line.startswith("Pss:"):
+                return int(line.split()[1]) / 1024
+        raise AssertionError("no Pss in smaps_rollup")
+
     def serving_memory_mib(self, field):
         """A memory figure of the serving process from /proc ("VmRSS", "VmHWM"), in MiB."""
         status = open(f"/proc/{self.serving_pid()}/status").read()

@@ -45,13 +45,6 @@ class SumHandler(BaseHandler):
 CONFIG = f"minWorkers: {WORKERS}\n"
 
 
-def serving_pss_mib(server):
-    for line in open(f"/proc/{server.serving_pid()}/smaps_rollup"):
-        if line.startswith("Pss:"):
-            return int(line.split()[1]) / 1024
-    raise AssertionError("no Pss in smaps_rollup")
-
-
 def big_archive(store, model_source):
     torch.manual_seed(0)
     module_globals = {}
@@ -75,7 +68,7 @@ def test_four_workers_hold_one_copy_of_a_state_dict(tmp_path):
             status, _, body = call(server, "/predictions/big", b"x")
             assert status == 200, body
             assert json.loads(body)["total"] == pytest.approx(total, rel=1e-9)
-            pss[kind] = serving_pss_mib(server)
+            pss[kind] = server.serving_pss_mib()
         finally:
             assert server.stop() == 0
     added = pss["big"] - pss["tiny"]

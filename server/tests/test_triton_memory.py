@@ -55,13 +55,6 @@ def write_model(repo, name, load, weights):
     save_file({"w": weights}, str(version / "weights.safetensors"))
 
 
-def serving_pss_mib(server):
-    for line in open(f"/proc/{server.serving_pid()}/smaps_rollup"):
-        if line.startswith("Pss:"):
-            return int(line.split()[1]) / 1024
-    raise AssertionError("no Pss in smaps_rollup")
-
-
 def total_of(server, name):
     client = httpclient.InferenceServerClient(f"127.0.0.1:{server.http_port}")
     x = httpclient.InferInput("X", [1], "FP32")
@@ -82,7 +75,7 @@ def test_four_instances_hold_one_copy_of_the_weights(tmp_path, load):
         try:
             if kind == load:
                 assert total_of(server, "weighted") == pytest.approx(expected)
-            pss[kind] = serving_pss_mib(server)
+            pss[kind] = server.serving_pss_mib()
         finally:
             assert server.stop() == 0
     added = pss[load] - pss["none"]

@@ -80,6 +80,9 @@ class ServerImpl final : public Server {
   Status StartGrpc(const ServerOptions& options);
   Status StartMetrics(const ServerOptions& options);
   Status StartHttp(const ServerOptions& options);
+  // What every API endpoint takes from the options: its threads, body limit,
+  // token and port sharing between cells.
+  HttpEndpointOptions ApiEndpointOptions(const ServerOptions& options) const;
   Status StartTorchServeInference(const ServerOptions& options);
   Status StartTorchServeManagement(const ServerOptions& options);
   Status StartTorchServeMetrics(const ServerOptions& options);
@@ -437,14 +440,19 @@ Status ServerImpl::StartGrpc(const ServerOptions& options) {
   return OkStatus();
 }
 
-Status ServerImpl::StartHttp(const ServerOptions& options) {
-  if (options.http_port < 0) return OkStatus();
+HttpEndpointOptions ServerImpl::ApiEndpointOptions(const ServerOptions& options) const {
   HttpEndpointOptions endpoint;
   endpoint.request_threads = RestService::kRequestThreads;
   endpoint.max_body_bytes = options.max_message_bytes;
   endpoint.authorizer = authorizer_.get();
-  endpoint.compressible = RestService::Compressible;
   endpoint.reuse_port = options.cells > 1;
+  return endpoint;
+}
+
+Status ServerImpl::StartHttp(const ServerOptions& options) {
+  if (options.http_port < 0) return OkStatus();
+  HttpEndpointOptions endpoint = ApiEndpointOptions(options);
+  endpoint.compressible = RestService::Compressible;
   http_ = std::make_unique<HttpEndpoint>(endpoint);
   rest_->Register(http_.get());
   openai_->Register(http_.get());
@@ -453,12 +461,8 @@ Status ServerImpl::StartHttp(const ServerOptions& options) {
 
 Status ServerImpl::StartTorchServeInference(const ServerOptions& options) {
   if (options.torchserve_inference_port < 0) return OkStatus();
-  HttpEndpointOptions endpoint;
-  endpoint.request_threads = RestService::kRequestThreads;
-  endpoint.max_body_bytes = options.max_message_bytes;
-  endpoint.authorizer = authorizer_.get();
+  HttpEndpointOptions endpoint = ApiEndpointOptions(options);
   endpoint.open_paths = {"/ping"};  // TorchServe's health check needs no token
-  endpoint.reuse_port = options.cells > 1;
   torchserve_http_ = std::make_unique<HttpEndpoint>(endpoint);
   torchserve_inference_->Register(torchserve_http_.get());
   if (torchserve_management_ &&
@@ -472,9 +476,7 @@ Status ServerImpl::StartTorchServeInference(const ServerOptions& options) {
 
 Status ServerImpl::StartTorchServeManagement(const ServerOptions& options) {
   if (options.torchserve_management_port < 0 || management_shares_inference_) return OkStatus();
-  HttpEndpointOptions endpoint;
-  endpoint.request_threads = RestService::kRequestThreads;
-  endpoint.authorizer = authorizer_.get();
+  HttpEndpointOptions endpoint = ApiEndpointOptions(options);
   endpoint.open_paths = {};
   torchserve_management_http_ = std::make_unique<HttpEndpoint>(endpoint);
   torchserve_management_->Register(torchserve_management_http_.get());
