@@ -7,7 +7,7 @@ import socket
 import threading
 
 import pytest
-from conftest import ServerProcess
+from conftest import ServerProcess, wait_until
 from test_torchserve_api import call
 from torchserve_archives import echo_archive
 
@@ -100,10 +100,8 @@ def test_a_registration_with_batching_and_no_workers(server):
     assert call(server, "/predictions/renamed", b"x")[0] == 404
     assert manage(server, "PUT", "/models/renamed?min_worker=1") == (
         202, {"status": "Processing worker updates..."})
-    deadline_calls = 200
-    while call(server, "/predictions/renamed", b"x")[0] != 200:
-        deadline_calls -= 1
-        assert deadline_calls > 0, "the scaled model never served"
+    wait_until(lambda: call(server, "/predictions/renamed", b"x")[0] == 200,
+               why=lambda: "the scaled model never served")
     assert manage(server, "DELETE", "/models/renamed")[0] == 200
 
 
