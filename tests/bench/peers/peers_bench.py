@@ -95,7 +95,7 @@ from drive import bare_throughput, log, run_pair  # noqa: E402
 from mar_models import same_answer  # noqa: E402
 from servers import SERVERS, ChorusServer, TorchServe  # noqa: E402
 from stacks import Stack, intra_op_threads  # noqa: E402
-from summary import describe_cell, goals, plot, ratios, table  # noqa: E402
+from summary import describe_cell, goals, mar_figures, plot, ratios, table  # noqa: E402
 from workloads import (ALL_MODELS, BATCHED, ROOT, prepare, torchserve_store,  # noqa: E402
                        write_inputs)
 
@@ -272,6 +272,7 @@ def run(args, work, python, began):
     result = {"settings": settings(args), "versions": versions(args, prepared), "models": {}}
     failed = run_models(args, work, prepared, result)
     result["goals"] = goals(result)
+    result["torchserve_mar"] = mar_figures(result)
     result["seconds"] = round(time.monotonic() - began, 1)
     write_result(args, result)
     return failed

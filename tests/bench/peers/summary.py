@@ -75,6 +75,17 @@ def goals(result):
     return met
 
 
+def mar_figures(result):
+    """The issue's keys for the .mar rows, nested as it writes them
+    (torchserve_mar.throughput_vs_torchserve, torchserve_mar.footprint_vs_torchserve):
+    the values of their goals at N = 4 (None when not measured)."""
+    figures = {}
+    for goal in goals(result):
+        if "key" in goal:
+            figures[goal["key"].split(".", 1)[1]] = goal["value"]
+    return figures
+
+
 # --------------------------------------------------------------------------
 # Report
 
