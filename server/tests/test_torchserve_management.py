@@ -144,7 +144,8 @@ def free_port():
         return s.getsockname()[1]
 
 
-def test_kserves_torchserve_runtime_config_serves_both_apis_on_one_address(tmp_path):
+def test_kserves_torchserve_runtime_config_serves_both_apis_on_one_address(tmp_path,
+                                                                          monkeypatch):
     """KServe's TorchServe runtime: `torchserve --start --ts-config config.properties`,
     inference and management on one address, the models from load_models."""
     store = tmp_path / "model-store"
@@ -158,6 +159,8 @@ def test_kserves_torchserve_runtime_config_serves_both_apis_on_one_address(tmp_p
                       "load_models=mnist.mar\n"
                       "number_of_netty_threads=4\n"
                       "enable_envvars_config=true\n")
+    # enable_envvars_config: TorchServe's TS_<KEY> variables set keys over the file.
+    monkeypatch.setenv("TS_DEFAULT_WORKERS_PER_MODEL", "2")
     server = ServerProcess(str(store), "--start", "--ts-config", str(config), "--ncs",
                            "--foreground", "--disable-token-auth", interpreters=1)
     try:
@@ -166,7 +169,9 @@ def test_kserves_torchserve_runtime_config_serves_both_apis_on_one_address(tmp_p
         assert call(server, "/predictions/mnist", b"x")[0] == 200
         assert manage(server, "GET", "/models") == (200, {"models": [
             {"modelName": "mnist", "modelUrl": "mnist.mar"}]})
-        assert ("keys chorus does not use, ignored: enable_envvars_config, "
-                "number_of_netty_threads") in server.log_text()
+        status, (described,) = manage(server, "GET", "/models/mnist")
+        assert status == 200 and described["minWorkers"] == 2, described
+        assert len(described["workers"]) == 2, described
+        assert "keys chorus does not use, ignored: number_of_netty_threads" in server.log_text()
     finally:
         assert server.stop() == 0

@@ -20,6 +20,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <iterator>
+#include <map>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -178,6 +179,10 @@ void CommandLine::AddTorchServeOptions(CLI::App& app) {
   app.add_option("--torchserve-metrics-port", options.torchserve_metrics_port,
                  "TorchServe's metrics API (/metrics, its frontend counters) port (0: any free "
                  "port, -1: none)");
+  app.add_option("--torchserve-default-workers", options.torchserve_default_workers,
+                 "TorchServe's default_workers_per_model: workers of a model whose archive sets "
+                 "no minWorkers (0: one per interpreter)")
+      ->check(CLI::Range(0, 256));
   app.add_flag("--torchserve", torchserve_shape,
                "TorchServe's shape: its APIs on its ports (inference 8080, management 8081, "
                "metrics 8082) where not given otherwise");
@@ -201,17 +206,24 @@ chorus::Status CommandLine::ApplyTorchServe(const CLI::App& app) {
   std::vector<std::string> given;
   for (const char* flag :
        {"model-repository", "models", "torchserve-inference-port", "torchserve-management-port",
-        "torchserve-metrics-port", "enable-model-api"}) {
+        "torchserve-metrics-port", "enable-model-api", "torchserve-default-workers"}) {
     if (app.count(std::string("--") + flag) > 0) given.push_back(flag);
   }
+  std::map<std::string, std::string> properties;
   if (!ts_config.empty()) {
     CHORUS_ASSIGN_OR_RETURN(std::string text, chorus::ReadFile(ts_config));
-    CHORUS_ASSIGN_OR_RETURN(auto properties, chorus::ParseProperties(text));
+    CHORUS_ASSIGN_OR_RETURN(properties, chorus::ParseProperties(text));
+  }
+  std::vector<std::string> environment;
+  for (char** entry = environ; *entry != nullptr; ++entry) environment.emplace_back(*entry);
+  properties = chorus::WithEnvironment(std::move(properties), environment);
+  if (!properties.empty()) {
+    const std::string source = ts_config.empty() ? "TorchServe's TS_ variables" : ts_config;
     chorus::StatusOr<std::vector<std::string>> ignored =
         chorus::ApplyTorchServeProperties(properties, given, &options);
-    if (!ignored.ok()) return ignored.status().Annotate(ts_config);
+    if (!ignored.ok()) return ignored.status().Annotate(source);
     if (!ignored->empty()) {
-      chorus::Log().info("{}: keys chorus does not use, ignored: {}", ts_config,
+      chorus::Log().info("{}: keys chorus does not use, ignored: {}", source,
                          fmt::join(*ignored, ", "));
     }
   }

@@ -1,6 +1,7 @@
 #include "server/process/src/torchserve_properties.h"
 
 #include <algorithm>
+#include <cctype>
 #include <charconv>
 
 namespace chorus {
@@ -51,6 +52,27 @@ StatusOr<std::map<std::string, std::string>> ParseProperties(std::string_view te
   return properties;
 }
 
+std::map<std::string, std::string> WithEnvironment(std::map<std::string, std::string> properties,
+                                                   const std::vector<std::string>& environment) {
+  constexpr std::string_view kPrefix = "TS_";
+  std::map<std::string, std::string> variables;
+  for (const std::string& entry : environment) {
+    const size_t equals = entry.find('=');
+    if (equals == std::string::npos || entry.compare(0, kPrefix.size(), kPrefix) != 0) continue;
+    std::string key = entry.substr(kPrefix.size(), equals - kPrefix.size());
+    std::transform(key.begin(), key.end(), key.begin(),
+                   [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+    variables[key] = entry.substr(equals + 1);
+  }
+  const auto enabled = [](const std::map<std::string, std::string>& map) {
+    auto found = map.find("enable_envvars_config");
+    return found != map.end() && found->second == "true";
+  };
+  if (!enabled(properties) && !enabled(variables)) return properties;
+  for (auto& [key, value] : variables) properties[key] = std::move(value);
+  return properties;
+}
+
 StatusOr<int> PortOfAddress(const std::string& address) {
   const size_t scheme = address.find("://");
   const std::string kind = scheme == std::string::npos ? "" : address.substr(0, scheme);
@@ -93,8 +115,19 @@ StatusOr<std::vector<std::string>> ApplyTorchServeProperties(
       if (value == "false" && !Given(given, "torchserve-metrics-port")) {
         options->torchserve_metrics_port = -1;
       }
+    } else if (key == "default_workers_per_model") {
+      int workers = 0;
+      const auto [end, error] = std::from_chars(value.data(), value.data() + value.size(), workers);
+      if (error != std::errc() || end != value.data() + value.size() || workers < 0 ||
+          workers > 256) {
+        return InvalidArgumentError(key + ": '" + value + "' is not a count of workers (0-256)");
+      }
+      if (!Given(given, "torchserve-default-workers"))
+        options->torchserve_default_workers = workers;
     } else if (key == "enable_model_api") {
       if (!Given(given, "enable-model-api")) options->torchserve_model_api = value == "true";
+    } else if (key == "enable_envvars_config") {
+      // Read by WithEnvironment.
     } else if (key != "disable_token_authorization" || value != "true") {
       // Without --auth-token chorus asks for no token: disabled is its behaviour.
       ignored.push_back(key);

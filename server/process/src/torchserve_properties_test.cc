@@ -54,6 +54,46 @@ TEST(TorchServePropertiesTest, TheCommandLineWinsOverTheFile) {
   EXPECT_EQ(*ignored, std::vector<std::string>{"disable_token_authorization"});
 }
 
+TEST(TorchServePropertiesTest, DefaultWorkersPerModelSetsTheWorkersOfModelsThatSetNone) {
+  ServerOptions options;
+  ASSERT_TRUE(ApplyTorchServeProperties({{"default_workers_per_model", "4"}}, {}, &options).ok());
+  EXPECT_EQ(options.torchserve_default_workers, 4);
+  options.torchserve_default_workers = 2;
+  ASSERT_TRUE(ApplyTorchServeProperties({{"default_workers_per_model", "4"}},
+                                        {"torchserve-default-workers"}, &options)
+                  .ok());
+  EXPECT_EQ(options.torchserve_default_workers, 2);
+  for (const char* bad : {"four", "-1", "4x", "1000"}) {
+    Status status =
+        ApplyTorchServeProperties({{"default_workers_per_model", bad}}, {}, &options).status();
+    EXPECT_EQ(status.code(), StatusCode::kInvalidArgument) << bad;
+    EXPECT_NE(status.message().find("default_workers_per_model"), std::string::npos) << bad;
+  }
+}
+
+TEST(TorchServePropertiesTest, EnvironmentVariablesApplyOnlyWhereAskedFor) {
+  const std::vector<std::string> environment = {"TS_DEFAULT_WORKERS_PER_MODEL=3",
+                                                "TS_SERVICE_ENVELOPE=kservev2", "PATH=/bin",
+                                                "TSX_NOT_OURS=1"};
+  // Not asked for: the file as it is.
+  EXPECT_EQ(WithEnvironment({{"default_workers_per_model", "1"}}, environment),
+            (std::map<std::string, std::string>{{"default_workers_per_model", "1"}}));
+  // Asked for in the file: the variables win over it, lowercased.
+  std::map<std::string, std::string> applied = WithEnvironment(
+      {{"default_workers_per_model", "1"}, {"enable_envvars_config", "true"}}, environment);
+  EXPECT_EQ(applied.at("default_workers_per_model"), "3");
+  EXPECT_EQ(applied.at("service_envelope"), "kservev2");
+  EXPECT_EQ(applied.count("path") + applied.count("x_not_ours"), 0u);
+  // Asked for by a variable.
+  applied = WithEnvironment({}, {"TS_ENABLE_ENVVARS_CONFIG=true", "TS_MODEL_STORE=/store"});
+  EXPECT_EQ(applied.at("model_store"), "/store");
+  ServerOptions options;
+  StatusOr<std::vector<std::string>> ignored = ApplyTorchServeProperties(applied, {}, &options);
+  ASSERT_TRUE(ignored.ok());
+  EXPECT_EQ(options.model_repository, "/store");
+  EXPECT_TRUE(ignored->empty());
+}
+
 TEST(TorchServePropertiesTest, AddressesGiveTheirPortsAndBadOnesAreNamed) {
   EXPECT_EQ(*PortOfAddress("http://127.0.0.1:8080"), 8080);
   EXPECT_EQ(*PortOfAddress("https://0.0.0.0:8443/"), 8443);

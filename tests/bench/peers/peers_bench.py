@@ -20,8 +20,10 @@ API), their answers checked equal; they have no bare loop.
 
 For each model and N in --workers, one chorus-server with N interpreters and one
 TorchServe with N workers (batch size 1 but in BATCHED configurations; intra-op
-threads max(1, cores / N) in both, which is what chorus-server sets), A-B-A (A
-is chorus or TorchServe, alternating from cell to cell):
+threads max(1, cores / N) in both, which is what chorus-server sets; a .mar's N
+workers on chorus are N handler objects over min(N, cores) interpreters, see
+servers.mar_interpreters), A-B-A (A is chorus or TorchServe, alternating from cell
+to cell):
 
   1. A starts from nothing, timed until its first correct answer (first_answer_s)
      and until all N workers can serve (all_ready_s: TorchServe answers once its
@@ -176,7 +178,9 @@ def settings(args):
                         f"{n}: up to {b['max_batch_size']} within {b['delay_ms']} ms "
                         "on both" for n, b in BATCHED.items()),
         "chorus": "chorus-server --interpreters N (supervised, as by default); "
-                  f"perf_analyzer -i {args.chorus_protocol}",
+                  f"perf_analyzer -i {args.chorus_protocol}; a .mar: N workers of its "
+                  "handler (--torchserve-default-workers N) over min(N, cores) "
+                  "interpreters",
         "torchserve": "TorchServe's defaults but system metrics off; --log-config "
                       + (args.torchserve_log_config or "TorchServe's own"),
     }

@@ -25,6 +25,14 @@ def answers_match(raw, expected_path):
                                                             atol=1e-4 * scale))
 
 
+def mar_interpreters(workers):
+    """chorus' interpreters for N workers of a .mar's handler: one per worker up to
+    one per core. Beyond the cores an interpreter adds memory (its own import of
+    torch, about 85 MiB) and no parallelism; further workers share them, each still
+    one handler object whose batches run one at a time, as a TorchServe worker's."""
+    return max(1, min(workers, os.cpu_count() or 1))
+
+
 class ChorusServer:
     kind = "chorus"
 
@@ -37,11 +45,14 @@ class ChorusServer:
         self.command = [server, "--model-repository", repository, "--host", "127.0.0.1",
                         "--port", "0", "--metrics-port", "0", "--interpreters", str(workers)]
         if spec.get("mar"):
-            # The archive as it is, from its store, through TorchServe's inference API.
+            # The archive as it is, from its store, through TorchServe's inference API:
+            # N workers of its handler (TorchServe's default_workers_per_model) over
+            # one interpreter each, up to one per core (mar_interpreters).
             self.command = [server, "--model-store", spec["store"], "--models",
                             f"{name}={name}.mar", "--torchserve-inference-port", "0",
                             "--host", "127.0.0.1", "--port", "0", "--metrics-port", "0",
-                            "--interpreters", str(workers)]
+                            "--interpreters", str(mar_interpreters(workers)),
+                            "--torchserve-default-workers", str(workers)]
         if chorus_has_http(server):
             # Served as by default, on a free port (the default, 8000, may be taken).
             self.command += ["--http-port", "0"]

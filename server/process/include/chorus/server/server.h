@@ -95,6 +95,10 @@ struct ServerOptions {
   // Whether the management API registers and unregisters models (TorchServe
   // 0.12's --enable-model-api; off by default, as there).
   bool torchserve_model_api = false;
+  // Workers of a TorchServe model whose archive's model-config.yaml sets no
+  // minWorkers (TorchServe's default_workers_per_model); 0: one per
+  // interpreter, as TorchServe's default is one per core.
+  int torchserve_default_workers = 0;
   // Triton's --exit-on-error: Start fails ("failed to load all models") when
   // a model of the repository fails to load at start (false: the others serve).
   bool exit_on_error = false;

@@ -36,6 +36,9 @@ struct ModelLoaderOptions {
   // Whether a Python-backend model's auto_complete_config runs (Triton's
   // default; --disable-auto-complete-config turns it off).
   bool auto_complete_config = true;
+  // A TorchServe model's workers where its model-config.yaml sets no
+  // minWorkers (0: one per interpreter).
+  int torchserve_default_workers = 0;
 };
 
 class ModelLoader {
