@@ -140,6 +140,60 @@ def net_archive(store, name="net", seed=7):
                    model_file="model.py")
 
 
+# A stateful handler (TorchServe's sequence batching): each worker keeps a running sum
+# per sequence id in its own dict, as the stateful example keeps an LRU cache; answers
+# the sum with the sequence's id, whether the request started it, and the worker. A
+# request whose body is "wait:PATH" writes PATH.started and waits for PATH to exist.
+STATEFUL_HANDLER = '''
+import os
+import time
+
+
+class Sums:
+    def __init__(self):
+        self.sums = {}
+
+    def initialize(self, context):
+        self.context = context
+
+    def handle(self, data, context):
+        answers = []
+        for index, row in enumerate(data):
+            sequence = context.get_sequence_id(index)
+            text = (row.get("data") or row.get("body")).decode()
+            if text.startswith("wait:"):
+                path = text[len("wait:"):]
+                open(path + ".started", "w").close()
+                while not os.path.exists(path):
+                    time.sleep(0.01)
+                text = "0"
+            self.sums[sequence] = self.sums.get(sequence, 0) + int(text)
+            answers.append({
+                "sequence": sequence,
+                "sum": self.sums[sequence],
+                "start": context.get_request_header(index, "ts_request_sequence_start"),
+                "worker": id(self),
+                "batch": len(data),
+            })
+        return answers
+
+
+_service = Sums()
+
+
+def handle(data, context):
+    if not hasattr(_service, "context"):
+        _service.initialize(context)
+    return None if data is None else _service.handle(data, context)
+'''
+
+
+def stateful_archive(store, name="stateful", config=None):
+    """An archive of STATEFUL_HANDLER with `config` as its model-config.yaml."""
+    sources = {"stateful_handler.py": STATEFUL_HANDLER, "model-config.yaml": config}
+    return archive(store, name, sources, "stateful_handler.py", config="model-config.yaml")
+
+
 def multipart(fields):
     """A multipart/form-data body of `fields` (name -> (file name or None, bytes, type))."""
     boundary = uuid.uuid4().hex

@@ -432,7 +432,8 @@ void ModelScheduler::ExecuteRequests(std::vector<Pending> batch, int worker,
     requests.push_back(
         ExecutorRequest{std::move(p.request), std::move(p.done), start - p.enqueued, p.batch_size});
   }
-  Status ran = executor_->Execute(std::max(0, worker), std::move(requests));
+  const int instance = options_.interpreter >= 0 ? options_.interpreter : std::max(0, worker);
+  Status ran = executor_->Execute(instance, std::move(requests));
   NoteMemoryActivity();
   if (on_execution_) {
     on_execution_(

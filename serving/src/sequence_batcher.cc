@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "chorus/common/random_id.h"
 #include "chorus/package/dtype.h"
 #include "chorus/package/torch_dtype.h"
 #include "chorus/serving/model_values.h"
@@ -82,34 +83,58 @@ StatusOr<std::unique_ptr<SequenceBatcher>> SequenceBatcher::Create(
   if (model->manifest() == nullptr)
     return InvalidArgumentError("sequence_batching needs a signature");
   CHORUS_RETURN_IF_ERROR(ClientSignature(*model->manifest(), sequences).status());
+  Manifest manifest = *model->manifest();
+  std::unique_ptr<SequenceBatcher> batcher(new SequenceBatcher(
+      std::move(model), nullptr, std::move(manifest), std::move(sequences), std::move(options)));
+  batcher->Start(std::move(on_execution));
+  return batcher;
+}
+
+StatusOr<std::unique_ptr<SequenceBatcher>> SequenceBatcher::Create(
+    std::shared_ptr<RequestExecutor> executor, Manifest signature, SequenceBatching sequences,
+    SchedulerOptions options, std::function<void(const ExecutionStats&)> on_execution) {
+  if (!sequences.controls.empty() || !sequences.states.empty()) {
+    return InvalidArgumentError(
+        "sequence_batching: this model takes no control inputs or implicit state (it sees each "
+        "request's sequence id and flags itself)");
+  }
   std::unique_ptr<SequenceBatcher> batcher(
-      new SequenceBatcher(std::move(model), std::move(sequences), std::move(options)));
-  const bool direct = batcher->sequences_config_.strategy == SequenceStrategy::kDirect;
-  const int lanes = direct ? std::max(1, batcher->options_.workers) : 1;
+      new SequenceBatcher(nullptr, std::move(executor), std::move(signature), std::move(sequences),
+                          std::move(options)));
+  batcher->Start(std::move(on_execution));
+  return batcher;
+}
+
+void SequenceBatcher::Start(std::function<void(const ExecutionStats&)> on_execution) {
+  const bool direct = sequences_config_.strategy == SequenceStrategy::kDirect;
+  const int lanes =
+      !direct ? 1 : std::max(1, executor_ ? executor_->instances() : options_.workers);
   for (int lane = 0; lane < lanes; ++lane) {
-    SchedulerOptions lane_options = batcher->options_;
+    SchedulerOptions lane_options = options_;
     if (direct) {
       lane_options.workers = 1;
       lane_options.interpreter = lane;
     }
-    batcher->lanes_.push_back(
-        std::make_unique<ModelScheduler>(batcher->model_, lane_options, on_execution));
+    lanes_.push_back(executor_
+                         ? std::make_unique<ModelScheduler>(executor_, lane_options, on_execution)
+                         : std::make_unique<ModelScheduler>(model_, lane_options, on_execution));
   }
   {
-    MutexLock lock(&batcher->mu_);
-    batcher->lane_load_.assign(lanes, 0);
+    MutexLock lock(&mu_);
+    lane_load_.assign(lanes, 0);
   }
-  SequenceBatcher* raw = batcher.get();
-  batcher->reaper_ = std::thread([raw] { raw->ReapIdle(); });
-  return batcher;
+  reaper_ = std::thread([this] { ReapIdle(); });
 }
 
-SequenceBatcher::SequenceBatcher(std::shared_ptr<Model> model, SequenceBatching sequences,
-                                 SchedulerOptions options)
+SequenceBatcher::SequenceBatcher(std::shared_ptr<Model> model,
+                                 std::shared_ptr<RequestExecutor> executor, Manifest signature,
+                                 SequenceBatching sequences, SchedulerOptions options)
     : model_(std::move(model)),
+      executor_(std::move(executor)),
+      manifest_(std::move(signature)),
       sequences_config_(std::move(sequences)),
       options_(std::move(options)) {
-  const Manifest& manifest = *model_->manifest();
+  const Manifest& manifest = manifest_;
   const Manifest client = ClientSignature(manifest, sequences_config_).value();
   for (const TensorSpec& spec : manifest.inputs) {
     InputSource source{InputSource::kClient, 0, SequenceControl::kStart};
@@ -148,7 +173,7 @@ SequenceBatcher::~SequenceBatcher() {
 std::vector<at::Tensor> SequenceBatcher::InitialState() const {
   std::vector<at::Tensor> state;
   for (const auto& [input, output] : sequences_config_.states) {
-    const Manifest& manifest = *model_->manifest();
+    const Manifest& manifest = manifest_;
     state.push_back(Filled(manifest.inputs[FindTensor(manifest.inputs, input)], 0).toTensor());
   }
   return state;
@@ -156,7 +181,7 @@ std::vector<at::Tensor> SequenceBatcher::InitialState() const {
 
 StatusOr<std::vector<c10::IValue>> SequenceBatcher::ModelInputs(const SequenceRequest& request,
                                                                 const Sequence& sequence) const {
-  const Manifest& manifest = *model_->manifest();
+  const Manifest& manifest = manifest_;
   std::vector<c10::IValue> inputs;
   for (size_t i = 0; i < inputs_.size(); ++i) {
     const InputSource& source = inputs_[i];
@@ -189,30 +214,59 @@ StatusOr<std::vector<c10::IValue>> SequenceBatcher::ModelInputs(const SequenceRe
   return inputs;
 }
 
+Status SequenceBatcher::Refusal(const SequenceRequest& request, const Sequence* sequence) const {
+  const bool no_id = std::holds_alternative<uint64_t>(request.id)
+                         ? std::get<uint64_t>(request.id) == 0
+                         : std::get<std::string>(request.id).empty();
+  if (no_id) {
+    return InvalidArgumentError(
+        "the model is stateful (sequence batching): a request needs a sequence_id, a number > 0 "
+        "or a non-empty string");
+  }
+  if (!accepting_) return UnavailableError("the model is being unloaded or the server is draining");
+  if (waiting_ + running_ >= options_.max_queue) {
+    return UnavailableError("the model's queue is full (" + std::to_string(options_.max_queue) +
+                            " requests); retry later");
+  }
+  const SequenceBatching& config = sequences_config_;
+  if (sequence == nullptr && !request.start && !config.start_unknown) {
+    return InvalidArgumentError(
+        "sequence " + CorrelationIdText(request.id) +
+        " is not active: its first request must set sequence_start (a sequence ends with "
+        "sequence_end, or when idle longer than max_sequence_idle_microseconds)");
+  }
+  if (sequence == nullptr && config.max_sequences > 0 && active_.size() >= config.max_sequences) {
+    return UnavailableError("sequence " + CorrelationIdText(request.id) +
+                            " cannot start: the model has " + std::to_string(active_.size()) +
+                            " sequences active, its most; retry when one ends or is idle");
+  }
+  if (sequence != nullptr && config.max_waiting_per_sequence > 0 &&
+      sequence->waiting.size() >= config.max_waiting_per_sequence) {
+    return UnavailableError("sequence " + CorrelationIdText(request.id) + " has " +
+                            std::to_string(sequence->waiting.size()) +
+                            " requests waiting, its most; retry when one has run");
+  }
+  return OkStatus();
+}
+
 void SequenceBatcher::Submit(SequenceRequest request, ModelScheduler::Done done) {
   const bool no_id = std::holds_alternative<uint64_t>(request.id)
                          ? std::get<uint64_t>(request.id) == 0
                          : std::get<std::string>(request.id).empty();
+  if (no_id && !sequences_config_.new_sequence_prefix.empty()) {
+    request.id = sequences_config_.new_sequence_prefix + RandomUuid();
+    request.start = true;
+  }
+  // What a model that answers its requests itself sees of the sequence.
+  request.call.correlation_id = request.id;
+  if (request.start) request.call.flags |= kSequenceStartFlag;
+  if (request.end) request.call.flags |= kSequenceEndFlag;
   Status refused;
   std::vector<std::function<void()>> dispatch;
   {
     MutexLock lock(&mu_);
     auto it = active_.find(request.id);
-    if (no_id) {
-      refused = InvalidArgumentError(
-          "the model is stateful (sequence batching): a request needs a sequence_id, a number "
-          "> 0 or a non-empty string");
-    } else if (!accepting_) {
-      refused = UnavailableError("the model is being unloaded or the server is draining");
-    } else if (waiting_ + running_ >= options_.max_queue) {
-      refused = UnavailableError("the model's queue is full (" +
-                                 std::to_string(options_.max_queue) + " requests); retry later");
-    } else if (it == active_.end() && !request.start) {
-      refused = InvalidArgumentError(
-          "sequence " + CorrelationIdText(request.id) +
-          " is not active: its first request must set sequence_start (a sequence ends with "
-          "sequence_end, or when idle longer than max_sequence_idle_microseconds)");
-    }
+    refused = Refusal(request, it == active_.end() ? nullptr : &it->second);
     if (refused.ok()) {
       if (it == active_.end()) {
         Sequence sequence;
@@ -249,14 +303,14 @@ void SequenceBatcher::TakeNext(const CorrelationId& id, Sequence& sequence,
     Waiting next = std::move(sequence.waiting.front());
     sequence.waiting.pop_front();
     --waiting_;
-    if (sequence.ended && !next.request.start) {
+    if (sequence.ended && !next.request.start && !sequences_config_.start_unknown) {
       fail(std::move(next.done),
            InvalidArgumentError("sequence " + CorrelationIdText(id) +
                                 " ended (sequence_end) before this request ran; a new one "
                                 "needs sequence_start"));
       continue;
     }
-    if (next.request.start) {
+    if (next.request.start || sequence.ended) {  // ended: a start_unknown model's new one
       sequence.state = InitialState();
       sequence.ended = false;
     }

@@ -34,12 +34,15 @@ _workers: Dict[str, Worker] = {}
 # model-config.yaml's keys for the frontend (TorchServe's ModelConfig.java): what chorus
 # maps onto its instances and batching; the handler gets the whole file as
 # context.model_yaml_config.
-_SETTINGS = ("minWorkers", "maxWorkers", "batchSize", "maxBatchDelay", "responseTimeout")
+_SETTINGS = ("minWorkers", "maxWorkers", "batchSize", "maxBatchDelay", "responseTimeout",
+             "sequenceMaxIdleMSec", "maxNumSequence", "maxSequenceJobQueueSize")
+_FLAGS = ("sequenceBatching",)  # booleans, answered as 0 or 1
 
 
 def worker_settings(model_dir: str, config_file: str) -> Dict[str, int]:
-    """The integer settings of the archive's model-config.yaml that chorus maps (absent
-    keys are left out). Raises ValueError naming a key whose value is not an integer."""
+    """The integer settings of the archive's model-config.yaml that chorus maps, its
+    true/false ones as 1 or 0 (absent keys are left out). Raises ValueError naming a key
+    whose value is not of its kind."""
     if not config_file:
         return {}
     import yaml
@@ -56,6 +59,12 @@ def worker_settings(model_dir: str, config_file: str) -> Dict[str, int]:
         if isinstance(value, bool) or not isinstance(value, int):
             raise ValueError(f"{config_file}: {key}: {value!r} is not an integer")
         settings[key] = value
+    for key in _FLAGS:
+        if key not in config:
+            continue
+        if not isinstance(config[key], bool):
+            raise ValueError(f"{config_file}: {key}: {config[key]!r} is not true or false")
+        settings[key] = int(config[key])
     return settings
 
 

@@ -56,8 +56,13 @@ LoadedModel::LoadedModel(std::string name, std::string version,
       response_cache_(parts.response_cache),
       triton_config_(std::move(parts.triton_config)),
       serial_(NextSerial()) {
-  scheduler_ = std::make_unique<ModelScheduler>(
-      executor_, options, [this](const ExecutionStats& stats) { RecordExecution(stats); });
+  auto record = [this](const ExecutionStats& stats) { RecordExecution(stats); };
+  if (parts.sequences) {
+    sequences_ =
+        SequenceBatcher::Create(executor_, manifest_, *parts.sequences, options, record).value();
+  } else {
+    scheduler_ = std::make_unique<ModelScheduler>(executor_, options, record);
+  }
 }
 
 LoadedModel::LoadedModel(std::string name, std::string version,

@@ -2,10 +2,13 @@
 // a .mar archive's files, served by workers of its handler
 // (chorus/server/torchserve) with the archive's model-config.yaml mapped onto
 // chorus' scheduling: minWorkers workers (a config's instance count wins; by
-// default one per interpreter, as TorchServe's default is one per core),
+// default default_workers_per_model, else one per interpreter, as
+// TorchServe's default is one per core),
 // batches of batchSize requests gathered for up to maxBatchDelay (a config's
 // max_batch_size and queue delay win: the management API's load).
+#include <algorithm>
 #include <filesystem>
+#include <optional>
 
 #include "chorus/common/file_util.h"
 #include "chorus/server/config/torchserve_manifest.h"
@@ -16,6 +19,30 @@ namespace chorus {
 namespace {
 
 constexpr char kManifestPath[] = "MAR-INF/MANIFEST.json";
+
+// TorchServe's sequence batching as chorus' (serving/sequence_batcher.h):
+// each sequence pinned to one worker, its requests one at a time; a request
+// of a sequence not active starts it, one naming none starts a new one
+// ("ts-seq-<uuid>", as TorchServe names them).
+StatusOr<std::optional<SequenceBatching>> SequencesOf(const TorchServeModelSettings& settings,
+                                                      const std::string& name) {
+  if (!settings.sequence_batching) return std::optional<SequenceBatching>();
+  if (settings.sequence_max_idle.count() <= 0) {
+    // TorchServe loads such a model and answers each of its requests 503.
+    return FailedPreconditionError(
+        "model " + name +
+        ": model-config.yaml sets sequenceBatching but no sequenceMaxIdleMSec (> 0), without "
+        "which TorchServe serves none of its requests");
+  }
+  SequenceBatching sequences;
+  sequences.strategy = SequenceStrategy::kDirect;
+  sequences.max_idle = settings.sequence_max_idle;
+  sequences.start_unknown = true;
+  sequences.new_sequence_prefix = "ts-seq-";
+  sequences.max_sequences = static_cast<size_t>(std::max(1, settings.max_sequences));
+  sequences.max_waiting_per_sequence = static_cast<size_t>(std::max(1, settings.max_waiting));
+  return std::optional<SequenceBatching>(std::move(sequences));
+}
 
 }  // namespace
 
@@ -49,9 +76,10 @@ StatusOr<std::shared_ptr<LoadedModel>> ModelLoader::LoadTorchServe(
   options.version = version;
   options.model_dir = model_dir;
   options.manifest = std::move(manifest);
-  options.workers = config.instance_count() > 0 ? config.instance_count()
-                    : settings.min_workers > 0  ? settings.min_workers
-                                                : placement_->manager()->size();
+  options.workers = config.instance_count() > 0               ? config.instance_count()
+                    : settings.min_workers > 0                ? settings.min_workers
+                    : options_.torchserve_default_workers > 0 ? options_.torchserve_default_workers
+                                                              : placement_->manager()->size();
   // A load's config (the management API's batch_size, max_batch_delay) wins.
   if (config.max_batch_size.value_or(0) > 0) settings.batch_size = *config.max_batch_size;
   if (config.max_queue_delay) {
@@ -69,8 +97,10 @@ StatusOr<std::shared_ptr<LoadedModel>> ModelLoader::LoadTorchServe(
   scheduling.batching.enabled = settings.batch_size > 1;
   scheduling.batching.max_queue_delay = settings.max_batch_delay;
   scheduling.label = CrashLabel::Model(name, version);
+  LoadedModelParts parts;
+  CHORUS_ASSIGN_OR_RETURN(parts.sequences, SequencesOf(settings, name));
   return std::make_shared<LoadedModel>(name, version, std::move(model), "torchserve",
-                                       std::move(signature), scheduling, LoadedModelParts{});
+                                       std::move(signature), scheduling, std::move(parts));
 }
 
 }  // namespace chorus

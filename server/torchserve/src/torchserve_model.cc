@@ -6,6 +6,9 @@
 #include <algorithm>
 #include <atomic>
 #include <cstring>
+#include <string>
+#include <type_traits>
+#include <variant>
 
 #include "chorus/common/logging.h"
 #include "chorus/interpreter/python_calls.h"
@@ -55,6 +58,32 @@ StatusOr<std::vector<std::string>> ElementsOfRaw(const c10::IValue& value) {
   return std::move(strings.elements);
 }
 
+// A stateful model's request as TorchServe's frontend sends it to a worker:
+// its sequence's id (and whether it starts or ends it, where the client's
+// headers do not say) among the headers (rows of name, value), which
+// context.get_sequence_id() reads.
+void AddSequenceHeaders(const InferenceRequest& request, std::vector<std::string>* headers) {
+  const std::string id = std::visit(
+      [](const auto& value) {
+        if constexpr (std::is_same_v<std::decay_t<decltype(value)>, std::string>) {
+          return value;
+        } else {
+          return value == 0 ? std::string() : std::to_string(value);
+        }
+      },
+      request.correlation_id);
+  if (id.empty()) return;
+  const auto add = [headers](const char* name, const std::string& value) {
+    for (size_t i = 0; i + 1 < headers->size(); i += 2) {
+      if ((*headers)[i] == name) return;
+    }
+    headers->insert(headers->end(), {name, value});
+  };
+  add(torchserve_headers::kSequenceId, id);
+  if (request.flags & kSequenceStartFlag) add(torchserve_headers::kSequenceStart, "true");
+  if (request.flags & kSequenceEndFlag) add(torchserve_headers::kSequenceEnd, "true");
+}
+
 // One request as backend.predict takes it: (request id, headers, inputs).
 StatusOr<c10::IValue> BackendRequest(const InferenceRequest& request) {
   std::vector<std::string> raw[2];
@@ -62,6 +91,7 @@ StatusOr<c10::IValue> BackendRequest(const InferenceRequest& request) {
     CHORUS_ASSIGN_OR_RETURN(StringTensor strings, StringTensorFromIValue(request.inputs.at(i)));
     raw[i] = std::move(strings.elements);
   }
+  AddSequenceHeaders(request, &raw[0]);
   return c10::ivalue::Tuple::create(request.id, RawTensor(raw[0]), RawTensor(raw[1]));
 }
 
@@ -151,6 +181,11 @@ StatusOr<TorchServeModelSettings> TorchServeModel::ReadSettings(
     if (key == "batchSize") settings.batch_size = std::max<int>(1, static_cast<int>(number));
     if (key == "maxBatchDelay") settings.max_batch_delay = std::chrono::milliseconds(number);
     if (key == "responseTimeout") settings.response_timeout = std::chrono::seconds(number);
+    if (key == "sequenceBatching") settings.sequence_batching = number != 0;
+    if (key == "sequenceMaxIdleMSec")
+      settings.sequence_max_idle = std::chrono::milliseconds(number);
+    if (key == "maxNumSequence") settings.max_sequences = static_cast<int>(number);
+    if (key == "maxSequenceJobQueueSize") settings.max_waiting = static_cast<int>(number);
   }
   return settings;
 }

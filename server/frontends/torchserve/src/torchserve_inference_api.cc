@@ -2,8 +2,8 @@
 
 #include <algorithm>
 #include <nlohmann/json.hpp>
-#include <random>
 
+#include "chorus/common/random_id.h"
 #include "chorus/server/frontends/http/completion.h"
 #include "chorus/server/frontends/http/http_status.h"
 #include "chorus/server/torchserve/torchserve_model.h"
@@ -28,19 +28,6 @@ struct Field {
   std::string content_type;
   std::string data;
 };
-
-// A new request id: a random UUID (version 4), as TorchServe's.
-std::string NewRequestId() {
-  thread_local std::mt19937_64 random{std::random_device{}()};
-  const uint64_t high = (random() & ~0xf000ULL) | 0x4000ULL;
-  const uint64_t low = (random() & ~(3ULL << 62)) | (2ULL << 62);
-  char text[37];
-  std::snprintf(text, sizeof(text), "%08x-%04x-%04x-%04x-%012llx",
-                static_cast<unsigned>(high >> 32), static_cast<unsigned>((high >> 16) & 0xffff),
-                static_cast<unsigned>(high & 0xffff), static_cast<unsigned>(low >> 48),
-                static_cast<unsigned long long>(low & 0xffffffffffffULL));
-  return text;
-}
 
 // A content type's media type, its parameters left out (Netty's
 // HttpUtil.getMimeType, as TorchServe hands it to the worker).
@@ -132,7 +119,7 @@ inference::ModelInferRequest InferRequestOf(const httplib::Request& request,
   inference::ModelInferRequest infer;
   infer.set_model_name(request.matches[1]);
   infer.set_model_version(request.matches[2]);
-  infer.set_id(NewRequestId());
+  infer.set_id(RandomUuid());  // as TorchServe's
   std::vector<std::string> headers;
   for (const auto& [name, value] : request.headers) {
     if (name == "REMOTE_ADDR" || name == "REMOTE_PORT" || name == "LOCAL_ADDR" ||
@@ -140,6 +127,10 @@ inference::ModelInferRequest InferRequestOf(const httplib::Request& request,
       continue;  // cpp-httplib's, not the client's
     }
     headers.insert(headers.end(), {name, value});
+    // A stateful model's sequence (TorchServe matches the header's name exactly).
+    if (name == torchserve_headers::kSequenceId) {
+      (*infer.mutable_parameters())["sequence_id"].set_string_param(value);
+    }
   }
   headers.insert(headers.end(), {"explain", explain ? "True" : "False"});
   if (request.matches[3].length() > 0)

@@ -67,6 +67,17 @@ struct SequenceBatching {
   // of the sequence's next; the first gets zeros of the input's signature
   // shape (any-size dimensions as 1). Clients see neither.
   std::vector<std::pair<std::string, std::string>> states;
+  // Triton's rules unless set otherwise (TorchServe's sequence batching sets
+  // all four): a request of a sequence that is not active starts it (else it
+  // must set sequence_start); a request naming no sequence starts a new one
+  // named this prefix and a random UUID (empty: it is refused); at most
+  // max_sequences active at once and max_waiting_per_sequence requests
+  // waiting behind a sequence's running one, more refused UNAVAILABLE (0: no
+  // limit).
+  bool start_unknown = false;
+  std::string new_sequence_prefix;
+  size_t max_sequences = 0;
+  size_t max_waiting_per_sequence = 0;
 };
 
 struct GenerationOptions {

@@ -29,6 +29,7 @@
 #include "chorus/common/status.h"
 #include "chorus/common/thread_annotations.h"
 #include "chorus/package/model.h"
+#include "chorus/serving/request_executor.h"
 #include "chorus/serving/scheduler.h"
 #include "chorus/serving/scheduling_options.h"
 
@@ -54,6 +55,14 @@ class SequenceBatcher {
   static StatusOr<std::unique_ptr<SequenceBatcher>> Create(
       std::shared_ptr<Model> model, SequenceBatching sequences, SchedulerOptions options,
       std::function<void(const ExecutionStats&)> on_execution = nullptr);
+  // A batcher over `executor` (request_executor.h), whose requests carry
+  // `signature`'s inputs: no control or state tensors (INVALID_ARGUMENT for
+  // `sequences` naming any); kDirect pins each sequence to one of its
+  // instances, whose executor then sees the sequence's id and flags on every
+  // request (InferenceRequest::correlation_id, flags).
+  static StatusOr<std::unique_ptr<SequenceBatcher>> Create(
+      std::shared_ptr<RequestExecutor> executor, Manifest signature, SequenceBatching sequences,
+      SchedulerOptions options, std::function<void(const ExecutionStats&)> on_execution = nullptr);
   // Fails what waits, lets what runs finish.
   ~SequenceBatcher();
   SequenceBatcher(const SequenceBatcher&) = delete;
@@ -61,9 +70,11 @@ class SequenceBatcher {
 
   // Queues `request` behind its sequence's earlier ones; `done` is called
   // once, with the client's outputs (state outputs kept back), from a worker
-  // or right away: INVALID_ARGUMENT for a sequence that is not active and a
-  // request that does not start one, or an id the CORRID input cannot hold;
-  // UNAVAILABLE when full or draining. Thread-safe.
+  // or right away: INVALID_ARGUMENT for a request naming no sequence, or a
+  // sequence that is not active and a request that does not start one (where
+  // the config asks for them), or an id the CORRID input cannot hold;
+  // UNAVAILABLE when full (the queue, the sequences, the sequence's waiting
+  // requests) or draining. Thread-safe.
   void Submit(SequenceRequest request, ModelScheduler::Done done) CHORUS_EXCLUDES(mu_);
   // As ModelScheduler::Drain.
   void Drain(std::chrono::steady_clock::time_point deadline) CHORUS_EXCLUDES(mu_);
@@ -94,8 +105,14 @@ class SequenceBatcher {
     std::chrono::steady_clock::time_point last_used;
   };
 
-  SequenceBatcher(std::shared_ptr<Model> model, SequenceBatching sequences,
-                  SchedulerOptions options);
+  SequenceBatcher(std::shared_ptr<Model> model, std::shared_ptr<RequestExecutor> executor,
+                  Manifest manifest, SequenceBatching sequences, SchedulerOptions options);
+  // Makes the lanes (one per instance for kDirect) and starts the reaper.
+  void Start(std::function<void(const ExecutionStats&)> on_execution);
+  // Why `request` cannot be queued now (OK when it can); `sequence`: its
+  // active sequence, or null.
+  Status Refusal(const SequenceRequest& request, const Sequence* sequence) const
+      CHORUS_REQUIRES(mu_);
   // The model's inputs for `request` in `sequence` (state read under mu_).
   StatusOr<std::vector<c10::IValue>> ModelInputs(const SequenceRequest& request,
                                                  const Sequence& sequence) const
@@ -110,7 +127,9 @@ class SequenceBatcher {
   std::vector<at::Tensor> InitialState() const;
   void ReapIdle() CHORUS_EXCLUDES(mu_);
 
-  const std::shared_ptr<Model> model_;
+  const std::shared_ptr<Model> model_;               // or:
+  const std::shared_ptr<RequestExecutor> executor_;  // a model that answers requests itself
+  const Manifest manifest_;                          // the model's (or the executor's) inputs
   const SequenceBatching sequences_config_;
   const SchedulerOptions options_;
   std::vector<InputSource> inputs_;   // per model input

@@ -53,6 +53,14 @@ inline constexpr char kBody[] = "BODY";
 inline constexpr char kError[] = "ERROR";
 }  // namespace torchserve_tensors
 
+// The request headers of TorchServe's sequence batching (ts/context.py's
+// defaults): a stateful model's request names its sequence with the first.
+namespace torchserve_headers {
+inline constexpr char kSequenceId[] = "ts_request_sequence_id";
+inline constexpr char kSequenceStart[] = "ts_request_sequence_start";
+inline constexpr char kSequenceEnd[] = "ts_request_sequence_end";
+}  // namespace torchserve_headers
+
 // The signature of every TorchServe model named `name`, version `version`:
 // the tensors above, batchable up to `max_batch_size` requests.
 Manifest TorchServeSignature(const std::string& name, const std::string& version,
@@ -66,6 +74,13 @@ struct TorchServeModelSettings {
   int batch_size = 1;
   std::chrono::milliseconds max_batch_delay{100};
   std::chrono::seconds response_timeout{120};
+  // Sequence batching (a stateful model): a sequence's requests run in order,
+  // one at a time, on one worker; at most max_sequences active, each with at
+  // most max_waiting requests waiting; one idle for sequence_max_idle ends.
+  bool sequence_batching = false;
+  std::chrono::milliseconds sequence_max_idle{0};  // 0: not stateful (TorchServe's rule)
+  int max_sequences = 1;
+  int max_waiting = 1;
 };
 
 struct TorchServeModelOptions {
