@@ -8,9 +8,11 @@ requests to both: the status, the content type and the body must agree
     $PYTHON tests/torchserve_compare/compare.py [--build build] [--shared ../shared/torchserve]
 
 The archives: TorchServe's frontend's own test archives in `../shared/torchserve/` (read
-where they are, never copied into the project) and archives this script makes with
-torch-model-archiver as a TorchServe user would (server/tests/torchserve_archives.py: a
-function handler, an eager model with its state dict under BaseHandler). Both servers
+where they are, never copied into the project), its examples and pytest archives made
+with torch-model-archiver as their READMEs and tests make them (seeded random stand-ins
+for the weights they download), and archives of chorus' own tests
+(server/tests/torchserve_archives.py: a function handler, an eager model with its state
+dict under BaseHandler). Both servers
 serve one model store of them (`--model-store` with `--models name=archive`, TorchServe's
 form), TorchServe with token authorization off and one worker per model, chorus with its
 TorchServe inference API on a free port.
@@ -76,8 +78,11 @@ VARYING_FIELDS = ("pid", "worker")
 JSON = {"Content-Type": "application/json"}
 
 
-def cases() -> List[Tuple[str, str, str, bytes, Dict[str, str]]]:
-    """(model, label, path, body, headers) of every request sent to both servers."""
+Case = Tuple[str, str, str, bytes, Dict[str, str]]  # model, label, path, body, headers
+
+
+def frontend_cases() -> List[Case]:
+    """Two requests to each of TorchServe's frontend test archives."""
     listed = []
     for model in FRONTEND_ARCHIVES:
         listed += [
@@ -86,9 +91,16 @@ def cases() -> List[Tuple[str, str, str, bytes, Dict[str, str]]]:
             (model, "raw text", f"/predictions/{model}", b"some text",
              {"Content-Type": "text/plain"}),
         ]
+    return listed
+
+
+def image_cases() -> List[Case]:
+    """The examples' images to their classifiers and detector, as their READMEs send them."""
     examples = EXAMPLES_ROOT
-    mnist_digit = (examples / "image_classifier/mnist/test_data/0.png").read_bytes()
-    kitten = (examples / "image_classifier/kitten.jpg").read_bytes()
+    classifiers = examples / "image_classifier"
+    mnist_digit = (classifiers / "mnist/test_data/0.png").read_bytes()
+    kitten = (classifiers / "kitten.jpg").read_bytes()
+    listed = []
     for model, image in (("mnist", mnist_digit), ("custom_metrics_mnist", mnist_digit),
                          ("resnet-18", kitten), ("resnet-18_mb", kitten)):
         listed += [
@@ -96,7 +108,43 @@ def cases() -> List[Tuple[str, str, str, bytes, Dict[str, str]]]:
             (model, "multipart image", f"/predictions/{model}",
              *multipart({"data": ("image", image, "image/png")})),
         ]
-    listed += [
+    for model in ("resnet-18_ts", "squeezenet1_1", "alexnet", "densenet161", "vgg16",
+                  "resnet-152-batch"):
+        listed.append((model, "raw image", f"/predictions/{model}", kitten, {}))
+    for image in ("croco.jpg", "dog.jpg"):
+        listed.append(("resnet-152-batch", f"raw image {image}", "/predictions/resnet-152-batch",
+                       (classifiers / "resnet_152_batch/images" / image).read_bytes(), {}))
+    listed.append(("mnist_custom_dependencies", "raw image",
+                   "/predictions/mnist_custom_dependencies", mnist_digit, {}))
+    persons = (examples / "object_detector/persons.jpg").read_bytes()
+    listed.append(("maskrcnn", "raw image", "/predictions/maskrcnn", persons, {}))
+    return listed
+
+
+def other_example_cases() -> List[Case]:
+    """BERT's sample text, the stateful example's sequences, torch.compile's JSON."""
+    examples = EXAMPLES_ROOT
+    listed = []
+    bert_text = (examples / "Huggingface_Transformers/Seq_classification_artifacts/"
+                 "sample_text_captum_input.txt").read_bytes()
+    for kind in ("predictions", "explanations"):
+        listed.append(("BERTSeqClassification", f"text ({kind})",
+                       f"/{kind}/BERTSeqClassification", bert_text, {}))
+    samples = [(examples / f"stateful/sample/sample{i}.txt").read_bytes() for i in (1, 2, 3)]
+    for sequence, sample in (("seq_0", 0), ("seq_1", 2), ("seq_0", 1), ("seq_1", 1),
+                             ("seq_0", 2), ("seq_1", 0)):
+        listed.append(("stateful", f"{sequence} sample{sample + 1}", "/predictions/stateful",
+                       samples[sample], {"ts_request_sequence_id": sequence}))
+    listed.append(("stateful", "no sequence", "/predictions/stateful", samples[2], {}))
+    for model in ("half_plus_two_str", "half_plus_two_dict"):
+        listed.append((model, "json instances", f"/predictions/{model}",
+                       b'{"instances": [[1.0], [2.0], [3.0]]}', JSON))
+    return listed
+
+
+def own_cases() -> List[Case]:
+    """chorus' own test archives: forms, statuses, headers, failures, an eager model."""
+    return [
         ("own_echo", "multipart files", "/predictions/own_echo",
          *multipart({"data": ("a.bin", bytes(range(256)), "application/octet-stream"),
                      "meta": (None, b'{"k": 1}', "application/json")})),
@@ -111,7 +159,11 @@ def cases() -> List[Tuple[str, str, str, bytes, Dict[str, str]]]:
         ("net", "json rows", "/predictions/net", b"[0.5, -1.0, 2.0, 0.25]", JSON),
         ("nothing", "unknown model", "/predictions/nothing", b"x", {}),
     ]
-    return listed
+
+
+def cases() -> List[Case]:
+    """Every request sent to both servers, in order."""
+    return frontend_cases() + image_cases() + other_example_cases() + own_cases()
 
 
 def call(port: int, path: str, body: bytes, headers: Dict[str, str]):
@@ -207,19 +259,59 @@ def archive_example(work: Path, store: Path, name: str, *options: str) -> str:
     return f"{name}.mar"
 
 
-def example_archives(store: Path, work: Path) -> Dict[str, str]:
-    """TorchServe's examples archived as their READMEs say, with random stand-in weights."""
-    work.mkdir()
+def scripted_state_dict(module_file: Path, class_name: str, path: Path, seed: int) -> Path:
+    """`class_name` with seeded random weights as TorchScript (the README's
+    `torch.jit.script(model).save(...)`)."""
+    import torch
+
+    state = random_state_dict(module_file, class_name, path.with_suffix(".state.pt"), seed)
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(f"scripted_{path.stem.replace('-', '_')}",
+                                                  module_file)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    model = getattr(module, class_name)()
+    model.load_state_dict(torch.load(state))
+    torch.jit.script(model.eval()).save(str(path))
+    return path
+
+
+def tiny_bert(folder: Path, artifacts: Path, seed: int) -> List[Path]:
+    """A two-layer BERT sequence classifier with seeded random weights and a vocabulary
+    of the example's sample texts, saved as Download_Transformer_models.py saves
+    bert-base-uncased (config.json, model.safetensors, tokenizer files); the files the
+    README's offline archive carries."""
+    import torch
+    from transformers import BertConfig, BertForSequenceClassification, BertTokenizer
+
+    folder.mkdir()
+    words = set()
+    for sample in sorted(artifacts.glob("*.txt")):
+        words.update(w.strip('.,"{}:').lower() for w in sample.read_text().split())
+    vocabulary = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + sorted(w for w in words if w)
+    (folder / "vocab.txt").write_text("\n".join(vocabulary) + "\n")
+    BertTokenizer(str(folder / "vocab.txt"), do_lower_case=True).save_pretrained(str(folder))
+    torch.manual_seed(seed)
+    config = BertConfig(vocab_size=len(vocabulary), hidden_size=32, num_hidden_layers=2,
+                        num_attention_heads=2, intermediate_size=37, num_labels=2)
+    BertForSequenceClassification(config).save_pretrained(str(folder))
+    return sorted(folder.iterdir())
+
+
+def classifier_archives(store: Path, work: Path) -> Dict[str, str]:
+    """The image classifiers' archives."""
     examples = EXAMPLES_ROOT
-    mnist_py = examples / "image_classifier/mnist/mnist.py"
-    resnet_py = examples / "image_classifier/resnet_18/model.py"
+    classifiers = examples / "image_classifier"
+    labels = str(classifiers / "index_to_name.json")
+    mnist_py = classifiers / "mnist/mnist.py"
+    resnet_py = classifiers / "resnet_18/model.py"
     mnist_pt = random_state_dict(mnist_py, "Net", work / "mnist_cnn.pt", 1)
     resnet_pt = random_state_dict(resnet_py, "ImageClassifier", work / "resnet18.pth", 2)
-    labels = str(examples / "image_classifier/index_to_name.json")
-    return {
+    archives = {
         "mnist": archive_example(
             work, store, "mnist", "--model-file", str(mnist_py), "--serialized-file",
-            str(mnist_pt), "--handler", str(examples / "image_classifier/mnist/mnist_handler.py")),
+            str(mnist_pt), "--handler", str(classifiers / "mnist/mnist_handler.py")),
         "custom_metrics_mnist": archive_example(
             work, store, "custom_metrics_mnist", "--model-file", str(mnist_py),
             "--serialized-file", str(mnist_pt), "--handler",
@@ -231,7 +323,93 @@ def example_archives(store: Path, work: Path) -> Dict[str, str]:
             work, store, "resnet-18_mb", "--model-file", str(resnet_py), "--serialized-file",
             str(resnet_pt), "--handler", str(examples / "micro_batching/micro_batching_handler.py"),
             "--extra-files", labels, "--config-file", str(examples / "micro_batching/config.yaml")),
+        "resnet-18_ts": archive_example(
+            work, store, "resnet-18_ts", "--serialized-file",
+            str(scripted_state_dict(resnet_py, "ImageClassifier", work / "resnet-18.pt", 2)),
+            "--handler", "image_classifier", "--extra-files", labels),
     }
+    # The other classifiers under the default handler (VGG-16 under its own), each with
+    # its README's files.
+    for seed, (name, folder, class_name, handler, config) in enumerate([
+            ("squeezenet1_1", "squeezenet", "ImageClassifier", "image_classifier", None),
+            ("alexnet", "alexnet", "ImageClassifier", "image_classifier", None),
+            ("densenet161", "densenet_161", "ImageClassifier", "image_classifier",
+             "model-config.yaml"),
+            ("vgg16", "vgg_16", "ImageClassifier", "vgg_16/vgg_handler.py", None),
+            ("resnet-152-batch", "resnet_152_batch", "ResNet152ImageClassifier",
+             "image_classifier", None)], start=10):
+        model_py = classifiers / folder / "model.py"
+        weights = random_state_dict(model_py, class_name, work / f"{name}.pth", seed)
+        options = ["--model-file", str(model_py), "--serialized-file", str(weights),
+                   "--handler", handler if "/" not in handler else str(classifiers / handler),
+                   "--extra-files", labels]
+        if config:
+            options += ["--config-file", str(classifiers / folder / config)]
+        archives[name] = archive_example(work, store, name, *options)
+    return archives
+
+
+def other_example_archives(store: Path, work: Path) -> Dict[str, str]:
+    """The detector's, BERT's, torch.compile's, the stateful and the custom dependencies'
+    archives."""
+    examples = EXAMPLES_ROOT
+    tests = EXAMPLES_ROOT.parent / "test/pytest/test_data"
+    mnist_py = examples / "image_classifier/mnist/mnist.py"
+    mnist_pt = random_state_dict(mnist_py, "Net", work / "mnist_cnn.pt", 1)
+    archives = {}
+    detector = examples / "object_detector"
+    archives["maskrcnn"] = archive_example(
+        work, store, "maskrcnn", "--model-file", str(detector / "maskrcnn/model.py"),
+        "--serialized-file", str(random_state_dict(
+            detector / "maskrcnn/model.py", "MASKRCNNObjectDetector", work / "maskrcnn.pth", 3)),
+        "--handler", "object_detector", "--extra-files", str(detector / "index_to_name.json"))
+    bert = examples / "Huggingface_Transformers"
+    bert_files = tiny_bert(work / "Transformer_model", bert / "Seq_classification_artifacts", 5)
+    archives["BERTSeqClassification"] = archive_example(
+        work, store, "BERTSeqClassification", "--serialized-file",
+        str(work / "Transformer_model/model.safetensors"), "--handler",
+        str(bert / "Transformer_handler_generalized.py"), "--config-file",
+        str(bert / "model-config.yaml"), "--extra-files", ",".join(
+            [str(f) for f in bert_files if f.name != "model.safetensors"]
+            + [str(bert / "Seq_classification_artifacts/index_to_name.json")]))
+    compiled = tests / "torch_compile"
+    half_plus_two = random_state_dict(compiled / "model.py", "HalfPlusTwoModel",
+                                      work / "half_plus_two.pt", 0)
+    for name, config in (("half_plus_two_str", "pt2.yaml"), ("half_plus_two_dict",
+                                                             "pt2_dict.yaml")):
+        archives[name] = archive_example(
+            work, store, name, "--model-file", str(compiled / "model.py"), "--serialized-file",
+            str(half_plus_two), "--config-file", str(compiled / config), "--handler",
+            str(compiled / "compile_handler.py"))
+    stateful = examples / "stateful"
+    import yaml
+
+    config = yaml.safe_load((stateful / "sequence_batching/model-config.yaml").read_text())
+    # The copy's sequenceMaxIdleMSec is 10 ms, which ends a sequence between two requests
+    # (its next one then lands on either worker, with or without the state): its
+    # Readme.md's 60000 keeps the answers deterministic on both servers.
+    config["sequenceMaxIdleMSec"] = 60000
+    (work / "stateful-config.yaml").write_text(yaml.safe_dump(config))
+    archives["stateful"] = archive_example(
+        work, store, "stateful", "--model-file", str(stateful / "model.py"), "--serialized-file",
+        str(random_state_dict(stateful / "model.py", "Net", work / "model_cnn.pt", 6)),
+        "--handler", str(stateful / "sequence_batching/stateful_handler.py"), "-r",
+        str(stateful / "requirements.txt"), "--config-file", str(work / "stateful-config.yaml"))
+    dependencies = tests / "custom_dependencies"
+    archives["mnist_custom_dependencies"] = archive_example(
+        work, store, "mnist_custom_dependencies", "--model-file", str(mnist_py),
+        "--serialized-file", str(mnist_pt), "--handler",
+        str(dependencies / "mnist_custom_dependencies_handler.py"), "--requirements-file",
+        str(dependencies / "requirements.txt"))
+    return archives
+
+
+def example_archives(store: Path, work: Path) -> Dict[str, str]:
+    """TorchServe's examples and pytest archives made as their READMEs and tests make
+    them (../shared/torchserve/local/archive_all.sh lists the commands), with seeded
+    random stand-ins for the weights they download."""
+    work.mkdir()
+    return {**classifier_archives(store, work), **other_example_archives(store, work)}
 
 
 def wait_ready(port: int, stack: Stack, what: str) -> None:
@@ -273,7 +451,7 @@ def start_chorus(build: Path, store: Path, entries: Dict[str, str],
     command = [str(build / "bin" / "chorus-server"), "--model-store", str(store), "--models",
                models, "--interpreters", "2", "--host", "127.0.0.1", "--port", "0",
                "--http-port", "-1", "--metrics-port", "-1",
-               "--torchserve-inference-port", str(port)]
+               "--torchserve-inference-port", str(port), "--torchserve-default-workers", "1"]
     env = dict(os.environ, PATH=os.path.dirname(sys.executable) + ":" + os.environ["PATH"])
     stack = Stack(command, env, str(logs), str(logs / "chorus.log"))
     return stack, port
