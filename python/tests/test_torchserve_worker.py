@@ -278,3 +278,24 @@ def test_eager_archives_load_their_model_file_and_read_relative_files_in_their_o
     assert os.getcwd() == cwd and sys.modules.get("net") is bare_net
     for worker in workers.values():
         worker.close()
+
+
+def test_worker_settings_maps_model_config_yaml_and_names_a_bad_value(tmp_path):
+    from chorus.torchserve.backend import worker_settings
+
+    (tmp_path / "good.yaml").write_text(
+        "minWorkers: 2\nbatchSize: 4\nsequenceBatching: true\nsequenceMaxIdleMSec: 60000\n"
+        "maxNumSequence: 4\nhandler:\n  cache: {capacity: 4}\n")
+    assert worker_settings(str(tmp_path), "good.yaml") == {
+        "minWorkers": 2, "batchSize": 4, "sequenceMaxIdleMSec": 60000, "maxNumSequence": 4,
+        "sequenceBatching": 1}
+    assert worker_settings(str(tmp_path), "") == {}
+    for name, text, key in (("count.yaml", "batchSize: four\n", "batchSize"),
+                            ("flag.yaml", "sequenceBatching: 1\n", "sequenceBatching"),
+                            ("bool.yaml", "minWorkers: true\n", "minWorkers")):
+        (tmp_path / name).write_text(text)
+        with pytest.raises(ValueError, match=key):
+            worker_settings(str(tmp_path), name)
+    (tmp_path / "list.yaml").write_text("- a\n- b\n")
+    with pytest.raises(ValueError, match="not a mapping"):
+        worker_settings(str(tmp_path), "list.yaml")

@@ -15,12 +15,16 @@ FLAGS = ("--torchserve-inference-port", "0", "--torchserve-management-port", "0"
          "--enable-model-api")
 
 
-def manage(server, method, path):
-    """(status, parsed JSON body) of one management call."""
+def manage(server, method, path, body=None):
+    """(status, parsed JSON body) of one management call; `body` goes as JSON."""
     connection = http.client.HTTPConnection("127.0.0.1", server.torchserve_management_port,
                                             timeout=120)
     try:
-        connection.request(method, path)
+        if body is None:
+            connection.request(method, path)
+        else:
+            connection.request(method, path, body=json.dumps(body),
+                               headers={"Content-Type": "application/json"})
         response = connection.getresponse()
         return response.status, json.loads(response.read())
     finally:
@@ -105,6 +109,20 @@ def test_a_registration_with_batching_and_no_workers(server):
     assert manage(server, "DELETE", "/models/renamed")[0] == 200
 
 
+def test_a_registration_may_give_its_parameters_as_a_json_body(server):
+    status, answer = manage(server, "POST", "/models", {
+        "url": "other.mar", "model_name": "from_json", "initial_workers": 2,
+        "batch_size": 2, "max_batch_delay": 30, "synchronous": True})
+    assert (status, answer) == (200, {"status": 'Model "from_json" Version: 1.0 registered '
+                                                'with 2 initial workers'})
+    (described,) = manage(server, "GET", "/models/from_json")[1]
+    assert (described["minWorkers"], described["batchSize"], described["maxBatchDelay"]) == \
+        (2, 2, 30)
+    assert manage(server, "DELETE", "/models/from_json")[0] == 200
+    status, answer = manage(server, "POST", "/models", ["not", "an", "object"])
+    assert status == 400 and "not a JSON object" in answer["message"], answer
+
+
 def test_management_errors_are_torchserve_json(server):
     status, answer = manage(server, "GET", "/models/nothing")
     assert (status, answer) == (404, {"code": 404, "type": "ModelNotFoundException",
@@ -173,5 +191,32 @@ def test_kserves_torchserve_runtime_config_serves_both_apis_on_one_address(tmp_p
         assert status == 200 and described["minWorkers"] == 2, described
         assert len(described["workers"]) == 2, described
         assert "keys chorus does not use, ignored: number_of_netty_threads" in server.log_text()
+    finally:
+        assert server.stop() == 0
+
+
+def test_a_model_snapshot_serves_its_models_with_their_settings(tmp_path):
+    # KServe's TorchServe runtime declares its models in model_snapshot, without
+    # load_models; the archive's model-config.yaml would win over these settings.
+    store = tmp_path / "model-store"
+    echo_archive(str(store), "mnist")
+    port = free_port()
+    snapshot = json.dumps({"name": "startup.cfg", "modelCount": 1, "models": {"mnist": {"1.0": {
+        "defaultVersion": True, "marName": "mnist.mar", "minWorkers": 2, "maxWorkers": 5,
+        "batchSize": 4, "maxBatchDelay": 50, "responseTimeout": 120}}}})
+    config = tmp_path / "config.properties"
+    config.write_text(f"inference_address=http://127.0.0.1:{port}\n"
+                      f"management_address=http://127.0.0.1:{port}\n"
+                      f"model_store={store}\n"
+                      f"model_snapshot={snapshot}\n")
+    server = ServerProcess(str(store), "--ts-config", str(config), interpreters=1)
+    try:
+        status, (described,) = manage(server, "GET", "/models/mnist")
+        assert status == 200, described
+        assert (described["minWorkers"], described["batchSize"], described["maxBatchDelay"]) == \
+            (2, 4, 50), described
+        assert len(described["workers"]) == 2
+        status, _, body = call(server, "/predictions/mnist", b"x")
+        assert status == 200 and json.loads(body)["batch"] == 1, body
     finally:
         assert server.stop() == 0

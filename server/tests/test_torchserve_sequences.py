@@ -25,11 +25,11 @@ maxNumSequence: 16
 maxSequenceJobQueueSize: 1
 """
 
-# Two sequences at most, each idle for 500 ms ends it.
+# Two sequences at most, each idle for 3 s ends it.
 SHORT_CONFIG = """
 minWorkers: 1
 sequenceBatching: true
-sequenceMaxIdleMSec: 500
+sequenceMaxIdleMSec: 3000
 maxNumSequence: 2
 """
 
@@ -117,21 +117,24 @@ def test_a_sequence_waits_behind_its_running_request_up_to_its_queue(server, tmp
         outcomes[key] = call(server, "/predictions/stateful", body, {SEQUENCE: "queued"})
 
     first = threading.Thread(target=send, args=("running", f"wait:{gate}".encode()))
-    first.start()
-    wait_until(lambda: os.path.exists(gate + ".started"), why=lambda: "the first never ran")
     second = threading.Thread(target=send, args=("waiting", b"4"))
-    second.start()
-    wait_until(lambda: pending(server, "stateful") == 2,
-               why=lambda: "the second request never queued")
-    # The second waits behind the first (maxSequenceJobQueueSize 1): a third is refused.
-    status, _, body = call(server, "/predictions/stateful", b"9", {SEQUENCE: "queued"})
+    try:
+        first.start()
+        wait_until(lambda: os.path.exists(gate + ".started"), why=lambda: "the first never ran")
+        second.start()
+        wait_until(lambda: pending(server, "stateful") == 2,
+                   why=lambda: "the second request never queued")
+        # The second waits behind the first (maxSequenceJobQueueSize 1): a third is refused.
+        status, _, body = call(server, "/predictions/stateful", b"9", {SEQUENCE: "queued"})
+    finally:
+        open(gate, "w").close()  # whatever failed, the handler stops waiting
+        for thread in (first, second):
+            if thread.ident is not None:  # started
+                thread.join()
     assert status == 503
     error = json.loads(body)
     assert error["code"] == 503 and error["type"] == "ServiceUnavailableException"
     assert "queued" in error["message"] and "waiting" in error["message"]
-    open(gate, "w").close()
-    first.join()
-    second.join()
     assert outcomes["running"][0] == 200 and json.loads(outcomes["running"][2])["sum"] == 0
     assert outcomes["waiting"][0] == 200 and json.loads(outcomes["waiting"][2])["sum"] == 4
 
@@ -142,7 +145,7 @@ def test_more_sequences_than_max_num_sequence_wait_for_one_to_idle_out(server):
     status, error = add(server, "short", 1, "three")
     assert status == 503 and error["type"] == "ServiceUnavailableException", error
     assert "three" in error["message"]
-    # sequenceMaxIdleMSec (500 ms) ends both: a third sequence may start.
+    # sequenceMaxIdleMSec (3 s) ends both: a third sequence may start.
     wait_until(lambda: add(server, "short", 1, "three")[0] == 200,
                why=lambda: "the idle sequences never ended")
 

@@ -143,7 +143,8 @@ def net_archive(store, name="net", seed=7):
 # A stateful handler (TorchServe's sequence batching): each worker keeps a running sum
 # per sequence id in its own dict, as the stateful example keeps an LRU cache; answers
 # the sum with the sequence's id, whether the request started it, and the worker. A
-# request whose body is "wait:PATH" writes PATH.started and waits for PATH to exist.
+# request whose body is "wait:PATH" writes PATH.started and waits (at most 5 minutes)
+# for PATH to exist.
 STATEFUL_HANDLER = '''
 import os
 import time
@@ -164,7 +165,8 @@ class Sums:
             if text.startswith("wait:"):
                 path = text[len("wait:"):]
                 open(path + ".started", "w").close()
-                while not os.path.exists(path):
+                deadline = time.monotonic() + 300
+                while not os.path.exists(path) and time.monotonic() < deadline:
                     time.sleep(0.01)
                 text = "0"
             self.sums[sequence] = self.sums.get(sequence, 0) + int(text)

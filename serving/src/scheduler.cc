@@ -35,7 +35,9 @@ ModelScheduler::ModelScheduler(std::shared_ptr<RequestExecutor> executor, Schedu
     : executor_(std::move(executor)),
       options_(std::move(options)),
       on_execution_(std::move(on_execution)) {
-  StartWorkers(std::max(1, executor_->instances()));
+  // Pinned to one instance (a sequence batcher's lane): that instance's one
+  // worker, as its executions must not overlap.
+  StartWorkers(options_.interpreter >= 0 ? 1 : std::max(1, executor_->instances()));
 }
 
 void ModelScheduler::StartWorkers(int count) {

@@ -25,6 +25,12 @@ c10::IValue Filled(const TensorSpec& spec, int64_t value) {
   return FilledValue(spec.dtype, WithAnySizeAsOne(spec.shape), value);
 }
 
+// A request naming no sequence: id 0 or "".
+bool NamesNoSequence(const CorrelationId& id) {
+  return std::holds_alternative<uint64_t>(id) ? std::get<uint64_t>(id) == 0
+                                              : std::get<std::string>(id).empty();
+}
+
 }  // namespace
 
 std::string CorrelationIdText(const CorrelationId& id) {
@@ -215,10 +221,7 @@ StatusOr<std::vector<c10::IValue>> SequenceBatcher::ModelInputs(const SequenceRe
 }
 
 Status SequenceBatcher::Refusal(const SequenceRequest& request, const Sequence* sequence) const {
-  const bool no_id = std::holds_alternative<uint64_t>(request.id)
-                         ? std::get<uint64_t>(request.id) == 0
-                         : std::get<std::string>(request.id).empty();
-  if (no_id) {
+  if (NamesNoSequence(request.id)) {
     return InvalidArgumentError(
         "the model is stateful (sequence batching): a request needs a sequence_id, a number > 0 "
         "or a non-empty string");
@@ -250,10 +253,7 @@ Status SequenceBatcher::Refusal(const SequenceRequest& request, const Sequence* 
 }
 
 void SequenceBatcher::Submit(SequenceRequest request, ModelScheduler::Done done) {
-  const bool no_id = std::holds_alternative<uint64_t>(request.id)
-                         ? std::get<uint64_t>(request.id) == 0
-                         : std::get<std::string>(request.id).empty();
-  if (no_id && !sequences_config_.new_sequence_prefix.empty()) {
+  if (NamesNoSequence(request.id) && !sequences_config_.new_sequence_prefix.empty()) {
     request.id = sequences_config_.new_sequence_prefix + RandomUuid();
     request.start = true;
   }
@@ -424,7 +424,9 @@ void SequenceBatcher::ReapIdle() {
         ++it;
       }
     }
-    changed_.WaitUntil(&mu_, now + period);
+    // Nothing to end: no need to look again soon (a short max_idle's period
+    // would wake this thread every few milliseconds for the model's life).
+    changed_.WaitUntil(&mu_, now + (active_.empty() ? std::chrono::milliseconds(250) : period));
   }
 }
 

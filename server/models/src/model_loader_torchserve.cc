@@ -68,18 +68,20 @@ StatusOr<std::shared_ptr<LoadedModel>> ModelLoader::LoadTorchServe(
   if (error) return NotFoundError("model " + name + " version " + version + ": " + error.message());
   CHORUS_ASSIGN_OR_RETURN(std::string text, ReadFile(model_dir + "/" + kManifestPath));
   CHORUS_ASSIGN_OR_RETURN(TorchServeManifest manifest, ParseTorchServeManifest(text));
-  CHORUS_ASSIGN_OR_RETURN(
-      TorchServeModelSettings settings,
-      TorchServeModel::ReadSettings(placement_->manager(), model_dir, manifest));
+  const auto given = options_.torchserve_settings.find(name);
+  CHORUS_ASSIGN_OR_RETURN(TorchServeModelSettings settings,
+                          TorchServeModel::ReadSettings(placement_->manager(), model_dir, manifest,
+                                                        given == options_.torchserve_settings.end()
+                                                            ? options_.torchserve_defaults
+                                                            : given->second));
   TorchServeModelOptions options;
   options.model_name = name;
   options.version = version;
   options.model_dir = model_dir;
   options.manifest = std::move(manifest);
-  options.workers = config.instance_count() > 0               ? config.instance_count()
-                    : settings.min_workers > 0                ? settings.min_workers
-                    : options_.torchserve_default_workers > 0 ? options_.torchserve_default_workers
-                                                              : placement_->manager()->size();
+  options.workers = config.instance_count() > 0 ? config.instance_count()
+                    : settings.min_workers > 0  ? settings.min_workers
+                                                : placement_->manager()->size();
   // A load's config (the management API's batch_size, max_batch_delay) wins.
   if (config.max_batch_size.value_or(0) > 0) settings.batch_size = *config.max_batch_size;
   if (config.max_queue_delay) {
@@ -88,6 +90,7 @@ StatusOr<std::shared_ptr<LoadedModel>> ModelLoader::LoadTorchServe(
   }
   options.batch_size = settings.batch_size;
   options.load_timeout = options_.load_timeout;
+  options.response_timeout = settings.response_timeout;
   CHORUS_ASSIGN_OR_RETURN(std::shared_ptr<TorchServeModel> model,
                           TorchServeModel::Load(placement_, options));
   Manifest signature = TorchServeSignature(name, version, settings.batch_size);

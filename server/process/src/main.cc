@@ -179,10 +179,10 @@ void CommandLine::AddTorchServeOptions(CLI::App& app) {
   app.add_option("--torchserve-metrics-port", options.torchserve_metrics_port,
                  "TorchServe's metrics API (/metrics, its frontend counters) port (0: any free "
                  "port, -1: none)");
-  app.add_option("--torchserve-default-workers", options.torchserve_default_workers,
+  app.add_option("--torchserve-default-workers", options.torchserve_defaults.min_workers,
                  "TorchServe's default_workers_per_model: workers of a model whose archive sets "
                  "no minWorkers (0: one per interpreter)")
-      ->check(CLI::Range(0, 256));
+      ->check(CLI::Range(0, chorus::kMaxTorchServeWorkers));
   app.add_flag("--torchserve", torchserve_shape,
                "TorchServe's shape: its APIs on its ports (inference 8080, management 8081, "
                "metrics 8082) where not given otherwise");

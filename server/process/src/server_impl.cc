@@ -148,7 +148,8 @@ StatusOr<RepositoryOptions> RepositoryOptionsOf(const ServerOptions& options, in
   repository.load_timeout = options.model_load_timeout;
   repository.quarantined = options.quarantined;
   repository.auto_complete_config = options.auto_complete_config;
-  repository.torchserve_default_workers = options.torchserve_default_workers;
+  repository.torchserve_defaults = options.torchserve_defaults;
+  repository.torchserve_settings = options.torchserve_model_settings;
   repository.config_name = options.model_config_name;
   return repository;
 }

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cctype>
 #include <charconv>
+#include <functional>
+#include <nlohmann/json.hpp>
 
 namespace chorus {
 namespace {
@@ -28,6 +30,85 @@ std::vector<std::string> Split(const std::string& list) {
     start = comma + 1;
   }
   return items;
+}
+
+// `value` as an integer in [0, most]; INVALID_ARGUMENT naming `key` otherwise.
+StatusOr<int> CountOf(const std::string& key, const std::string& value, int most) {
+  int count = 0;
+  const auto [end, error] = std::from_chars(value.data(), value.data() + value.size(), count);
+  if (error != std::errc() || end != value.data() + value.size() || count < 0 || count > most) {
+    return InvalidArgumentError(key + ": '" + value + "' is not a count (0-" +
+                                std::to_string(most) + ")");
+  }
+  return count;
+}
+
+// One model's settings in models= or model_snapshot ({"version": {"marName",
+// "defaultVersion", "minWorkers", ...}}) over `base`: the default version's,
+// else the first one's. Sets `mar` to its marName ("" when none).
+StatusOr<TorchServeModelSettings> SettingsOfModel(const std::string& name,
+                                                  const nlohmann::json& versions,
+                                                  const TorchServeModelSettings& base,
+                                                  std::string* mar) {
+  if (!versions.is_object() || versions.empty()) {
+    return InvalidArgumentError("model " + name + ": not an object of versions");
+  }
+  const nlohmann::json* chosen = &versions.begin().value();
+  for (const auto& [version, settings] : versions.items()) {
+    if (settings.is_object() && settings.value("defaultVersion", false)) chosen = &settings;
+  }
+  if (!chosen->is_object()) return InvalidArgumentError("model " + name + ": not an object");
+  TorchServeModelSettings settings = base;
+  const std::map<std::string, std::function<void(int)>> keys = {
+      {"minWorkers", [&](int v) { settings.min_workers = v; }},
+      {"maxWorkers", [&](int v) { settings.max_workers = v; }},
+      {"batchSize", [&](int v) { settings.batch_size = std::max(1, v); }},
+      {"maxBatchDelay", [&](int v) { settings.max_batch_delay = std::chrono::milliseconds(v); }},
+      {"responseTimeout", [&](int v) { settings.response_timeout = std::chrono::seconds(v); }},
+  };
+  for (const auto& [key, set] : keys) {
+    auto found = chosen->find(key);
+    if (found == chosen->end()) continue;
+    if (!found->is_number_integer() || found->get<int64_t>() < 0 ||
+        found->get<int64_t>() > 1'000'000'000) {
+      return InvalidArgumentError("model " + name + ": " + key + " is not a count");
+    }
+    set(found->get<int>());
+  }
+  *mar = chosen->value("marName", "");
+  return settings;
+}
+
+// config.properties' models= or model_snapshot (whose "models" member has the
+// same form) applied to `options`, over its TorchServe defaults;
+// model_snapshot's models are also served unless the command line or
+// load_models names others.
+Status ApplyModelSettings(const std::string& key, const std::string& value, bool load_given,
+                          ServerOptions* options) {
+  const nlohmann::json parsed = nlohmann::json::parse(value, nullptr, false);
+  if (parsed.is_discarded() || !parsed.is_object()) {
+    return InvalidArgumentError(key + " is not a JSON object");
+  }
+  const bool snapshot = key == "model_snapshot";
+  const nlohmann::json& models =
+      snapshot ? parsed.value("models", nlohmann::json::object()) : parsed;
+  if (!models.is_object()) return InvalidArgumentError(key + ": \"models\" is not an object");
+  for (const auto& [name, versions] : models.items()) {
+    std::string mar;
+    auto known = options->torchserve_model_settings.find(name);  // model_snapshot's
+    StatusOr<TorchServeModelSettings> settings = SettingsOfModel(
+        name, versions,
+        known == options->torchserve_model_settings.end() ? options->torchserve_defaults
+                                                          : known->second,
+        &mar);
+    if (!settings.ok()) return settings.status().Annotate(key);
+    options->torchserve_model_settings[name] = *settings;
+    if (snapshot && !load_given) {
+      if (mar.empty()) return InvalidArgumentError(key + ": model " + name + " has no marName");
+      options->torchserve_models.push_back(name + "=" + mar);
+    }
+  }
+  return OkStatus();
 }
 
 }  // namespace
@@ -66,7 +147,11 @@ std::map<std::string, std::string> WithEnvironment(std::map<std::string, std::st
   }
   const auto enabled = [](const std::map<std::string, std::string>& map) {
     auto found = map.find("enable_envvars_config");
-    return found != map.end() && found->second == "true";
+    if (found == map.end()) return false;
+    std::string value = found->second;  // Java's parseBoolean: any case
+    std::transform(value.begin(), value.end(), value.begin(),
+                   [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+    return value == "true";
   };
   if (!enabled(properties) && !enabled(variables)) return properties;
   for (auto& [key, value] : variables) properties[key] = std::move(value);
@@ -116,21 +201,25 @@ StatusOr<std::vector<std::string>> ApplyTorchServeProperties(
         options->torchserve_metrics_port = -1;
       }
     } else if (key == "default_workers_per_model") {
-      int workers = 0;
-      const auto [end, error] = std::from_chars(value.data(), value.data() + value.size(), workers);
-      if (error != std::errc() || end != value.data() + value.size() || workers < 0 ||
-          workers > 256) {
-        return InvalidArgumentError(key + ": '" + value + "' is not a count of workers (0-256)");
-      }
+      CHORUS_ASSIGN_OR_RETURN(int workers, CountOf(key, value, kMaxTorchServeWorkers));
       if (!Given(given, "torchserve-default-workers"))
-        options->torchserve_default_workers = workers;
+        options->torchserve_defaults.min_workers = workers;
+    } else if (key == "default_response_timeout") {
+      CHORUS_ASSIGN_OR_RETURN(int seconds, CountOf(key, value, 1'000'000));
+      options->torchserve_defaults.response_timeout = std::chrono::seconds(seconds);
     } else if (key == "enable_model_api") {
       if (!Given(given, "enable-model-api")) options->torchserve_model_api = value == "true";
-    } else if (key == "enable_envvars_config") {
-      // Read by WithEnvironment.
+    } else if (key == "models" || key == "model_snapshot" || key == "enable_envvars_config") {
+      // Below, over the defaults; read by WithEnvironment.
     } else if (key != "disable_token_authorization" || value != "true") {
       // Without --auth-token chorus asks for no token: disabled is its behaviour.
       ignored.push_back(key);
+    }
+  }
+  const bool load_given = Given(given, "models") || properties.count("load_models") > 0;
+  for (const char* key : {"model_snapshot", "models"}) {  // models= wins
+    if (auto found = properties.find(key); found != properties.end()) {
+      CHORUS_RETURN_IF_ERROR(ApplyModelSettings(key, found->second, load_given, options));
     }
   }
   return ignored;

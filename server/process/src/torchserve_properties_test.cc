@@ -57,18 +57,37 @@ TEST(TorchServePropertiesTest, TheCommandLineWinsOverTheFile) {
 TEST(TorchServePropertiesTest, DefaultWorkersPerModelSetsTheWorkersOfModelsThatSetNone) {
   ServerOptions options;
   ASSERT_TRUE(ApplyTorchServeProperties({{"default_workers_per_model", "4"}}, {}, &options).ok());
-  EXPECT_EQ(options.torchserve_default_workers, 4);
-  options.torchserve_default_workers = 2;
+  EXPECT_EQ(options.torchserve_defaults.min_workers, 4);
+  options.torchserve_defaults.min_workers = 2;
   ASSERT_TRUE(ApplyTorchServeProperties({{"default_workers_per_model", "4"}},
                                         {"torchserve-default-workers"}, &options)
                   .ok());
-  EXPECT_EQ(options.torchserve_default_workers, 2);
+  EXPECT_EQ(options.torchserve_defaults.min_workers, 2);
   for (const char* bad : {"four", "-1", "4x", "1000"}) {
     Status status =
         ApplyTorchServeProperties({{"default_workers_per_model", bad}}, {}, &options).status();
     EXPECT_EQ(status.code(), StatusCode::kInvalidArgument) << bad;
     EXPECT_NE(status.message().find("default_workers_per_model"), std::string::npos) << bad;
   }
+}
+
+TEST(TorchServePropertiesTest, DefaultsApplyUnderEachModelsOwnSettings) {
+  ServerOptions options;
+  ASSERT_TRUE(ApplyTorchServeProperties(
+                  {{"default_response_timeout", "300"},
+                   {"default_workers_per_model", "3"},
+                   {"models", R"({"a":{"1.0":{"batchSize":8}},"b":{"1.0":{"minWorkers":1,)"
+                              R"("responseTimeout":5}}})"}},
+                  {}, &options)
+                  .ok());
+  EXPECT_EQ(options.torchserve_defaults.response_timeout, std::chrono::seconds(300));
+  const TorchServeModelSettings& a = options.torchserve_model_settings.at("a");
+  EXPECT_EQ(a.batch_size, 8);
+  EXPECT_EQ(a.min_workers, 3);
+  EXPECT_EQ(a.response_timeout, std::chrono::seconds(300));
+  const TorchServeModelSettings& b = options.torchserve_model_settings.at("b");
+  EXPECT_EQ(b.min_workers, 1);
+  EXPECT_EQ(b.response_timeout, std::chrono::seconds(5));
 }
 
 TEST(TorchServePropertiesTest, EnvironmentVariablesApplyOnlyWhereAskedFor) {
@@ -92,6 +111,51 @@ TEST(TorchServePropertiesTest, EnvironmentVariablesApplyOnlyWhereAskedFor) {
   ASSERT_TRUE(ignored.ok());
   EXPECT_EQ(options.model_repository, "/store");
   EXPECT_TRUE(ignored->empty());
+}
+
+TEST(TorchServePropertiesTest, ModelSnapshotServesItsModelsWithTheirSettings) {
+  // KServe's TorchServe runtime declares its models so, without load_models.
+  const std::string snapshot =
+      R"({"name":"startup.cfg","modelCount":2,"models":{)"
+      R"("mnist":{"1.0":{"defaultVersion":true,"marName":"mnist.mar","minWorkers":2,)"
+      R"("maxWorkers":5,"batchSize":4,"maxBatchDelay":50,"responseTimeout":30}},)"
+      R"("two":{"1.0":{"marName":"old.mar","minWorkers":1},)"
+      R"("2.0":{"defaultVersion":true,"marName":"two.mar","minWorkers":3}}}})";
+  ServerOptions options;
+  ASSERT_TRUE(ApplyTorchServeProperties({{"model_snapshot", snapshot}}, {}, &options).ok());
+  EXPECT_EQ(options.torchserve_models,
+            (std::vector<std::string>{"mnist=mnist.mar", "two=two.mar"}));
+  const TorchServeModelSettings& mnist = options.torchserve_model_settings.at("mnist");
+  EXPECT_EQ(mnist.min_workers, 2);
+  EXPECT_EQ(mnist.max_workers, 5);
+  EXPECT_EQ(mnist.batch_size, 4);
+  EXPECT_EQ(mnist.max_batch_delay, std::chrono::milliseconds(50));
+  EXPECT_EQ(mnist.response_timeout, std::chrono::seconds(30));
+  EXPECT_EQ(options.torchserve_model_settings.at("two").min_workers, 3);  // the default version
+
+  // models= gives settings only; load_models (or --models) says what is served.
+  ServerOptions given;
+  ASSERT_TRUE(
+      ApplyTorchServeProperties({{"load_models", "a.mar"},
+                                 {"model_snapshot", snapshot},
+                                 {"models", R"({"a":{"1.0":{"batchSize":8,"maxBatchDelay":5}}})"}},
+                                {}, &given)
+          .ok());
+  EXPECT_EQ(given.torchserve_models, std::vector<std::string>{"a.mar"});
+  EXPECT_EQ(given.torchserve_model_settings.at("a").batch_size, 8);
+  EXPECT_EQ(given.torchserve_model_settings.count("mnist"), 1u);
+
+  for (const auto& [key, bad] : std::vector<std::pair<std::string, std::string>>{
+           {"models", "not json"},
+           {"models", R"({"m":{"1.0":{"minWorkers":"two"}}})"},
+           {"models", R"({"m":{"1.0":{"batchSize":-1}}})"},
+           {"models", R"({"m":[]})"},
+           {"model_snapshot", R"({"models":{"m":{"1.0":{"minWorkers":1}}}})"}}) {
+    ServerOptions refused;
+    Status status = ApplyTorchServeProperties({{key, bad}}, {}, &refused).status();
+    EXPECT_EQ(status.code(), StatusCode::kInvalidArgument) << bad;
+    EXPECT_NE(status.message().find(key), std::string::npos) << status.ToString();
+  }
 }
 
 TEST(TorchServePropertiesTest, AddressesGiveTheirPortsAndBadOnesAreNamed) {

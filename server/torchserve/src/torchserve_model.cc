@@ -73,15 +73,19 @@ void AddSequenceHeaders(const InferenceRequest& request, std::vector<std::string
       },
       request.correlation_id);
   if (id.empty()) return;
-  const auto add = [headers](const char* name, const std::string& value) {
+  // `replace`: the value chorus tracks wins over the client's (an empty id
+  // became a new sequence's), as TorchServe's frontend updates the header.
+  const auto set = [headers](const char* name, const std::string& value, bool replace) {
     for (size_t i = 0; i + 1 < headers->size(); i += 2) {
-      if ((*headers)[i] == name) return;
+      if ((*headers)[i] != name) continue;
+      if (replace) (*headers)[i + 1] = value;
+      return;
     }
     headers->insert(headers->end(), {name, value});
   };
-  add(torchserve_headers::kSequenceId, id);
-  if (request.flags & kSequenceStartFlag) add(torchserve_headers::kSequenceStart, "true");
-  if (request.flags & kSequenceEndFlag) add(torchserve_headers::kSequenceEnd, "true");
+  set(torchserve_headers::kSequenceId, id, true);
+  if (request.flags & kSequenceStartFlag) set(torchserve_headers::kSequenceStart, "true", false);
+  if (request.flags & kSequenceEndFlag) set(torchserve_headers::kSequenceEnd, "true", false);
 }
 
 // One request as backend.predict takes it: (request id, headers, inputs).
@@ -98,6 +102,15 @@ StatusOr<c10::IValue> BackendRequest(const InferenceRequest& request) {
 c10::IValue StringRows(std::vector<std::string> elements, int64_t width) {
   const int64_t rows = static_cast<int64_t>(elements.size()) / width;
   return StringTensorToIValue(StringTensor{{1, rows, width}, std::move(elements)});
+}
+
+// An answer as the signature's outputs.
+std::vector<c10::IValue> SignatureOutputs(int64_t status, std::string phrase,
+                                          std::vector<std::string> headers, std::string body,
+                                          std::string error) {
+  return {at::full({1, 1}, status, at::TensorOptions().dtype(at::kInt)),
+          StringRows({std::move(phrase)}, 1), StringRows(std::move(headers), 2),
+          StringRows({std::move(body)}, 1), StringRows({std::move(error)}, 1)};
 }
 
 // One answer of backend.predict, (status, phrase, headers, body, error), as
@@ -117,13 +130,9 @@ StatusOr<std::vector<c10::IValue>> Outputs(const c10::IValue& answer) {
   if (status < 100 || status > 599) {
     return InternalError("the handler set HTTP status " + std::to_string(status));
   }
-  return std::vector<c10::IValue>{
-      at::full({1, 1}, status, at::TensorOptions().dtype(at::kInt)),
-      StringRows({items[1].toStringRef()}, 1),
-      StringRows(std::move(headers), 2),
-      StringRows({body.empty() ? std::string() : std::move(body[0])}, 1),
-      StringRows({items[4].toStringRef()}, 1),
-  };
+  return SignatureOutputs(status, items[1].toStringRef(), std::move(headers),
+                          body.empty() ? std::string() : std::move(body[0]),
+                          items[4].toStringRef());
 }
 
 InferenceResult ResultOf(const ExecutorRequest& call, Clock::time_point start) {
@@ -151,9 +160,11 @@ Manifest TorchServeSignature(const std::string& name, const std::string& version
   return manifest;
 }
 
-StatusOr<TorchServeModelSettings> TorchServeModel::ReadSettings(
-    InterpreterManager* manager, const std::string& model_dir, const TorchServeManifest& manifest) {
-  TorchServeModelSettings settings;
+StatusOr<TorchServeModelSettings> TorchServeModel::ReadSettings(InterpreterManager* manager,
+                                                                const std::string& model_dir,
+                                                                const TorchServeManifest& manifest,
+                                                                TorchServeModelSettings defaults) {
+  TorchServeModelSettings settings = defaults;
   InterpreterSession session = manager->AcquireOne();
   if (!manifest.requirements_file.empty()) {
     Status met =
@@ -231,19 +242,38 @@ TorchServeModel::~TorchServeModel() {
 }
 
 Status TorchServeModel::MakeWorkers() {
-  const TorchServeHandler& handler = options_.manifest.handler;
   for (const Worker& worker : workers_) {
-    InterpreterSession session = manager()->Acquire(worker.interpreter);
-    Status made = CallBackend(session, "create_worker",
-                              {worker.key, options_.model_name, options_.model_dir, handler.module,
-                               handler.function, int64_t{-1}, int64_t{options_.batch_size},
-                               options_.manifest.envelope},
-                              CallWithin(options_.load_timeout))
-                      .status();
-    if (!made.ok()) return WithPythonErrorLogged(made, "loading model " + options_.model_name);
+    CHORUS_RETURN_IF_ERROR(MakeWorker(worker));
     ++made_;
   }
   return OkStatus();
+}
+
+Status TorchServeModel::MakeWorker(const Worker& worker) {
+  const TorchServeHandler& handler = options_.manifest.handler;
+  InterpreterSession session = manager()->Acquire(worker.interpreter);
+  Status made = CallBackend(session, "create_worker",
+                            {worker.key, options_.model_name, options_.model_dir, handler.module,
+                             handler.function, int64_t{-1}, int64_t{options_.batch_size},
+                             options_.manifest.envelope},
+                            CallWithin(options_.load_timeout))
+                    .status();
+  return WithPythonErrorLogged(made, "loading model " + options_.model_name);
+}
+
+void TorchServeModel::RestartWorker(const Worker& worker) {
+  Log().warn(
+      "model {}: a batch outlived responseTimeout ({} s); its worker's handler is made "
+      "again, as TorchServe restarts the worker",
+      options_.model_name, options_.response_timeout.count());
+  {
+    InterpreterSession session = manager()->Acquire(worker.interpreter);
+    WithPythonErrorLogged(CallBackend(session, "close_worker", {worker.key}, {}).status(),
+                          "closing " + worker.key)
+        .IgnoreError();
+  }
+  Status made = MakeWorker(worker);
+  if (!made.ok()) Log().error("model {}: {}", options_.model_name, made.ToString());
 }
 
 StatusOr<c10::IValue> TorchServeModel::Predict(const Worker& worker,
@@ -275,7 +305,20 @@ Status TorchServeModel::Execute(int instance, std::vector<ExecutorRequest> batch
     }
     requests.push_back(std::move(*request));
   }
-  StatusOr<c10::IValue> answers = Predict(worker, std::move(requests), deadline);
+  // TorchServe's response timeout, where no request asks for less.
+  const Clock::time_point limit = options_.response_timeout.count() > 0
+                                      ? start + options_.response_timeout
+                                      : Clock::time_point::max();
+  StatusOr<c10::IValue> answers = Predict(worker, std::move(requests), std::min(deadline, limit));
+  if (answers.status().code() == StatusCode::kDeadlineExceeded && limit < deadline) {
+    for (ExecutorRequest& call : batch) {
+      InferenceResult result = ResultOf(call, start);
+      result.outputs = SignatureOutputs(500, "", {}, "", "Worker died.");
+      call.done(std::move(result));
+    }
+    RestartWorker(worker);
+    return answers.status();
+  }
   Status failed = WithPythonErrorLogged(answers.status(), "model " + options_.model_name);
   if (failed.ok() && (!answers->isList() || answers->toListRef().size() != batch.size())) {
     failed = InternalError("the TorchServe backend answered no list of one answer per request");

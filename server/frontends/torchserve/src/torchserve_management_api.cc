@@ -8,6 +8,7 @@
 #include <optional>
 
 #include "chorus/common/logging.h"
+#include "chorus/server/config/torchserve_model_settings.h"
 #include "chorus/server/frontends/http/completion.h"
 #include "server/frontends/torchserve/src/torchserve_json.h"
 
@@ -23,9 +24,6 @@ using torchserve_json::ReplyStatus;
 constexpr char kModel[] = R"(/models/([^/]+))";
 // model, then a version or "all": one version is all chorus has.
 constexpr char kModelVersion[] = R"(/models/([^/]+)/([^/]+))";
-
-// Workers one call may ask for: each is a handler object in this process.
-constexpr int kMaxWorkers = 256;
 
 // Query parameter `name` as an integer in [0, `most`]; `fallback` when absent.
 StatusOr<int> IntParam(const httplib::Request& request, const std::string& name, int fallback,
@@ -45,6 +43,24 @@ bool BoolParam(const httplib::Request& request, const std::string& name, bool fa
   std::string text = request.get_param_value(name);
   std::transform(text.begin(), text.end(), text.begin(), ::tolower);
   return text == "true";
+}
+
+// `request` with the members of its JSON body (Content-Type application/json)
+// as parameters where its query lacks them: TorchServe's register takes its
+// parameters either way. INVALID_ARGUMENT for a body that is not a JSON object.
+StatusOr<httplib::Request> WithJsonParams(const httplib::Request& request) {
+  const std::string type = request.get_header_value("Content-Type");
+  if (type.rfind("application/json", 0) != 0 || request.body.empty()) return request;
+  const nlohmann::json body = nlohmann::json::parse(request.body, nullptr, false);
+  if (body.is_discarded() || !body.is_object()) {
+    return InvalidArgumentError("Invalid request body: not a JSON object");
+  }
+  httplib::Request with_body = request;
+  for (const auto& [name, value] : body.items()) {
+    if (with_body.has_param(name)) continue;
+    with_body.params.emplace(name, value.is_string() ? value.get<std::string>() : value.dump());
+  }
+  return with_body;
 }
 
 // A load's config in Triton's JSON form (ModelOverride): `workers`
@@ -109,7 +125,9 @@ void TorchServeManagementApi::Register(HttpEndpoint* endpoint) {
     List(request, response);
   });
   server->Post("/models", [this](const httplib::Request& request, httplib::Response& response) {
-    RegisterModel(request, response);
+    StatusOr<httplib::Request> with_body = WithJsonParams(request);
+    if (!with_body.ok()) return ReplyError(with_body.status(), response);
+    RegisterModel(*with_body, response);
   });
   server->Get(kModel, [this](const httplib::Request& request, httplib::Response& response) {
     Describe(request.matches[1], response);
@@ -166,7 +184,7 @@ void TorchServeManagementApi::RegisterModel(const httplib::Request& request,
   if (!model_api_) return ReplyModelApiDisabled(response);
   const std::string url = request.get_param_value("url");
   if (url.empty()) return ReplyError(InvalidArgumentError("Parameter url is required."), response);
-  StatusOr<int> workers = IntParam(request, "initial_workers", 0, kMaxWorkers);
+  StatusOr<int> workers = IntParam(request, "initial_workers", 0, kMaxTorchServeWorkers);
   // Not given: the archive's model-config.yaml (else TorchServe's 1 and 100 ms).
   StatusOr<int> batch_size = IntParam(request, "batch_size", 0);
   StatusOr<int> delay = IntParam(request, "max_batch_delay", 100);
@@ -193,7 +211,7 @@ void TorchServeManagementApi::RegisterModel(const httplib::Request& request,
 void TorchServeManagementApi::Scale(const std::string& model, const httplib::Request& request,
                                     httplib::Response& response) const {
   if (Status found = store_->Find(model).status(); !found.ok()) return ReplyError(found, response);
-  StatusOr<int> workers = IntParam(request, "min_worker", 1, kMaxWorkers);
+  StatusOr<int> workers = IntParam(request, "min_worker", 1, kMaxTorchServeWorkers);
   if (!workers.ok()) return ReplyError(workers.status(), response);
   // The batching the model serves with now stays.
   inference::ModelConfigResponse served;

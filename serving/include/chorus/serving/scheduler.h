@@ -51,9 +51,9 @@ struct SchedulerOptions {
   int workers = 1;          // concurrent executions; usually the interpreters
   CrashLabel label;         // what crash reports call the model
   bool decoupled = false;   // the model streams: requests come with on_response
-  // >= 0: every execution runs on this interpreter (a request executor's:
-  // this instance), a sequence batcher's lane, whose sequences keep state
-  // there; -1: on an idle one.
+  // >= 0: every execution runs on this interpreter (for a request executor,
+  // this instance, with one worker), as a sequence batcher's lane does, whose
+  // sequences keep state there; -1: on an idle one.
   int interpreter = -1;
   PriorityOptions priorities;
 };

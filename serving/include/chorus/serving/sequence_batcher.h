@@ -2,10 +2,13 @@
 // sequence (a correlation id) and whether it starts or ends it; a sequence's
 // requests run one at a time, in order, and the model gets what Triton gives
 // it: control inputs (START, END, READY, CORRID) chorus fills in, and implicit
-// state (an output carried to the next request's input). Two strategies:
-//   direct: a sequence is pinned to one interpreter (a lane) for its life, so
-//           a Python model may also keep its own state per correlation id
-//           there; requests of the lane's sequences are batched together;
+// state (an output carried to the next request's input); a model that
+// answers its requests itself (request_executor.h) sees each request's
+// sequence id and flags instead. Two strategies:
+//   direct: a sequence is pinned to one interpreter (a lane; an executor's
+//           instance) for its life, so a Python model may also keep its own
+//           state per correlation id there; requests of the lane's sequences
+//           are batched together;
 //   oldest: requests of any sequences are batched together (one per
 //           sequence), on any interpreter: state must be implicit state.
 // A sequence idle past max_idle is ended and its state freed. Nothing
@@ -58,8 +61,8 @@ class SequenceBatcher {
   // A batcher over `executor` (request_executor.h), whose requests carry
   // `signature`'s inputs: no control or state tensors (INVALID_ARGUMENT for
   // `sequences` naming any); kDirect pins each sequence to one of its
-  // instances, whose executor then sees the sequence's id and flags on every
-  // request (InferenceRequest::correlation_id, flags).
+  // instances. The executor sees each request's sequence id and flags
+  // (InferenceRequest::correlation_id, flags).
   static StatusOr<std::unique_ptr<SequenceBatcher>> Create(
       std::shared_ptr<RequestExecutor> executor, Manifest signature, SequenceBatching sequences,
       SchedulerOptions options, std::function<void(const ExecutionStats&)> on_execution = nullptr);
@@ -99,7 +102,7 @@ class SequenceBatcher {
   struct Sequence {
     int lane = 0;
     bool running = false;
-    bool ended = false;  // by END: only a START may follow
+    bool ended = false;  // by END: only a START may follow (any request, if start_unknown)
     std::vector<at::Tensor> state;
     std::deque<Waiting> waiting;
     std::chrono::steady_clock::time_point last_used;

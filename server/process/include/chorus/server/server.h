@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "chorus/common/status.h"
+#include "chorus/server/config/torchserve_model_settings.h"
 #include "chorus/server/supervisor.h"
 
 namespace chorus {
@@ -95,10 +96,15 @@ struct ServerOptions {
   // Whether the management API registers and unregisters models (TorchServe
   // 0.12's --enable-model-api; off by default, as there).
   bool torchserve_model_api = false;
-  // Workers of a TorchServe model whose archive's model-config.yaml sets no
-  // minWorkers (TorchServe's default_workers_per_model); 0: one per
-  // interpreter, as TorchServe's default is one per core.
-  int torchserve_default_workers = 0;
+  // A TorchServe model's settings where neither its archive's
+  // model-config.yaml nor config.properties' models= says: min_workers is
+  // TorchServe's default_workers_per_model (0: one per interpreter, as
+  // TorchServe's default is one per core), response_timeout its
+  // default_response_timeout.
+  TorchServeModelSettings torchserve_defaults;
+  // By model name: what config.properties' models= and model_snapshot give a
+  // TorchServe model (workers, batching), over torchserve_defaults.
+  std::map<std::string, TorchServeModelSettings> torchserve_model_settings;
   // Triton's --exit-on-error: Start fails ("failed to load all models") when
   // a model of the repository fails to load at start (false: the others serve).
   bool exit_on_error = false;

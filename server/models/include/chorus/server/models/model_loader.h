@@ -10,6 +10,7 @@
 
 #include <chrono>
 #include <cstddef>
+#include <map>
 #include <memory>
 #include <string>
 
@@ -18,6 +19,7 @@
 #include "chorus/package/model.h"
 #include "chorus/package/signature.h"
 #include "chorus/server/config/model_config.h"
+#include "chorus/server/config/torchserve_model_settings.h"
 #include "chorus/server/models/loaded_model.h"
 #include "chorus/server/models/repository_layout.h"
 
@@ -36,9 +38,11 @@ struct ModelLoaderOptions {
   // Whether a Python-backend model's auto_complete_config runs (Triton's
   // default; --disable-auto-complete-config turns it off).
   bool auto_complete_config = true;
-  // A TorchServe model's workers where its model-config.yaml sets no
-  // minWorkers (0: one per interpreter).
-  int torchserve_default_workers = 0;
+  // A TorchServe model's settings before its model-config.yaml's: by model
+  // name, what config.properties gives it (models=, model_snapshot), else the
+  // server's defaults (min_workers 0: one worker per interpreter).
+  TorchServeModelSettings torchserve_defaults;
+  std::map<std::string, TorchServeModelSettings> torchserve_settings;
 };
 
 class ModelLoader {

@@ -27,6 +27,7 @@
 #include "chorus/interpreter/placement.h"
 #include "chorus/package/manifest.h"
 #include "chorus/server/config/torchserve_manifest.h"
+#include "chorus/server/config/torchserve_model_settings.h"
 #include "chorus/serving/request_executor.h"
 
 namespace chorus {
@@ -66,23 +67,6 @@ inline constexpr char kSequenceEnd[] = "ts_request_sequence_end";
 Manifest TorchServeSignature(const std::string& name, const std::string& version,
                              int64_t max_batch_size);
 
-// model-config.yaml's settings chorus maps (TorchServe's defaults where the
-// file leaves one out, or the archive has none).
-struct TorchServeModelSettings {
-  int min_workers = 0;  // 0: the server's default
-  int max_workers = 0;
-  int batch_size = 1;
-  std::chrono::milliseconds max_batch_delay{100};
-  std::chrono::seconds response_timeout{120};
-  // Sequence batching (a stateful model): a sequence's requests run in order,
-  // one at a time, on one worker; at most max_sequences active, each with at
-  // most max_waiting requests waiting; one idle for sequence_max_idle ends.
-  bool sequence_batching = false;
-  std::chrono::milliseconds sequence_max_idle{0};  // 0: not stateful (TorchServe's rule)
-  int max_sequences = 1;
-  int max_waiting = 1;
-};
-
 struct TorchServeModelOptions {
   std::string model_name;
   std::string version;    // chorus' version folder
@@ -92,19 +76,26 @@ struct TorchServeModelOptions {
   int batch_size = 1;  // the handler's context.system_properties["batch_size"]
   // How long loading the handler and each initialize may take (0: no limit).
   std::chrono::milliseconds load_timeout{0};
+  // How long a batch may take (responseTimeout; 0: no limit): a handler still
+  // running then is interrupted (at its next Python bytecode), the batch's
+  // requests get TorchServe's 500 "Worker died.", and the worker's handler is
+  // made and initialized again, as TorchServe starts a new worker process.
+  std::chrono::seconds response_timeout{0};
 };
 
 class TorchServeModel final : public RequestExecutor {
  public:
   // The settings of the archive's model-config.yaml (the manifest's
-  // configFile), read in one of the manager's interpreters, once its
-  // requirements file (if any) is found met by what the interpreters have.
+  // configFile) over `defaults` (config.properties' for the model), read in
+  // one of the manager's interpreters, once its requirements file (if any) is
+  // found met by what the interpreters have.
   // Errors: FAILED_PRECONDITION naming the requirements not met (nothing is
   // installed per model); the config file's (unreadable, a setting that is
   // not an integer).
   static StatusOr<TorchServeModelSettings> ReadSettings(InterpreterManager* manager,
                                                         const std::string& model_dir,
-                                                        const TorchServeManifest& manifest);
+                                                        const TorchServeManifest& manifest,
+                                                        TorchServeModelSettings defaults = {});
 
   // Places `options.workers` workers over interpreters `placement` pins to
   // the model and initializes each. Errors: the handler's (its import, its
@@ -115,8 +106,8 @@ class TorchServeModel final : public RequestExecutor {
   ~TorchServeModel() override;
 
   int instances() const override { return static_cast<int>(workers_.size()); }
-  // Runs the batch through worker `instance`'s handler; answers every request
-  // before returning.
+  // Runs the batch through worker `instance`'s handler (within the response
+  // timeout); answers every request before returning.
   Status Execute(int instance, std::vector<ExecutorRequest> batch) override;
   // Every request is answered within Execute: nothing to wait for.
   void Drain(std::chrono::steady_clock::time_point) override {}
@@ -129,6 +120,11 @@ class TorchServeModel final : public RequestExecutor {
   TorchServeModel(InterpreterPlacement* placement, TorchServeModelOptions options,
                   InterpreterLease lease, std::vector<Worker> workers);
   Status MakeWorkers();
+  // Worker `worker`'s handler made and initialized, in its interpreter.
+  Status MakeWorker(const Worker& worker);
+  // After a batch outlived the response timeout: the worker's handler closed
+  // and made again (errors logged: its next batches then fail).
+  void RestartWorker(const Worker& worker);
   // backend.predict's answers to `requests` (BackendRequest's) on `worker`.
   StatusOr<c10::IValue> Predict(const Worker& worker, c10::impl::GenericList requests,
                                 std::chrono::steady_clock::time_point deadline);
