@@ -164,8 +164,19 @@ def replace_with_the_spare(server, cell, ports, models, absent=()):
     """Kills `cell`'s serving process once the spare is ready; waits until the spare serves
     in its place with `models` loaded and `absent` not, and the next spare is ready."""
     wait_until(lambda: spare_ready(server), 300, server.log_text)
-    victim, spares = cell_pid(server, cell), spares_started(server)
-    os.kill(victim, signal.SIGKILL)
+    spares = spares_started(server)
+    victim = None
+
+    def killed():
+        nonlocal victim
+        victim = cell_pid(server, cell)
+        try:
+            os.kill(victim, signal.SIGKILL)
+            return True
+        except ProcessLookupError:  # gone already: the log names its successor soon
+            return False
+
+    wait_until(killed, 120, server.log_text)
     wait_until(lambda: cell_pid(server, cell) != victim, 120, server.log_text)
     wait_until(lambda: all(serves(ports[cell], m) for m in models)
                and not any(serves(ports[cell], m) for m in absent), 120, server.log_text)

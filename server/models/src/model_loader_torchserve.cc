@@ -79,6 +79,9 @@ StatusOr<std::shared_ptr<LoadedModel>> ModelLoader::LoadTorchServe(
   options.version = version;
   options.model_dir = model_dir;
   options.manifest = std::move(manifest);
+  if (!options_.torchserve_service_envelope.empty()) {  // TorchServe's service_envelope wins
+    options.manifest.envelope = options_.torchserve_service_envelope;
+  }
   options.workers = config.instance_count() > 0 ? config.instance_count()
                     : settings.min_workers > 0  ? settings.min_workers
                                                 : placement_->manager()->size();

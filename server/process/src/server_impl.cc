@@ -150,6 +150,7 @@ StatusOr<RepositoryOptions> RepositoryOptionsOf(const ServerOptions& options, in
   repository.auto_complete_config = options.auto_complete_config;
   repository.torchserve_defaults = options.torchserve_defaults;
   repository.torchserve_settings = options.torchserve_model_settings;
+  repository.torchserve_service_envelope = options.torchserve_service_envelope;
   repository.config_name = options.model_config_name;
   return repository;
 }

@@ -207,6 +207,12 @@ StatusOr<std::vector<std::string>> ApplyTorchServeProperties(
     } else if (key == "default_response_timeout") {
       CHORUS_ASSIGN_OR_RETURN(int seconds, CountOf(key, value, 1'000'000));
       options->torchserve_defaults.response_timeout = std::chrono::seconds(seconds);
+    } else if (key == "service_envelope") {
+      if (value != "json" && value != "body" && value != "kserve" && value != "kservev2") {
+        return InvalidArgumentError(key + ": '" + value +
+                                    "' is not an envelope (json, body, kserve, kservev2)");
+      }
+      options->torchserve_service_envelope = value;
     } else if (key == "enable_model_api") {
       if (!Given(given, "enable-model-api")) options->torchserve_model_api = value == "true";
     } else if (key == "models" || key == "model_snapshot" || key == "enable_envvars_config") {

@@ -1,7 +1,8 @@
 // TorchServe's config.properties (its --ts-config) read onto chorus-server's
 // options: the keys that mean something to chorus (the API addresses'
-// ports, model_store, load_models, default_workers_per_model, models and
-// model_snapshot, enable_metrics_api, enable_model_api) are applied; every
+// ports, model_store, load_models, default_workers_per_model,
+// default_response_timeout, models and model_snapshot, service_envelope,
+// enable_metrics_api, enable_model_api) are applied; every
 // other key is named as ignored. Read by the supervisor, before any port is
 // picked. Thread-compatible functions.
 #ifndef CHORUS_SERVER_PROCESS_SRC_TORCHSERVE_PROPERTIES_H_

@@ -21,6 +21,20 @@ using torchserve_json::Pretty;
 // model, version ("" for none), the rest of the path ("" for none).
 constexpr char kPredictions[] = R"(/predictions/([^/]+)(?:/([^/]+))?(?:/(.*))?)";
 constexpr char kExplanations[] = R"(/explanations/([^/]+)(?:/([^/]+))?(?:/(.*))?)";
+// KServe's paths, which TorchServe's frontend serves as predictions and
+// explanations of the body as it is (its KServe runtime's wrapper forwards
+// them; an envelope, service_envelope, reads and writes KServe's JSON):
+// model, "predict" | "explain" (v1), "infer" | "explain" (v2).
+constexpr char kKServeV1[] = R"(/v1/models/([^/:]+):(predict|explain))";
+constexpr char kKServeV2[] = R"(/v2/models/([^/]+)/(infer|explain))";
+
+// What a route's path names.
+struct Target {
+  std::string model;
+  std::string version;  // "" for none
+  std::string rest;     // the path after the version ("" for none): url_path
+  bool explain = false;
+};
 
 // One input of a request, as TorchServe's frontend hands it to a worker.
 struct Field {
@@ -112,13 +126,12 @@ void AddStrings(inference::ModelInferRequest* infer, const char* name, int64_t w
   infer->add_raw_input_contents(StringsToRaw(elements));
 }
 
-// The signature's tensors for `request` (its path matched a route's
-// pattern: model, version, the rest), with a new request id.
-inference::ModelInferRequest InferRequestOf(const httplib::Request& request,
-                                            const std::vector<Field>& fields, bool explain) {
+// The signature's tensors for `request` to `target`, with a new request id.
+inference::ModelInferRequest InferRequestOf(const httplib::Request& request, const Target& target,
+                                            const std::vector<Field>& fields) {
   inference::ModelInferRequest infer;
-  infer.set_model_name(request.matches[1]);
-  infer.set_model_version(request.matches[2]);
+  infer.set_model_name(target.model);
+  infer.set_model_version(target.version);
   infer.set_id(RandomUuid());  // as TorchServe's
   std::vector<std::string> headers;
   for (const auto& [name, value] : request.headers) {
@@ -132,9 +145,8 @@ inference::ModelInferRequest InferRequestOf(const httplib::Request& request,
       (*infer.mutable_parameters())["sequence_id"].set_string_param(value);
     }
   }
-  headers.insert(headers.end(), {"explain", explain ? "True" : "False"});
-  if (request.matches[3].length() > 0)
-    headers.insert(headers.end(), {"url_path", request.matches[3]});
+  headers.insert(headers.end(), {"explain", target.explain ? "True" : "False"});
+  if (!target.rest.empty()) headers.insert(headers.end(), {"url_path", target.rest});
   AddStrings(&infer, tensors::kHeaders, 2, headers);
   std::vector<std::string> inputs;
   for (const Field& field : fields) {
@@ -210,23 +222,37 @@ void TorchServeInferenceApi::Register(HttpEndpoint* endpoint) {
   };
   server->Get("/ping", ping);
   server->Post("/ping", ping);
-  for (const auto& [pattern, explain] : {std::pair{kPredictions, false}, {kExplanations, true}}) {
-    // As TorchServe: the method is not checked.
-    const auto with_body = [this, explain = explain](const httplib::Request& request,
-                                                     httplib::Response& response,
-                                                     const httplib::ContentReader& reader) {
+  using TargetOf = Target (*)(const httplib::Request&);
+  const auto predictions = [](const httplib::Request& r) {
+    return Target{r.matches[1], r.matches[2], r.matches[3], false};
+  };
+  const auto explanations = [](const httplib::Request& r) {
+    return Target{r.matches[1], r.matches[2], r.matches[3], true};
+  };
+  const auto kserve = [](const httplib::Request& r) {
+    return Target{r.matches[1], "", "", r.matches[2] == "explain"};
+  };
+  for (const auto& [pattern, target_of, any_method] :
+       {std::tuple<const char*, TargetOf, bool>{kPredictions, predictions, true},
+        {kExplanations, explanations, true},
+        {kKServeV1, kserve, false},
+        {kKServeV2, kserve, false}}) {
+    const auto with_body = [this, target_of = target_of](const httplib::Request& request,
+                                                         httplib::Response& response,
+                                                         const httplib::ContentReader& reader) {
       std::optional<std::vector<Field>> fields = ReadFields(request, reader);
       if (!fields) {
         if (response.status < 400) response.status = 400;
         return;  // the error handler writes the body
       }
-      Predict(InferRequestOf(request, *fields, explain), response);
+      Predict(InferRequestOf(request, target_of(request), *fields), response);
     };
     server->Post(pattern, with_body);
+    if (!any_method) continue;  // TorchServe's own paths take any method
     server->Put(pattern, with_body);
-    server->Get(pattern, [this, explain = explain](const httplib::Request& request,
-                                                   httplib::Response& response) {
-      Predict(InferRequestOf(request, FieldsOf(request, ""), explain), response);
+    server->Get(pattern, [this, target_of = target_of](const httplib::Request& request,
+                                                       httplib::Response& response) {
+      Predict(InferRequestOf(request, target_of(request), FieldsOf(request, "")), response);
     });
   }
 }

@@ -24,6 +24,8 @@ using torchserve_json::ReplyStatus;
 constexpr char kModel[] = R"(/models/([^/]+))";
 // model, then a version or "all": one version is all chorus has.
 constexpr char kModelVersion[] = R"(/models/([^/]+)/([^/]+))";
+// KServe v1's model readiness, which TorchServe's management API answers.
+constexpr char kKServeModel[] = R"(/v1/models/([^/:]+))";
 
 // Query parameter `name` as an integer in [0, `most`]; `fallback` when absent.
 StatusOr<int> IntParam(const httplib::Request& request, const std::string& name, int fallback,
@@ -135,6 +137,9 @@ void TorchServeManagementApi::Register(HttpEndpoint* endpoint) {
   server->Get(kModelVersion, [this](const httplib::Request& request, httplib::Response& response) {
     Describe(request.matches[1], response);
   });
+  server->Get(kKServeModel, [this](const httplib::Request& request, httplib::Response& response) {
+    KServeReadiness(request.matches[1], response);
+  });
   server->Put(kModel, [this](const httplib::Request& request, httplib::Response& response) {
     Scale(request.matches[1], request, response);
   });
@@ -159,6 +164,13 @@ void TorchServeManagementApi::List(const httplib::Request& request,
   if (end < static_cast<int>(entries.size())) answer["nextPageToken"] = std::to_string(end);
   answer["models"] = std::move(models);
   response.set_content(Pretty(answer), kJson);
+}
+
+void TorchServeManagementApi::KServeReadiness(const std::string& model,
+                                              httplib::Response& response) const {
+  if (Status found = store_->Find(model).status(); !found.ok()) return ReplyError(found, response);
+  const bool serving = core_->ModelReady(model, "");
+  response.set_content(Pretty(ordered_json{{"name", model}, {"ready", serving}}), kJson);
 }
 
 void TorchServeManagementApi::Describe(const std::string& model,

@@ -105,6 +105,10 @@ struct ServerOptions {
   // By model name: what config.properties' models= and model_snapshot give a
   // TorchServe model (workers, batching), over torchserve_defaults.
   std::map<std::string, TorchServeModelSettings> torchserve_model_settings;
+  // TorchServe's service_envelope ("json", "body", "kserve", "kservev2"): the
+  // envelope every TorchServe model's handler runs in, over its archive's
+  // ("": the archive's).
+  std::string torchserve_service_envelope;
   // Triton's --exit-on-error: Start fails ("failed to load all models") when
   // a model of the repository fails to load at start (false: the others serve).
   bool exit_on_error = false;

@@ -43,6 +43,8 @@ struct ModelLoaderOptions {
   // server's defaults (min_workers 0: one worker per interpreter).
   TorchServeModelSettings torchserve_defaults;
   std::map<std::string, TorchServeModelSettings> torchserve_settings;
+  // The envelope every TorchServe model's handler runs in ("": its archive's).
+  std::string torchserve_service_envelope;
 };
 
 class ModelLoader {

@@ -1,7 +1,10 @@
 // server/frontends/torchserve/: TorchServe 0.12's inference API over chorus'
 // inference core, for clients of TorchServe unchanged: /ping, and
 // /predictions/{model}[/{version}] and /explanations/... with raw, JSON,
-// url-encoded and multipart bodies. A request becomes the tensors of a
+// url-encoded and multipart bodies; KServe's /v1/models/{model}:predict and
+// :explain, /v2/models/{model}/infer and /explain, as predictions and
+// explanations of the body as it is (TorchServe's KServe runtime forwards
+// them so; its service_envelope reads and writes KServe's JSON). A request becomes the tensors of a
 // TorchServe model's signature (chorus/server/torchserve/torchserve_model.h):
 // its headers and its inputs (the raw body as "body", or one per form field,
 // the last of a repeated name) with their content types; the handler's answer
@@ -12,8 +15,8 @@
 // Where chorus differs from TorchServe: a version in the path is a chorus
 // version folder (a model store's archives serve as version 1), not the
 // manifest's modelVersion; streaming responses
-// (send_intermediate_predict_response) and the legacy, SageMaker and KServe
-// routes are not served.
+// (send_intermediate_predict_response), the legacy and SageMaker routes and
+// the open inference protocol's (ts_open_inference_protocol) are not served.
 #ifndef CHORUS_SERVER_FRONTENDS_TORCHSERVE_TORCHSERVE_INFERENCE_API_H_
 #define CHORUS_SERVER_FRONTENDS_TORCHSERVE_TORCHSERVE_INFERENCE_API_H_
 

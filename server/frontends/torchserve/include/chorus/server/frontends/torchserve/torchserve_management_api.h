@@ -3,7 +3,8 @@
 // (POST /models?url=...: a .mar of the model store or a path, with
 // model_name, initial_workers, batch_size, max_batch_delay, synchronous),
 // scale workers (PUT /models/{model}?min_worker=N), unregister (DELETE
-// /models/{model}), with TorchServe's status codes and JSON. A registration
+// /models/{model}), KServe v1's readiness (GET /v1/models/{model}), with
+// TorchServe's status codes and JSON. A registration
 // links the archive into the store's repository (model_store.h) and loads it
 // with initial_workers workers (0: registered, not loaded, as TorchServe
 // serves nothing until workers are added); scaling loads it again with the
@@ -40,6 +41,8 @@ class TorchServeManagementApi {
  private:
   void List(const httplib::Request& request, httplib::Response& response) const;
   void Describe(const std::string& model, httplib::Response& response) const;
+  // GET /v1/models/{model}: {"name", "ready"} (KServe v1's readiness).
+  void KServeReadiness(const std::string& model, httplib::Response& response) const;
   void RegisterModel(const httplib::Request& request, httplib::Response& response) const;
   void Scale(const std::string& model, const httplib::Request& request,
              httplib::Response& response) const;
