@@ -259,3 +259,16 @@ def test_the_metrics_api_counts_each_model_requests_as_torchserve_names_them(ser
     assert "# TYPE ts_queue_latency_microseconds counter" in text
     only = metrics("?name[]=ts_queue_latency_microseconds")
     assert "ts_queue_latency_microseconds{" in only and "ts_inference_requests_total" not in only
+
+
+def test_a_model_asking_for_more_workers_than_chorus_runs_is_refused_naming_why(tmp_path):
+    store = str(tmp_path / "store")
+    echo_archive(store, "greedy", config="minWorkers: 1000\n")
+    server = ServerProcess(store, "--models", "greedy.mar", "--torchserve-inference-port", "0",
+                           interpreters=1)
+    try:
+        status, _, body = call(server, "/predictions/greedy", b"x")
+        error = json.loads(body)
+        assert status == 503 and "1000 workers" in error["message"], error
+    finally:
+        assert server.stop() == 0

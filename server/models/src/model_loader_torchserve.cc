@@ -85,6 +85,12 @@ StatusOr<std::shared_ptr<LoadedModel>> ModelLoader::LoadTorchServe(
   options.workers = config.instance_count() > 0 ? config.instance_count()
                     : settings.min_workers > 0  ? settings.min_workers
                                                 : placement_->manager()->size();
+  if (options.workers > kMaxTorchServeWorkers) {
+    return InvalidArgumentError("model " + name + " asks for " + std::to_string(options.workers) +
+                                " workers; chorus runs at most " +
+                                std::to_string(kMaxTorchServeWorkers) +
+                                " (each is a handler object in this process)");
+  }
   // A load's config (the management API's batch_size, max_batch_delay) wins.
   if (config.max_batch_size.value_or(0) > 0) settings.batch_size = *config.max_batch_size;
   if (config.max_queue_delay) {
