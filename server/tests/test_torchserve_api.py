@@ -40,6 +40,27 @@ def call(server, path, body=b"", headers=None, method="POST"):
         connection.close()
 
 
+def workers_seen(server, model, calls=60, at_once=4):
+    """The distinct workers (their Context objects) that answered `calls` requests sent
+    `at_once` at a time."""
+    seen = set()
+    lock = threading.Lock()
+
+    def ask():
+        for _ in range(calls // at_once):
+            status, _, body = call(server, f"/predictions/{model}", b"x")
+            assert status == 200, body
+            with lock:
+                seen.add(json.loads(body)["worker"])
+
+    threads = [threading.Thread(target=ask) for _ in range(at_once)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return len(seen)
+
+
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
     store = str(tmp_path_factory.mktemp("torchserve") / "store")
@@ -161,21 +182,7 @@ def test_batch_size_and_max_batch_delay_batch_concurrent_requests(server):
 def test_min_workers_makes_that_many_workers_each_with_its_own_context(server):
     # Requests two at a time, so that the second worker has work whichever the
     # scheduler picks first.
-    seen = set()
-    lock = threading.Lock()
-
-    def ask():
-        for _ in range(10):
-            _, _, body = call(server, "/predictions/two_workers", b"x")
-            with lock:
-                seen.add(json.loads(body)["worker"])
-
-    threads = [threading.Thread(target=ask) for _ in range(2)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    assert len(seen) == 2
+    assert workers_seen(server, "two_workers", calls=20, at_once=2) == 2
 
 
 def test_an_eager_model_with_its_state_dict_answers_its_net(server):

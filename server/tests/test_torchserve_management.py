@@ -4,11 +4,10 @@ unregister the archives of a model store, answered with TorchServe's codes and J
 import http.client
 import json
 import socket
-import threading
 
 import pytest
 from conftest import ServerProcess, wait_until
-from test_torchserve_api import call
+from test_torchserve_api import call, workers_seen
 from torchserve_archives import echo_archive
 
 FLAGS = ("--torchserve-inference-port", "0", "--torchserve-management-port", "0",
@@ -29,27 +28,6 @@ def manage(server, method, path, body=None):
         return response.status, json.loads(response.read())
     finally:
         connection.close()
-
-
-def workers_seen(server, model, calls=60):
-    """The distinct workers (their Context objects) that answered `calls` requests sent
-    4 at a time."""
-    seen = set()
-    lock = threading.Lock()
-
-    def ask():
-        for _ in range(calls // 4):
-            status, _, body = call(server, f"/predictions/{model}", b"x")
-            assert status == 200, body
-            with lock:
-                seen.add(json.loads(body)["worker"])
-
-    threads = [threading.Thread(target=ask) for _ in range(4)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    return len(seen)
 
 
 @pytest.fixture(scope="module")

@@ -29,7 +29,7 @@ class Spinner:
 
 CONFIG = """
 minWorkers: 1
-responseTimeout: 1
+responseTimeout: 5
 """
 
 

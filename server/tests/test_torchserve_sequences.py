@@ -25,11 +25,12 @@ maxNumSequence: 16
 maxSequenceJobQueueSize: 1
 """
 
-# Two sequences at most, each idle for 3 s ends it.
+# Two sequences at most, each idle for 10 s ends it (long enough for a loaded machine
+# to send three requests within it).
 SHORT_CONFIG = """
 minWorkers: 1
 sequenceBatching: true
-sequenceMaxIdleMSec: 3000
+sequenceMaxIdleMSec: 10000
 maxNumSequence: 2
 """
 
@@ -145,7 +146,7 @@ def test_more_sequences_than_max_num_sequence_wait_for_one_to_idle_out(server):
     status, error = add(server, "short", 1, "three")
     assert status == 503 and error["type"] == "ServiceUnavailableException", error
     assert "three" in error["message"]
-    # sequenceMaxIdleMSec (3 s) ends both: a third sequence may start.
+    # sequenceMaxIdleMSec (10 s) ends both: a third sequence may start.
     wait_until(lambda: add(server, "short", 1, "three")[0] == 200,
                why=lambda: "the idle sequences never ended")
 
