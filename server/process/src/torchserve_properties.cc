@@ -2,9 +2,11 @@
 
 #include <algorithm>
 #include <cctype>
-#include <charconv>
 #include <functional>
 #include <nlohmann/json.hpp>
+#include <optional>
+
+#include "chorus/common/numbers.h"
 
 namespace chorus {
 namespace {
@@ -34,13 +36,12 @@ std::vector<std::string> Split(const std::string& list) {
 
 // `value` as an integer in [0, most]; INVALID_ARGUMENT naming `key` otherwise.
 StatusOr<int> CountOf(const std::string& key, const std::string& value, int most) {
-  int count = 0;
-  const auto [end, error] = std::from_chars(value.data(), value.data() + value.size(), count);
-  if (error != std::errc() || end != value.data() + value.size() || count < 0 || count > most) {
+  const std::optional<int64_t> count = ParseNonNegativeInt64(value);
+  if (!count || *count > most) {
     return InvalidArgumentError(key + ": '" + value + "' is not a count (0-" +
                                 std::to_string(most) + ")");
   }
-  return count;
+  return static_cast<int>(*count);
 }
 
 // One model's settings in models= or model_snapshot ({"version": {"marName",
@@ -170,12 +171,11 @@ StatusOr<int> PortOfAddress(const std::string& address) {
     return kind == "http" ? 80 : 443;
   }
   const std::string digits = rest.substr(colon + 1, rest.find('/', colon) - colon - 1);
-  int port = 0;
-  const auto [end, error] = std::from_chars(digits.data(), digits.data() + digits.size(), port);
-  if (error != std::errc() || end != digits.data() + digits.size() || port <= 0 || port > 65535) {
+  const std::optional<int64_t> port = ParseNonNegativeInt64(digits);
+  if (!port || *port == 0 || *port > 65535) {
     return InvalidArgumentError("'" + address + "' has no valid port");
   }
-  return port;
+  return static_cast<int>(*port);
 }
 
 StatusOr<std::vector<std::string>> ApplyTorchServeProperties(

@@ -3,11 +3,11 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <charconv>
 #include <limits>
 #include <optional>
 
 #include "chorus/common/logging.h"
+#include "chorus/common/numbers.h"
 #include "chorus/server/config/torchserve_model_settings.h"
 #include "chorus/server/frontends/http/completion.h"
 #include "server/frontends/torchserve/src/torchserve_json.h"
@@ -32,12 +32,9 @@ StatusOr<int> IntParam(const httplib::Request& request, const std::string& name,
                        int most = std::numeric_limits<int>::max()) {
   if (!request.has_param(name)) return fallback;
   const std::string text = request.get_param_value(name);
-  int value = 0;
-  const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
-  if (error != std::errc() || end != text.data() + text.size() || value < 0 || value > most) {
-    return InvalidArgumentError("Invalid " + name + ": " + text);
-  }
-  return value;
+  const std::optional<int64_t> value = ParseNonNegativeInt64(text);
+  if (!value || *value > most) return InvalidArgumentError("Invalid " + name + ": " + text);
+  return static_cast<int>(*value);
 }
 
 bool BoolParam(const httplib::Request& request, const std::string& name, bool fallback) {
