@@ -140,9 +140,8 @@ SequenceBatcher::SequenceBatcher(std::shared_ptr<Model> model,
       manifest_(std::move(signature)),
       sequences_config_(std::move(sequences)),
       options_(std::move(options)) {
-  const Manifest& manifest = manifest_;
-  const Manifest client = ClientSignature(manifest, sequences_config_).value();
-  for (const TensorSpec& spec : manifest.inputs) {
+  const Manifest client = ClientSignature(manifest_, sequences_config_).value();
+  for (const TensorSpec& spec : manifest_.inputs) {
     InputSource source{InputSource::kClient, 0, SequenceControl::kStart};
     for (const auto& [name, control] : sequences_config_.controls) {
       if (name == spec.name) source = {InputSource::kControl, 0, control};
@@ -155,7 +154,7 @@ SequenceBatcher::SequenceBatcher(std::shared_ptr<Model> model,
     }
     inputs_.push_back(source);
   }
-  for (const TensorSpec& spec : manifest.outputs) {
+  for (const TensorSpec& spec : manifest_.outputs) {
     int state = -1;
     for (size_t s = 0; s < sequences_config_.states.size(); ++s) {
       if (sequences_config_.states[s].second == spec.name) state = static_cast<int>(s);
@@ -179,19 +178,17 @@ SequenceBatcher::~SequenceBatcher() {
 std::vector<at::Tensor> SequenceBatcher::InitialState() const {
   std::vector<at::Tensor> state;
   for (const auto& [input, output] : sequences_config_.states) {
-    const Manifest& manifest = manifest_;
-    state.push_back(Filled(manifest.inputs[FindTensor(manifest.inputs, input)], 0).toTensor());
+    state.push_back(Filled(manifest_.inputs[FindTensor(manifest_.inputs, input)], 0).toTensor());
   }
   return state;
 }
 
 StatusOr<std::vector<c10::IValue>> SequenceBatcher::ModelInputs(const SequenceRequest& request,
                                                                 const Sequence& sequence) const {
-  const Manifest& manifest = manifest_;
   std::vector<c10::IValue> inputs;
   for (size_t i = 0; i < inputs_.size(); ++i) {
     const InputSource& source = inputs_[i];
-    const TensorSpec& spec = manifest.inputs[i];
+    const TensorSpec& spec = manifest_.inputs[i];
     if (source.kind == InputSource::kClient) {
       inputs.push_back(request.call.inputs.at(source.index));
     } else if (source.kind == InputSource::kState) {

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cctype>
-#include <functional>
 #include <nlohmann/json.hpp>
 #include <optional>
 
@@ -60,21 +59,16 @@ StatusOr<TorchServeModelSettings> SettingsOfModel(const std::string& name,
   }
   if (!chosen->is_object()) return InvalidArgumentError("model " + name + ": not an object");
   TorchServeModelSettings settings = base;
-  const std::map<std::string, std::function<void(int)>> keys = {
-      {"minWorkers", [&](int v) { settings.min_workers = v; }},
-      {"maxWorkers", [&](int v) { settings.max_workers = v; }},
-      {"batchSize", [&](int v) { settings.batch_size = std::max(1, v); }},
-      {"maxBatchDelay", [&](int v) { settings.max_batch_delay = std::chrono::milliseconds(v); }},
-      {"responseTimeout", [&](int v) { settings.response_timeout = std::chrono::seconds(v); }},
-  };
-  for (const auto& [key, set] : keys) {
+  // The keys TorchServe reads from models= (ConfigManager.getJsonIntValue).
+  for (const char* key :
+       {"minWorkers", "maxWorkers", "batchSize", "maxBatchDelay", "responseTimeout"}) {
     auto found = chosen->find(key);
     if (found == chosen->end()) continue;
     if (!found->is_number_integer() || found->get<int64_t>() < 0 ||
         found->get<int64_t>() > 1'000'000'000) {
       return InvalidArgumentError("model " + name + ": " + key + " is not a count");
     }
-    set(found->get<int>());
+    SetTorchServeSetting(key, found->get<int64_t>(), &settings);
   }
   *mar = chosen->value("marName", "");
   return settings;

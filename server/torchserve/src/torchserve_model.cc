@@ -187,16 +187,7 @@ StatusOr<TorchServeModelSettings> TorchServeModel::ReadSettings(InterpreterManag
     if (number < 0) {
       return InvalidArgumentError(manifest.config_file + ": " + key + " must not be negative");
     }
-    if (key == "minWorkers") settings.min_workers = static_cast<int>(number);
-    if (key == "maxWorkers") settings.max_workers = static_cast<int>(number);
-    if (key == "batchSize") settings.batch_size = std::max<int>(1, static_cast<int>(number));
-    if (key == "maxBatchDelay") settings.max_batch_delay = std::chrono::milliseconds(number);
-    if (key == "responseTimeout") settings.response_timeout = std::chrono::seconds(number);
-    if (key == "sequenceBatching") settings.sequence_batching = number != 0;
-    if (key == "sequenceMaxIdleMSec")
-      settings.sequence_max_idle = std::chrono::milliseconds(number);
-    if (key == "maxNumSequence") settings.max_sequences = static_cast<int>(number);
-    if (key == "maxSequenceJobQueueSize") settings.max_waiting = static_cast<int>(number);
+    SetTorchServeSetting(key, number, &settings);  // the backend answers only these keys
   }
   return settings;
 }

@@ -4,7 +4,11 @@
 #ifndef CHORUS_SERVER_CONFIG_TORCHSERVE_MODEL_SETTINGS_H_
 #define CHORUS_SERVER_CONFIG_TORCHSERVE_MODEL_SETTINGS_H_
 
+#include <algorithm>
 #include <chrono>
+#include <cstdint>
+#include <limits>
+#include <string_view>
 
 namespace chorus {
 
@@ -26,6 +30,37 @@ struct TorchServeModelSettings {
   int max_sequences = 1;
   int max_waiting = 1;
 };
+
+// Sets the setting that model-config.yaml (and config.properties' models=)
+// calls `key` ("minWorkers", "batchSize", "sequenceBatching" as 0 or 1, ...)
+// to `value` (>= 0; past int's range, its largest); false for a key that
+// names none of them.
+inline bool SetTorchServeSetting(std::string_view key, int64_t value,
+                                 TorchServeModelSettings* settings) {
+  const int count = static_cast<int>(std::min<int64_t>(value, std::numeric_limits<int>::max()));
+  if (key == "minWorkers") {
+    settings->min_workers = count;
+  } else if (key == "maxWorkers") {
+    settings->max_workers = count;
+  } else if (key == "batchSize") {
+    settings->batch_size = std::max(1, count);
+  } else if (key == "maxBatchDelay") {
+    settings->max_batch_delay = std::chrono::milliseconds(value);
+  } else if (key == "responseTimeout") {
+    settings->response_timeout = std::chrono::seconds(value);
+  } else if (key == "sequenceBatching") {
+    settings->sequence_batching = value != 0;
+  } else if (key == "sequenceMaxIdleMSec") {
+    settings->sequence_max_idle = std::chrono::milliseconds(value);
+  } else if (key == "maxNumSequence") {
+    settings->max_sequences = count;
+  } else if (key == "maxSequenceJobQueueSize") {
+    settings->max_waiting = count;
+  } else {
+    return false;
+  }
+  return true;
+}
 
 }  // namespace chorus
 
