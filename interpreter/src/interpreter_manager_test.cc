@@ -1,5 +1,5 @@
 // Four interpreters in one process: each has its own globals and modules and
-// runs torch like the host, while ops, tensors, storages and thread-local
+// runs torch and numpy like the host, while ops, tensors, storages and thread-local
 // modes cross between them as they should; torch.compile in two at once.
 #include "chorus/interpreter/interpreter_manager.h"
 
@@ -273,6 +273,53 @@ _hooks.__enter__()
                         "torch.set_default_device(None)\n"
                         "_mode.__exit__(None, None, None)")
                   .ok());
+}
+
+// numpy in every interpreter at once: its import guard (numpy refuses a
+// subinterpreter; each of chorus' is a main one), its C API (torch's bridge
+// must reach this interpreter's numpy, whose ndarray type is its own), and
+// torch.from_numpy / .numpy() sharing memory both ways, while the others run.
+TEST_F(InterpreterTest, NumpyRunsInEveryInterpreterAtOnceThroughItsOwnCApi) {
+  constexpr char kNumpy[] = R"(
+import numpy as np
+import torch
+
+def numpy_round_trip(seed, rounds):
+    rng = np.random.default_rng(seed)
+    for _ in range(rounds):
+        array = rng.standard_normal((64, 32))
+        tensor = torch.from_numpy(array)  # a view of numpy's memory
+        tensor.mul_(2.0)
+        back = (tensor @ tensor.T).numpy()  # torch's memory, as this numpy's ndarray
+        if (type(back) is not np.ndarray or not np.shares_memory(tensor.numpy(), array)
+                or not np.allclose(back, array @ array.T)):
+            return (False, np.__version__)
+    return (True, np.__version__)
+)";
+  std::vector<std::thread> threads;
+  std::vector<Status> statuses(kInterpreters);
+  std::vector<c10::IValue> results(kInterpreters);
+  for (int i = 0; i < kInterpreters; ++i) {
+    threads.emplace_back([&, i] {
+      InterpreterSession session = manager().Acquire(i);
+      statuses[i] = session.Exec(kNumpy);
+      StatusOr<Object> run =
+          statuses[i].ok() ? session.Eval("numpy_round_trip") : StatusOr<Object>(statuses[i]);
+      StatusOr<Object> out = run.ok() ? run->Call({int64_t{i}, int64_t{200}}) : run;
+      StatusOr<c10::IValue> value = out.ok() ? out->ToIValue() : out.status();
+      if (value.ok()) {
+        results[i] = *value;
+      } else {
+        statuses[i] = value.status();
+      }
+    });
+  }
+  for (auto& thread : threads) thread.join();
+  for (int i = 0; i < kInterpreters; ++i) {
+    ASSERT_TRUE(statuses[i].ok()) << "interpreter " << i << ": " << statuses[i].ToString();
+    auto out = results[i].toTupleRef().elements();
+    EXPECT_TRUE(out[0].toBool()) << "interpreter " << i << ", numpy " << out[1].toStringRef();
+  }
 }
 
 // torch.compile (inductor: C++ kernels built at run time and loaded by file
