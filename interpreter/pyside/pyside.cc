@@ -172,20 +172,9 @@ Status PySideImpl::Start(const StartOptions& options) {
 
 void PySideImpl::Shutdown() {
   if (start_thread_ == nullptr) return;
+  // On the start-up thread (the contract): this takes back the start-up thread
+  // state, the one every CPython version finalizes on.
   PyGILState_Ensure();
-  // Unless this is the start-up thread, drop the start-up thread's state as a
-  // finished Python thread would: finalization waits for the owner of every
-  // non-daemon thread state, and would wait for it forever. (It is kept until
-  // now because CPython 3.11 reuses the first thread state's storage, and
-  // aborts, if the interpreter ever runs out of thread states.)
-  // From 3.13 finalization runs on the start-up state (the runtime's main
-  // one), and threading no longer waits for it: it stays.
-#if PY_VERSION_HEX < 0x030D0000
-  if (PyThreadState_Get() != start_thread_) {
-    PyThreadState_Clear(start_thread_);
-    PyThreadState_Delete(start_thread_);
-  }
-#endif
   start_thread_ = nullptr;
   // Registrations this interpreter made must not outlive it: the dispatcher
   // would call into a finalized interpreter.

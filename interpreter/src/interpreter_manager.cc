@@ -247,7 +247,6 @@ Status InterpreterManagerImpl::StartOne(internal::Slot* slot,
   CHORUS_ASSIGN_OR_RETURN(auto side, loader_->Load(slot->library_slot));
   // Routable before Python starts: torch's import already calls back into it.
   registry::Add(slot->library_slot, side.get());
-  registry::ThreadScope in_slot(slot->library_slot);
   pyside::StartOptions start;
   start.slot = slot->library_slot;
   start.index = slot->index;
@@ -258,7 +257,10 @@ Status InterpreterManagerImpl::StartOne(internal::Slot* slot,
   start.host = loader_.get();
   {
     MutexLock lock(&initialize_mu_);
-    Status started = side->Start(start);
+    Status started = slot->home.Start([&] {
+      registry::ThreadScope in_slot(slot->library_slot);
+      return side->Start(start);
+    });
     if (!started.ok()) {
       registry::Remove(slot->library_slot);  // `side` is about to go
       return started;
@@ -303,7 +305,7 @@ InterpreterManagerImpl::~InterpreterManagerImpl() {
                   slot->users.load());
     }
     registry::Remove(slot->library_slot);
-    if (slot->side) slot->side->Shutdown();
+    if (slot->side) slot->home.Finish([&] { slot->side->Shutdown(); });
     loader_->ReleaseRegistrations(slot->library_slot);
   }
 }

@@ -45,6 +45,25 @@ TEST_F(InterpreterTest, GlobalsAndModulesAreIsolated) {
   EXPECT_EQ(modules_ids.size(), 3u * kInterpreters);
 }
 
+// Each interpreter's main thread (the one CPython finalizes it on) is its home
+// thread, alive and parked, not the thread that opened a session.
+TEST_F(InterpreterTest, MainThreadIsTheInterpretersLiveHomeThread) {
+  std::set<int64_t> main_threads;
+  for (int i = 0; i < kInterpreters; ++i) {
+    InterpreterSession session = manager().Acquire(i);
+    ASSERT_OK_AND_ASSIGN(Object seen, session.Eval(R"((
+        __import__('threading').main_thread().is_alive(),
+        __import__('threading').main_thread() is __import__('threading').current_thread(),
+        __import__('threading').main_thread().ident))"));
+    ASSERT_OK_AND_ASSIGN(c10::IValue value, seen.ToIValue());
+    const auto& elements = value.toTupleRef().elements();
+    EXPECT_TRUE(elements[0].toBool()) << "interpreter " << i;
+    EXPECT_FALSE(elements[1].toBool()) << "interpreter " << i;
+    main_threads.insert(elements[2].toInt());
+  }
+  EXPECT_EQ(main_threads.size(), static_cast<size_t>(kInterpreters));
+}
+
 TEST_F(InterpreterTest, TritonsPythonBackendModuleIsImportableInEveryInterpreter) {
   for (int i = 0; i < kInterpreters; ++i) {
     InterpreterSession session = manager().Acquire(i);

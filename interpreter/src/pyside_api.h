@@ -136,9 +136,10 @@ class PySide {
   virtual ~PySide() = default;
 
   // Initializes the interpreter, installs the chorus import hooks and imports
-  // `preload_modules`; returns with the GIL released. Once, from any thread.
+  // `preload_modules`; returns with the GIL released. Once, on the thread
+  // that will call Shutdown (CPython's main thread for it: HomeThread).
   virtual Status Start(const StartOptions& options) = 0;
-  // Finalizes the interpreter. No thread may hold its GIL; any thread.
+  // Finalizes the interpreter. No thread may hold its GIL; on Start's thread.
   virtual void Shutdown() = 0;
 
   // Makes the calling thread hold this interpreter's GIL (re-entrant).

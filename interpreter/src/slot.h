@@ -5,6 +5,7 @@
 #include <atomic>
 #include <memory>
 
+#include "interpreter/src/home_thread.h"
 #include "interpreter/src/pyside_api.h"
 
 namespace chorus {
@@ -17,6 +18,7 @@ struct alignas(64) Slot {
   int index = 0;         // in the manager
   int library_slot = 0;  // process-unique; names this interpreter's library copies
   std::unique_ptr<pyside::PySide> side;
+  HomeThread home;  // where `side` was started and is finalized
   // Sessions currently open on this interpreter (claimed or direct).
   std::atomic<int> users{0};
   std::atomic<int64_t> busy_ns{0};    // total time sessions held this interpreter

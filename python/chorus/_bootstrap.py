@@ -10,7 +10,6 @@ that loader: `import`, and loading by file path
 inductor and triton use for the kernels they compile).
 """
 
-import importlib.abc
 import importlib.machinery
 import importlib.util
 import os
@@ -68,9 +67,13 @@ def _report_os_exit():
     os._exit = _exit
 
 
-class _TritonBackendUtilsFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+class _TritonBackendUtilsFinder:
     """`import triton_python_backend_utils` (and `c_python_backend_utils`) in any chorus
-    interpreter: chorus' own module (chorus.triton, docs/triton.md), set up on first use."""
+    interpreter: chorus' own module (chorus.triton, docs/triton.md), set up on first use.
+
+    A finder and loader by its methods, not by importlib.abc's classes: from Python 3.13
+    importing importlib.abc imports importlib.resources, tempfile and random, and with
+    them C extensions (math, zlib, _bz2) that must not load before install()'s hook."""
 
     NAMES = ("triton_python_backend_utils", "c_python_backend_utils")
 
@@ -105,6 +108,11 @@ def install(load_gpu_packages, defer_imports=True):
     otherwise copy, map and import them for nothing.
     """
     _ExtensionFileLoader.create_module = _create_private_module  # type: ignore[method-assign]
+    # threading takes the thread that first imports it for the main one: this
+    # start-up thread, on which the host also finalizes the interpreter
+    # (interpreter/src/home_thread.h). Imported later from a session's thread,
+    # finalization would wait for that thread to end.
+    import threading  # noqa: F401
     if not load_gpu_packages:
         for name in GPU_ONLY_PACKAGES:
             sys.modules[name] = None  # type: ignore[assignment]  # how Python blocks a module
