@@ -67,27 +67,32 @@ def _report_os_exit():
     os._exit = _exit
 
 
-class _TritonBackendUtilsFinder:
-    """`import triton_python_backend_utils` (and `c_python_backend_utils`) in any chorus
-    interpreter: chorus' own module (chorus.triton, docs/triton.md), set up on first use.
+def _triton_backend_utils_finder():
+    """A finder and loader for `import triton_python_backend_utils` (and
+    `c_python_backend_utils`) in any chorus interpreter: chorus' own module (chorus.triton,
+    docs/triton.md), set up on first use.
 
-    A finder and loader by its methods, not by importlib.abc's classes: from Python 3.13
-    importing importlib.abc imports importlib.resources, tempfile and random, and with
-    them C extensions (math, zlib, _bz2) that must not load before install()'s hook."""
+    Made once install()'s hook is in place: from Python 3.13 importing importlib.abc
+    imports importlib.resources, tempfile and random, and with them C extensions (math,
+    zlib, _bz2) that must be this interpreter's private copies."""
+    import importlib.abc
 
-    NAMES = ("triton_python_backend_utils", "c_python_backend_utils")
+    class TritonBackendUtilsFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+        NAMES = ("triton_python_backend_utils", "c_python_backend_utils")
 
-    def find_spec(self, name, path=None, target=None):
-        if name not in self.NAMES:
-            return None
-        return importlib.util.spec_from_loader(name, self)
+        def find_spec(self, name, path=None, target=None):
+            if name not in self.NAMES:
+                return None
+            return importlib.util.spec_from_loader(name, self)
 
-    def create_module(self, spec):
-        import chorus.triton.backend  # noqa: F401  # registers both names in sys.modules
-        return sys.modules[spec.name]
+        def create_module(self, spec):
+            import chorus.triton.backend  # noqa: F401  # registers both names in sys.modules
+            return sys.modules[spec.name]
 
-    def exec_module(self, module):
-        pass
+        def exec_module(self, module):
+            pass
+
+    return TritonBackendUtilsFinder()
 
 
 # Python packages that drive a GPU and nothing else, which torch imports
@@ -123,7 +128,7 @@ def install(load_gpu_packages, defer_imports=True):
         from chorus import _deferred_imports
         _deferred_imports.install()
     _report_os_exit()
-    sys.meta_path.insert(0, _TritonBackendUtilsFinder())
+    sys.meta_path.insert(0, _triton_backend_utils_finder())
 
     import site
     site.main()
