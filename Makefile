@@ -9,7 +9,8 @@
 #                      thread-safety and dropped-Status analysis over every
 #                      file, clang-format (check-format), the code's shape
 #                      (check-structure), ruff and mypy (check-python), and
-#                      test-other-torch
+#                      test-device-python (the GPU machine's CPython 3.12.3 from
+#                      ../shared/cpython, or test-other-torch without it)
 #   make format        clang-format every C++ file in place
 #   make demo          deps + build + the main job
 #   make bench         deps + build + the benchmark suite -> build/bench/suite.{json,md},
@@ -29,10 +30,15 @@
 #   make test-other-torch  the interpreter core built against each of
 #                      OTHER_TORCH_VERSIONS (a venv per version, as for the default)
 #                      in build-torchV/, and its tests
-#   make test-python PYTHON=/path/to/python3.12   the interpreter core and model
-#                      loading embedding another CPython (built --enable-shared;
-#                      a venv with tools/requirements/python-core.txt is made of
-#                      it unless it imports torch), in build-pyV/
+#   make test-python PYTHON=/path/to/python3.12   the interpreter core, model
+#                      loading and a served model embedding another CPython (built
+#                      --enable-shared, e.g. by tools/build-python.sh from a release
+#                      tarball; a venv with tools/requirements/python-core.txt is
+#                      made of it unless it imports torch), in build-pyV/
+#   make test-device-python  test-python's core tests on CPython 3.12.3 built from
+#                      ../shared/cpython/Python-3.12.3.tar.xz (also in make test;
+#                      adding python_versions_pytest to DEVICE_PYTHON_TESTS serves
+#                      a model too)
 #   make image         deps + build + the OCI image localhost/chorus:latest (Debian's
 #                      mmdebstrap and buildah; size in build/image.json)
 #   make test-image    make image, then run it with podman and call the demo model
@@ -63,7 +69,7 @@ CTEST_ARGS ?=
 # across runs as ccache's and pip's are.
 export TORCHINDUCTOR_CACHE_DIR ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/chorus/inductor
 
-.PHONY: triton-examples torchserve-compare test-python device-bundle device-rehearsal image test-image fuzz asan-build
+.PHONY: triton-examples torchserve-compare test-python test-device-python device-bundle device-rehearsal image test-image fuzz asan-build
 .PHONY: all deps debian-packages print-python configure build test test-core test-asan check-thread-safety check-structure test-other-torch demo bench bench-check bench-check-short clean format check-format check-python
 
 all: build
@@ -93,7 +99,7 @@ configure: deps
 build: configure
 	@$(CMAKE) --build $(BUILD) -j $(JOBS)
 
-test: check-format check-structure build check-python test-asan check-thread-safety test-other-torch
+test: check-format check-structure build check-python test-asan check-thread-safety test-device-python
 	cd $(BUILD) && ctest --output-on-failure -j 1 $(CTEST_ARGS)
 
 # The other supported torch versions: the interpreter core (where the
@@ -107,9 +113,13 @@ test-other-torch: deps
 	   ctest --output-on-failure -j 1 -R '^(libcache_test|interpreter_test)$$') || exit 1; \
 	done
 
-# The interpreter core and model loading (device placement among it) with
-# another CPython: the targets and tests that embed it.
+# The interpreter core, model loading (device placement among it) and a model
+# served by chorus-server, with another CPython: the targets and tests that embed it.
 CORE_TESTS = libcache_test interpreter_test placement_test model_test
+PYTHON_LEG_TESTS ?= $(CORE_TESTS) python_versions_pytest
+# What they need built: the tests, the Python side, and chorus-server for the served model.
+PYTHON_LEG_TARGETS = $(filter-out python_versions_pytest,$(PYTHON_LEG_TESTS)) chorus_pyside \
+  $(if $(filter python_versions_pytest,$(PYTHON_LEG_TESTS)),chorus-server)
 # PYTHON itself when it imports torch, else a venv of it with the core's pins.
 TORCH_PYTHON = $(shell $(PYTHON) -c 'import torch' 2>/dev/null && echo $(PYTHON) || \
   tools/make-venv.sh tools/requirements/python-core.txt $(PYTHON))
@@ -118,8 +128,25 @@ PY_VERSION = $(shell $(PYTHON) -c 'import sys; print("%d.%d" % sys.version_info[
 test-python: debian-packages
 	@python=$(TORCH_PYTHON) && build=build-py$(PY_VERSION) && \
 	  $(CMAKE) -S . -B $$build -G Ninja -DCHORUS_PYTHON=$$python >/dev/null && \
-	  $(CMAKE) --build $$build -j $(JOBS) --target $(CORE_TESTS) && \
-	  cd $$build && ctest --output-on-failure -j 1 -R '^($(subst $(eval) ,|,$(CORE_TESTS)))$$'
+	  $(CMAKE) --build $$build -j $(JOBS) --target $(PYTHON_LEG_TARGETS) && \
+	  cd $$build && ctest --output-on-failure -j 1 -R '^($(subst $(eval) ,|,$(PYTHON_LEG_TESTS)))$$'
+
+# The lent GPU machine's Python and torch: CPython 3.12.3 built from the release
+# tarball beside the checkout (tools/build-python.sh, once into chorus' cache) and
+# torch 2.11 (python-core.txt), under the core's tests (DEVICE_PYTHON_TESTS; the
+# served model's chorus-server would add 84 files to a cold build, CI's time). It
+# also covers the oldest torch and numpy 1.26, so without the tarball make test runs
+# test-other-torch (torch 2.11 on Debian's Python) instead, and says so.
+DEVICE_PYTHON_SOURCE ?= ../shared/cpython/Python-3.12.3.tar.xz
+DEVICE_PYTHON_TESTS ?= $(CORE_TESTS)
+test-device-python: debian-packages
+	@if [ -f $(DEVICE_PYTHON_SOURCE) ]; then \
+	  $(MAKE) --no-print-directory test-python PYTHON=$$(tools/build-python.sh $(DEVICE_PYTHON_SOURCE)) \
+	    PYTHON_LEG_TESTS="$(DEVICE_PYTHON_TESTS)"; \
+	else \
+	  echo "make: skipped the Python 3.12.3 leg (no $(DEVICE_PYTHON_SOURCE)); testing torch 2.11 on Debian's Python"; \
+	  $(MAKE) --no-print-directory test-other-torch; \
+	fi
 
 # The device bundle: a Release build for PYTHON (the GPU machine's Python and
 # torch: 3.12 and torch 2.11.0), NCCL's test, and what they need to run there.
@@ -227,7 +254,7 @@ check-python: build
 # of at most 600 lines, functions of at most 60, each folder's main header.
 check-structure: debian-packages
 	@lint=$$(tools/make-venv.sh tools/requirements/lint.txt) && $$lint tools/check_structure.py && \
-	  $$lint -m pytest -q -p no:cacheprovider tools/check_structure_test.py
+	  $$lint -m pytest -q -p no:cacheprovider tools/check_structure_test.py tools/check_thread_safety_test.py
 
 check-format: debian-packages
 	@$(CXX_SOURCES) | xargs clang-format --dry-run --Werror && echo "clang-format: clean"
