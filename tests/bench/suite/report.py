@@ -2,19 +2,22 @@
 
 import os
 
-MODE_ORDER = ["eager", "threads", "free_threaded", "processes", "torchscript", "chorus",
-              "export", "aoti"]
-MODE_STYLE = {"eager": ("tab:gray", "s"), "threads": ("tab:orange", "v"),
+MODE_ORDER = ["eager", "reference", "threads", "free_threaded", "processes", "torchscript",
+              "chorus", "export", "aoti"]
+MODE_STYLE = {"eager": ("tab:gray", "s"), "reference": ("tab:pink", "s"),
+              "threads": ("tab:orange", "v"),
               "free_threaded": ("tab:olive", "<"),
               "processes": ("tab:green", "^"), "torchscript": ("tab:purple", "D"),
               "chorus": ("tab:red", "o"), "export": ("tab:brown", "P"),
               "aoti": ("tab:blue", "X")}
 RATIO_GOALS = {"python_vs_torchscript": ("resnet18", 0.95),
-               "chorus_vs_free_threaded": ("control_flow", 1.0)}
+               "chorus_vs_free_threaded": ("control_flow", 1.0),
+               "chorus_n1_vs_python": ("control_flow", 1.0)}
 RATIO_NAMES = ["chorus_vs_threads", "chorus_vs_processes_memory", "python_vs_torchscript",
                "chorus_vs_processes", "chorus_vs_processes_footprint", "python_vs_aoti",
                "python_vs_export", "chorus_vs_free_threaded",
-               "chorus_vs_free_threaded_footprint"]
+               "chorus_vs_free_threaded_footprint", "chorus_n1_vs_python",
+               "chorus_n1_vs_reference_python"]
 FT = "free_threaded"
 # Top-level keys of suite.json that are not models.
 NOT_MODELS = ("suite", FT)
@@ -34,8 +37,10 @@ def ratio_table(result):
     # The free_threaded columns only where that mode ran (it needs --ft-python).
     ratio_names = [r for r in RATIO_NAMES if FT not in r
                    or any(result[m].get(r) is not None for m in models_of(result))]
-    heads = [f"{r} (N = {footprint_n})" if r == "chorus_vs_free_threaded_footprint" else r
-             for r in ratio_names]
+    ratio_names = [r for r in ratio_names if "_n1_" not in r
+                   or any(result[m].get(r) is not None for m in models_of(result))]
+    heads = [f"{r} (N = {footprint_n})" if r == "chorus_vs_free_threaded_footprint"
+             else f"{r} (N = 1)" if "_n1_" in r else r for r in ratio_names]
     lines = [f"Ratios at N = {n} (higher is better for chorus):", "",
              "| model | " + " | ".join(heads) + " |",
              "| --- |" + " --- |" * len(ratio_names)]

@@ -18,6 +18,8 @@ run, each cell in a fresh process:
   free_threaded  N threads in one free-threaded CPython process (3.14t), run by
                --ft-python (default: $FT_PYTHON); without one the mode is skipped
                and suite.json's "free_threaded" says why
+  reference    eager run by --reference-python (N = 1 only; e.g. Debian's python3
+               beside a CPython chorus was built for, docs/interpreter.md)
 Each cell reports throughput (items/s), p50/p99 latency, RSS of all its workers
 and launch-to-first-result time: the medians over --rounds runs, interleaved
 with the other modes at that N. Per model, at N = --ratio-workers, each ratio
@@ -31,6 +33,10 @@ is the median of its values in the rounds (cells of one round ran side by side):
   chorus_vs_processes_footprint  as the memory ratio, with pages the processes
                                share (libtorch's code) counted once
   chorus_vs_free_threaded      throughput, chorus over the free-threaded process
+at N = 1 (when run):
+  chorus_n1_vs_python          throughput, chorus with one interpreter over plain
+                               Python (eager) of the Python it embeds
+  chorus_n1_vs_reference_python  the same over --reference-python's eager
 and at N = --footprint-workers (4; the largest N when 4 is not run):
   chorus_vs_free_threaded_footprint  the free-threaded process' footprint (its RSS)
                                over chorus' (its RSS), as for the processes
@@ -56,15 +62,18 @@ import models as registry  # noqa: E402
 import report  # noqa: E402
 
 # free_threaded runs just before chorus: the two cells of its ratios run back to back.
-MODES = ["eager", "threads", "processes", "torchscript", "free_threaded", "chorus", "export",
-         "aoti"]
+MODES = ["eager", "reference", "threads", "processes", "torchscript", "free_threaded", "chorus",
+         "export", "aoti"]
 PT2_MODES = ("export", "aoti")
-PYTHON_MODES = ("eager", "threads", "processes", "free_threaded")
+PYTHON_MODES = ("eager", "threads", "processes", "free_threaded", "reference")
+N1_MODES = ("eager", "reference")
 FT_MODE = "free_threaded"
 SHORT_MODELS = ["mlp", "control_flow"]
 RATIOS = ["chorus_vs_threads", "chorus_vs_processes_memory", "python_vs_torchscript",
           "chorus_vs_processes", "chorus_vs_processes_footprint", "python_vs_aoti",
           "python_vs_export", "chorus_vs_free_threaded"]
+# Ratios taken at N = 1.
+N1_RATIOS = ["chorus_n1_vs_python", "chorus_n1_vs_reference_python"]
 # Ratios taken at N = --footprint-workers rather than --ratio-workers.
 FOOTPRINT_RATIOS = ["chorus_vs_free_threaded_footprint"]
 FT_RATIOS = ["chorus_vs_free_threaded", "chorus_vs_free_threaded_footprint"]
@@ -152,9 +161,11 @@ def run_cell(command, env):
 def cell_command(mode, workers, archive, script, args):
     timing = ["--warmup-s", str(args.warmup_s), "--measure-s", str(args.measure_s)]
     if mode in PYTHON_MODES:
-        python = args.ft_python if mode == FT_MODE else sys.executable
+        python = {FT_MODE: args.ft_python, "reference": args.reference_python}.get(
+            mode, sys.executable)
+        runner_mode = "eager" if mode == "reference" else mode
         return [python, os.path.join(HERE, "python_runner.py"), "--archive", archive,
-                "--mode", mode, "--workers", str(workers)] + timing
+                "--mode", runner_mode, "--workers", str(workers)] + timing
     stem = archive[:-len(".pt")]
     model = {"chorus": archive, "torchscript": script, "export": stem + ".export.pt2",
              "aoti": stem + ".aoti.pt2"}[mode]
@@ -184,6 +195,9 @@ def ratios(cells, n):
                                          get(FT_MODE, "items_per_s")),
         "chorus_vs_free_threaded_footprint": ratio(get(FT_MODE, "footprint_mib"),
                                                    get("chorus", "footprint_mib")),
+        "chorus_n1_vs_python": ratio(get("chorus", "items_per_s"), get("eager", "items_per_s")),
+        "chorus_n1_vs_reference_python": ratio(get("chorus", "items_per_s"),
+                                               get("reference", "items_per_s")),
     }
 
 
@@ -212,7 +226,7 @@ def median_cell(samples):
 def cell_modes(name, n, script, args):
     exports = registry.MODELS[name].exports
     return [m for m in args.modes
-            if not (m == "eager" and n != 1) and not (m == "torchscript" and script is None)
+            if not (m in N1_MODES and n != 1) and not (m == "torchscript" and script is None)
             and not (m in PT2_MODES and not exports)]
 
 
@@ -274,6 +288,8 @@ def run_model(name, args, env, work):
     # round ran seconds apart, so the machine's drift cancels within a round.
     entry.update(median_ratios(per_round[args.ratio_workers], RATIOS))
     entry.update(median_ratios(per_round[args.footprint_workers], FOOTPRINT_RATIOS))
+    if 1 in per_round:
+        entry.update(median_ratios(per_round[1], N1_RATIOS))
     if FT_MODE in cells:
         # Both free-threaded ratios at every N, for the plots and the docs.
         entry["free_threaded_by_n"] = {
@@ -341,6 +357,9 @@ def parse_args():
     parser.add_argument("--ft-python", default=os.environ.get("FT_PYTHON") or None,
                         help="a free-threaded CPython (3.14t) with torch, for the "
                              "free_threaded mode (default: $FT_PYTHON; none: mode skipped)")
+    parser.add_argument("--reference-python", default=None,
+                        help="a Python with torch whose eager runs beside the rest at N=1 "
+                             "(chorus_n1_vs_reference_python); none: the mode is skipped")
     parser.add_argument("--no-ft-probe", dest="ft_probe", action="store_false",
                         help="skip free_threaded_probe.py (a few minutes)")
     args = parser.parse_args()
@@ -351,6 +370,8 @@ def parse_args():
         args.rounds = 5 if args.short else 3
     args.models = args.models.split(",")
     args.modes = args.modes.split(",")
+    if not args.reference_python and "reference" in args.modes:
+        args.modes.remove("reference")
     args.workers = [int(n) for n in args.workers.split(",")]
     if args.ratio_workers not in args.workers:
         parser.error(f"--ratio-workers {args.ratio_workers} is not among --workers")
@@ -378,7 +399,9 @@ def main():
                        "footprint_workers": args.footprint_workers, "rounds": args.rounds,
                        "warmup_s": args.warmup_s, "measure_s": args.measure_s,
                        "modes": args.modes, "short": args.short, "cpus": os.cpu_count(),
-                       "torch": torch.__version__, "seconds": time.time() - started}
+                       "torch": torch.__version__, "python": sys.version.split()[0],
+                       "executable": sys.executable, "reference_python": args.reference_python,
+                       "seconds": time.time() - started}
     path = os.path.join(args.out, f"{args.name}.json")
     with open(path, "w") as f:
         json.dump(result, f, indent=2)
