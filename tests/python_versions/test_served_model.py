@@ -1,7 +1,7 @@
 """A model served by chorus-server with two interpreters answers as the Python and torch
 it embeds compute it, and the same as every other Python it was served on.
 
-Run by every Python leg (`make test-python`, and the 3.12.3 leg of `make test`) with only
+Run by make test (python_versions_pytest) and by every `make test-python` leg, with only
 pytest, torch and numpy beside the build: the requests are the Open Inference Protocol's
 JSON over HTTP (urllib). The model is a Triton Python-backend repository entry, which
 mixes torch (a seeded MLP) with pure Python whose answer would show a change in the
