@@ -102,15 +102,16 @@ build: configure
 test: check-format check-structure build check-python test-asan check-thread-safety test-device-python
 	cd $(BUILD) && ctest --output-on-failure -j 1 $(CTEST_ARGS)
 
-# The other supported torch versions: the interpreter core (where the
-# torch-version specific code is) and its tests.
+# The other supported torch versions (tools/requirements/torch-<version>.txt; 2.15 by
+# hand, before its torchvision): the interpreter core (where the torch-version specific
+# code is), placement and model loading, and their tests.
 test-other-torch: deps
 	@for version in $(OTHER_TORCH_VERSIONS); do \
 	  python=$$(tools/make-venv.sh tools/requirements/torch-$$version.txt) && \
 	  $(CMAKE) -S . -B build-torch$$version -G Ninja -DCHORUS_PYTHON=$$python >/dev/null && \
-	  $(CMAKE) --build build-torch$$version -j $(JOBS) --target libcache_test interpreter_test && \
+	  $(CMAKE) --build build-torch$$version -j $(JOBS) --target chorus_pyside $(CORE_TESTS) && \
 	  (cd build-torch$$version && \
-	   ctest --output-on-failure -j 1 -R '^(libcache_test|interpreter_test)$$') || exit 1; \
+	   ctest --output-on-failure -j 1 -R '^($(subst $(eval) ,|,$(CORE_TESTS)))$$') || exit 1; \
 	done
 
 # The interpreter core, model loading (device placement among it) and a model
