@@ -1,6 +1,8 @@
 """Turns a suite result (suite.json) into a Markdown report and PNG plots."""
 
+import importlib.util
 import os
+import sys
 
 MODE_ORDER = ["eager", "reference", "threads", "free_threaded", "processes", "torchscript",
               "chorus", "export", "aoti"]
@@ -72,7 +74,7 @@ def cell_table(result):
     return "\n".join(lines)
 
 
-def markdown(result, name):
+def markdown(result, name, plots=True):
     suite = result["suite"]
     header = (f"# Benchmark suite ({name})\n\n{suite['cpus']} CPUs, torch {suite['torch']}, "
               f"N in {suite['workers']}, {suite['warmup_s']} s warm-up and "
@@ -81,10 +83,10 @@ def markdown(result, name):
               f"and each ratio the median of its per-round values, one intra-op thread "
               f"per worker ({suite['seconds']:.0f} s in all).\n")
     models = "\n".join(f"- `{m}`: {result[m]['description']}" for m in models_of(result))
+    images = (f"![throughput]({name}_throughput.png)\n![memory]({name}_memory.png)\n\n"
+              if plots else "")
     return (f"{header}\n{models}\n\n{ratio_table(result)}\n\n"
-            f"{free_threaded_summary(result)}"
-            f"![throughput]({name}_throughput.png)\n![memory]({name}_memory.png)\n\n"
-            f"{cell_table(result)}\n")
+            f"{free_threaded_summary(result)}{images}{cell_table(result)}\n")
 
 
 def free_threaded_summary(result):
@@ -155,10 +157,15 @@ def plot(result, out, name, key, ylabel, filename):
 
 
 def write(result, out, name):
-    """Writes NAME.md, NAME_throughput.png and NAME_memory.png into `out`; returns their paths."""
+    """Writes NAME.md, NAME_throughput.png and NAME_memory.png into `out`; returns their paths.
+    The plots need matplotlib (the default venv has it; a make test-python venv has not)."""
     md = os.path.join(out, f"{name}.md")
+    plots = importlib.util.find_spec("matplotlib") is not None
     with open(md, "w") as f:
-        f.write(markdown(result, name))
+        f.write(markdown(result, name, plots))
+    if not plots:
+        print("suite: no matplotlib here, so no plots", file=sys.stderr)
+        return [md]
     return [md,
             plot(result, out, name, "items_per_s", "items/s", f"{name}_throughput.png"),
             plot(result, out, name, "rss_mib", "RSS, all workers (MiB)", f"{name}_memory.png")]
