@@ -31,7 +31,8 @@ import types
 # Modules whose import is deferred to their first use: torch subsystems for
 # training, data loading, testing and profiling, torch's less common tensor
 # kinds, torch._dynamo (torch.compile's front end) and numpy's random
-# generators (with their C extensions, copied per interpreter); torchvision's
+# generators (with their C extensions, copied per interpreter; numpy 2 defers
+# them itself, numpy 1.26 imports them with numpy); torchvision's
 # datasets and its model families other than classification (which a
 # classifier's unpickling would otherwise import: 170 modules). Each is on the
 # list because `import torch` (2.11 to 2.14) and torchvision's imports leave

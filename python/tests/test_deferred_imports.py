@@ -9,6 +9,7 @@ import subprocess
 import sys
 import textwrap
 
+import numpy
 import pytest
 
 PREAMBLE = """
@@ -72,6 +73,8 @@ def test_each_deferred_module_waits_for_its_first_use_and_then_works():
     result = run(f"""
         import torch
         pending = deferred.pending()
+        executed = [name for name in json.loads({uses!r})
+                    if name in sys.modules and name not in pending]
         def step_sgd():
             p = torch.nn.Parameter(torch.ones(1))
             p.grad = torch.ones(1)
@@ -81,13 +84,17 @@ def test_each_deferred_module_waits_for_its_first_use_and_then_works():
         for name, expression in json.loads({uses!r}).items():
             answers[name] = eval(expression)
             kinds[name] = type(sys.modules[name]).__name__
-        print(json.dumps({{"pending": pending, "answers": answers, "kinds": kinds,
-                          "left": deferred.pending()}}))
+        print(json.dumps({{"pending": pending, "executed": executed, "answers": answers,
+                          "kinds": kinds, "left": deferred.pending()}}))
     """)
     # torch's own import touches torch.testing (torch 2.14: torch.utils._config_module),
-    # and does not import torch._dynamo (torchvision does: the next tests).
+    # and does not import torch._dynamo (torchvision does: the next tests). None of the
+    # others has run: each is pending, or not imported at all (numpy 2 imports numpy.random
+    # on its first use itself; numpy 1.26 imports it with numpy, and chorus defers it).
     untouched = set(FIRST_USES) - {"torch.testing", "torch._dynamo"}
-    assert untouched <= set(result["pending"]), result["pending"]
+    assert not untouched & set(result["executed"]), result["executed"]
+    numpy_defers_random = int(numpy.__version__.split(".")[0]) >= 2
+    assert numpy_defers_random or "numpy.random" in result["pending"], result["pending"]
     assert set(result["pending"]) <= set(deferred_names())
     for name, (_, expected) in FIRST_USES.items():
         assert result["answers"][name] == expected, name
