@@ -18,6 +18,9 @@
 #   make bench-check   make bench, then its ratios against tests/bench/suite/baseline.json
 #   make bench-check-short  the suite's short form against its baseline (~2 min)
 #   make bench-NAME    deps + build + benchmark NAME -> build/bench/NAME.json
+#   make bench-optimized-python  the fastest embedded Python: chorus on CPython 3.12.3
+#                      built with PGO and LTO, the suite's control_flow at N = 1 beside
+#                      that python3 and Debian's -> build-py3.12-optimized/bench/suite.json
 #   make triton-examples  deps + build + Triton's Python-backend examples
 #                      (../shared/triton-python/examples, skipped when absent)
 #                      served unchanged, each client run unchanged
@@ -69,7 +72,7 @@ CTEST_ARGS ?=
 # across runs as ccache's and pip's are.
 export TORCHINDUCTOR_CACHE_DIR ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/chorus/inductor
 
-.PHONY: triton-examples torchserve-compare test-python test-device-python device-bundle device-rehearsal image test-image fuzz asan-build
+.PHONY: triton-examples torchserve-compare bench-optimized-python test-python test-device-python device-bundle device-rehearsal image test-image fuzz asan-build
 .PHONY: all deps debian-packages print-python configure build test test-core test-asan check-thread-safety check-structure test-other-torch demo bench bench-check bench-check-short clean format check-format check-python
 
 all: build
@@ -208,6 +211,21 @@ SUITE = PYTHONPATH=$(BUILD)/share/chorus/python $(PYTHON) tests/bench/suite
 
 bench: build
 	@$(SUITE)/suite.py --bin $(BUILD)/bin --out $(BUILD)/bench
+
+# CPython 3.12.3 built --enable-optimizations --with-lto (tools/build-python.sh, once into
+# chorus' cache: about 25 minutes here), chorus' core built against it, and the suite's
+# control_flow with one interpreter against that build's own python3 (chorus_n1_vs_python)
+# and Debian's (the default venv's, chorus_n1_vs_reference_python). docs/interpreter.md.
+OPTIMIZED_PYTHON_BUILD = build-py3.12-optimized
+bench-optimized-python: deps
+	@python=$$(tools/make-venv.sh tools/requirements/python-core.txt \
+	    $$(tools/build-python.sh --optimized $(DEVICE_PYTHON_SOURCE))) && \
+	  $(CMAKE) -S . -B $(OPTIMIZED_PYTHON_BUILD) -G Ninja -DCHORUS_PYTHON=$$python >/dev/null && \
+	  $(CMAKE) --build $(OPTIMIZED_PYTHON_BUILD) -j $(JOBS) --target bench_suite_runner chorus_pyside && \
+	  PYTHONPATH=$(OPTIMIZED_PYTHON_BUILD)/share/chorus/python $$python tests/bench/suite/suite.py \
+	    --bin $(OPTIMIZED_PYTHON_BUILD)/bin --out $(OPTIMIZED_PYTHON_BUILD)/bench \
+	    --models control_flow --workers 1 --ratio-workers 1 --rounds 9 \
+	    --modes eager,reference,chorus --reference-python $(PYTHON)
 
 bench-check: bench
 	@$(SUITE)/check.py $(BUILD)/bench/suite.json tests/bench/suite/baseline.json
