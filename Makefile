@@ -213,9 +213,10 @@ bench: build
 	@$(SUITE)/suite.py --bin $(BUILD)/bin --out $(BUILD)/bench
 
 # CPython 3.12.3 built --enable-optimizations --with-lto (tools/build-python.sh, once into
-# chorus' cache: about 25 minutes here), chorus' core built against it, and the suite's
-# control_flow with one interpreter against that build's own python3 (chorus_n1_vs_python)
-# and Debian's (the default venv's, chorus_n1_vs_reference_python). docs/interpreter.md.
+# chorus' cache: 47 minutes here, beside other builds), chorus' core built against it, and
+# the suite's control_flow with one interpreter against that build's own python3
+# (chorus_n1_vs_python) and Debian's (the default venv's, chorus_n1_vs_reference_python).
+# docs/interpreter.md, "The fastest embedded Python".
 OPTIMIZED_PYTHON_BUILD = build-py3.12-optimized
 bench-optimized-python: deps
 	@python=$$(tools/make-venv.sh tools/requirements/python-core.txt \
