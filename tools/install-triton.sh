@@ -12,9 +12,17 @@
 # PATH and every model gets that venv's torch and numpy. Runs on a CPU-only machine (Triton
 # logs that it finds no GPU). pip's cache keeps reinstalls offline.
 #
+# Triton 2.51's Python backend predates numpy 2: with numpy 2 its stub answers every
+# output with no data. So the stubs get a venv of their own (stubs-<PYTHON's venv>, made
+# from the same Python) holding numpy 1.26.4 and a .pth file that adds PYTHON's packages
+# after it: the models import that venv's torch with numpy 1 (torch runs with either).
+# The stub ignores PYTHONPATH. Its python3 is what `--stub-python` prints.
+#
 #   tools/install-triton.sh PYTHON          -> .../peers/triton-2.51.0/.../bin/tritonserver
 #                                              (how to start it on stderr)
 #   tools/install-triton.sh PYTHON --quiet  -> only the path
+#   tools/install-triton.sh PYTHON --stub-python -> the python3 whose bin/ goes first on
+#                                              the server's PATH
 set -euo pipefail
 python="$1"
 quiet="${2:-}"
@@ -29,7 +37,10 @@ server_dir() {
   echo "$home"/venv/lib/python3*/site-packages/pytriton/tritonserver
 }
 
-if [ ! -f "$home/.complete-$version" ]; then
+stub_numpy=1.26.4
+stubs="$home/stubs-$(basename "$(dirname "$(dirname "$python")")")"
+
+if [ ! -f "$home/.complete-$version" ] || [ ! -f "$stubs/.complete" ]; then
   echo "install-triton: installing tritonserver 2.51.0 from nvidia-pytriton $pytriton" >&2
   if [ ! -x "$home/venv/bin/python" ]; then
     rm -rf "$home"
@@ -44,6 +55,14 @@ if [ ! -f "$home/.complete-$version" ]; then
     exit 1
   fi
   cp "$stub" "$dir/backends/python/triton_python_backend_stub"
+  rm -rf "$stubs"
+  "$python" -m venv --without-pip "$stubs" >"$log" 2>&1 || { cat "$log" >&2; exit 1; }
+  "$python" -m pip install -q --disable-pip-version-check --no-deps \
+    --target "$("$stubs/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')" \
+    "numpy==$stub_numpy" >"$log" 2>&1 || { cat "$log" >&2; exit 1; }
+  "$python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])' \
+    >"$("$stubs/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/chorus-venv.pth"
+  touch "$stubs/.complete"
   # --help exits 1 after printing the flags; a binary that cannot load prints none.
   help="$("$dir/bin/tritonserver" --help 2>&1 || true)"
   case "$help" in
@@ -53,13 +72,18 @@ if [ ! -f "$home/.complete-$version" ]; then
   touch "$home/.complete-$version"
 fi
 dir="$(server_dir)"
+if [ "$quiet" = "--stub-python" ]; then
+  echo "$stubs/bin/python3"
+  exit 0
+fi
 if [ "$quiet" != "--quiet" ]; then
   cat >&2 <<HOWTO
 Triton 2.51.0 (nvidia-pytriton $pytriton), its Python backend's stub for Python $version.
 Start it on a model repository (the stubs run the first python3 on PATH: put the venv
-whose packages the models import first; Ctrl-C stops it):
+whose packages the models import first: here the stubs' venv, numpy 1 over PYTHON's
+packages; Ctrl-C stops it):
 
-  PATH="$(dirname "$python"):\$PATH" \\
+  PATH="$stubs/bin:\$PATH" \\
     "$dir/bin/tritonserver" --backend-directory "$dir/backends" \\
     --model-repository /path/to/models --http-port 8000 --grpc-port 8001 --metrics-port 8002
 

@@ -1,6 +1,7 @@
 #include "chorus/serving/scheduler.h"
 
 #include <ATen/core/ivalue.h>
+#include <pthread.h>
 
 #include <algorithm>
 #include <limits>
@@ -297,6 +298,8 @@ std::vector<ModelScheduler::Pending> ModelScheduler::NextBatch() {
 }
 
 void ModelScheduler::WorkerLoop(int index) {
+  // What top -H, perf and the benchmarks' CPU breakdown see running models.
+  pthread_setname_np(pthread_self(), "chorus-worker");
   bool destroyed = false;
   t_destroyed_by_this_worker = &destroyed;
   while (true) {

@@ -75,6 +75,39 @@ def process_tree(root):
     return tree
 
 
+def thread_cpu(root):
+    """{tid: (process name, thread name, CPU seconds)} for every thread of `root` and its
+    descendants (user + system time from /proc/PID/task/TID/stat)."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    threads = {}
+    for pid in process_tree(root):
+        try:
+            with open(f"/proc/{pid}/comm") as f:
+                process = f.read().strip()
+            tids = os.listdir(f"/proc/{pid}/task")
+        except OSError:
+            continue  # exited meanwhile
+        for tid in tids:
+            try:
+                with open(f"/proc/{pid}/task/{tid}/stat") as f:
+                    stat = f.read()
+            except OSError:
+                continue
+            fields = stat[stat.rindex(")") + 2:].split()  # from field 3, the state
+            name = stat[stat.index("(") + 1:stat.rindex(")")]
+            threads[int(tid)] = (process, name, (int(fields[11]) + int(fields[12])) / ticks)
+    return threads
+
+
+def machine_busy_s():
+    """The CPU seconds every core of the machine has been busy (not idle nor waiting on
+    I/O) since boot, softirq and steal included, from /proc/stat."""
+    with open("/proc/stat") as f:
+        values = [int(v) for v in f.readline().split()[1:]]
+    idle = values[3] + values[4]
+    return (sum(values[:8]) - idle) / os.sysconf("SC_CLK_TCK")
+
+
 def process_memory(pid):
     """(PSS, RSS) MiB of one process from /proc/PID/smaps_rollup, and its name."""
     fields = {}

@@ -48,6 +48,7 @@ that triton_report.py writes into docs/benchmarks.md) and the plot (.png).
 """
 
 import argparse
+import importlib.metadata
 import json
 import os
 import platform
@@ -90,6 +91,8 @@ def parse_args():
     parser.add_argument("--max-trials", type=int, default=None, help="default 6 (--quick 3)")
     parser.add_argument("--warmup-requests", type=int, default=None,
                         help="requests per row before measuring (default 64; --quick 16)")
+    parser.add_argument("--cpu-window-s", type=float, default=None,
+                        help="how long each row's CPU breakdown runs, default 3 (--quick 1)")
     parser.add_argument("--settle-s", type=float, default=None,
                         help="idle before memory is read (default 8; --quick 2)")
     parser.add_argument("--fleet-threads", type=int, default=4)
@@ -106,8 +109,8 @@ def parse_args():
     defaults = {"rounds": 1 if quick else 2, "fleet": "4,8" if quick else "20,50",
                 "window_ms": 500 if quick else 1500, "stability_pct": 50 if quick else 20,
                 "max_trials": 3 if quick else 6, "warmup_requests": 16 if quick else 64,
-                "settle_s": 2.0 if quick else 8.0, "fleet_warmup_s": 2.0 if quick else 5.0,
-                "fleet_load_s": 3.0 if quick else 10.0}
+                "settle_s": 2.0 if quick else 8.0, "cpu_window_s": 1.0 if quick else 3.0,
+                "fleet_warmup_s": 2.0 if quick else 5.0, "fleet_load_s": 3.0 if quick else 10.0}
     for key, value in defaults.items():
         if getattr(args, key) is None:
             setattr(args, key, value)
@@ -128,6 +131,9 @@ def install_tools(args):
         args.tritonserver = subprocess.run(
             [os.path.join(ROOT, "tools", "install-triton.sh"), python, "--quiet"], check=True,
             stdout=subprocess.PIPE, text=True).stdout.strip()
+    args.stub_python = subprocess.run(
+        [os.path.join(ROOT, "tools", "install-triton.sh"), python, "--stub-python"], check=True,
+        stdout=subprocess.PIPE, text=True).stdout.strip()
     if not os.access(os.path.join(args.bin, "chorus-server"), os.X_OK):
         sys.exit(f"triton_bench: no chorus-server in {args.bin} (make build)")
 
@@ -136,7 +142,7 @@ def make_server(args, work, kind, repository, ports, label, interpreters):
     folder = os.path.join(work, repository)
     if kind == "chorus":
         return ChorusServer(args.bin, work, folder, ports, label, interpreters)
-    return TritonServer(args.tritonserver, sys.executable, work, folder, ports, label)
+    return TritonServer(args.tritonserver, args.stub_python, work, folder, ports, label)
 
 
 def describe(kind, cell):
@@ -226,7 +232,11 @@ def versions(args, prepared, result):
     return {"triton": server_version("triton"), "chorus": server_version("chorus"),
             "nvidia_pytriton": "0.7.0", "tritonserver": args.tritonserver,
             "torch": prepared["torch"], "perf_analyzer": args.perf_analyzer,
-            "python": platform.python_version()}
+            "python": platform.python_version(), "numpy": {
+                "chorus": importlib.metadata.version("numpy"),
+                "triton": subprocess.run(
+                    [args.stub_python, "-c", "import numpy; print(numpy.__version__)"],
+                    capture_output=True, text=True).stdout.strip() or None}}
 
 
 def run(args, work, began):

@@ -23,6 +23,7 @@ the whole fleet measures its throughput.
 
 import os
 import queue
+import resource
 import sys
 import time
 
@@ -36,6 +37,7 @@ import load  # noqa: E402 (bench-density's load generator)
 from density_bench import did_not_fit  # noqa: E402
 from drive import log, parallel_rates, perf_analyzer  # noqa: E402 (peers' driver)
 from servers import answers_match  # noqa: E402
+from stacks import machine_busy_s  # noqa: E402
 from triton_models import MODELS  # noqa: E402
 
 STAGES = ("queue", "compute_input", "compute_infer", "compute_output")
@@ -139,7 +141,36 @@ def measure_row(args, server, row, concurrencies, work, tag):
         figures = perf_analyzer(args, target, concurrency, work, f"{label}-c{concurrency}")
         figures["server"] = statistics_delta(before, server.statistics())
         measured[str(concurrency)] = figures
+    measured[str(top)]["cpu"] = measure_cpu(args, server, target, top, work, label)
     return measured
+
+
+def measure_cpu(args, server, target, concurrency, work, label):
+    """Where the CPU goes per request at `concurrency`: over a fixed number of requests
+    (about --cpu-window-s at the rate perf_analyzer just measured on `target`), each
+    thread's CPU time by the server's part it counts to (server.cpu_part: "server" or
+    "models"), perf_analyzer's ("client") and the whole machine's ("total"; "other":
+    softirq, the kernel's own threads, anything else), in microseconds per request."""
+    requests = max(4 * concurrency, int(getattr(target, "rate", 0) * args.cpu_window_s))
+    threads, busy_s = server.threads_cpu(), machine_busy_s()
+    client = resource.getrusage(resource.RUSAGE_CHILDREN)
+    perf_analyzer(args, target, concurrency, work, f"{label}-cpu", request_count=requests)
+    client_s = _cpu_s(resource.getrusage(resource.RUSAGE_CHILDREN)) - _cpu_s(client)
+    busy_s = machine_busy_s() - busy_s
+    parts = {"server": 0.0, "models": 0.0}
+    for tid, (process, thread, seconds) in server.threads_cpu().items():
+        parts[server.cpu_part(process, thread)] += seconds - threads.get(tid, (0, 0, 0.0))[2]
+    per_request = 1e6 / requests
+    cpu = {f"{part}_us": round(seconds * per_request, 1) for part, seconds in parts.items()}
+    cpu.update(client_us=round(client_s * per_request, 1),
+               total_us=round(busy_s * per_request, 1),
+               other_us=round(max(0.0, busy_s - client_s - sum(parts.values())) * per_request, 1),
+               requests=requests)
+    return cpu
+
+
+def _cpu_s(usage):
+    return usage.ru_utime + usage.ru_stime
 
 
 def run_server(args, server, rows, concurrencies, checks, work, tag):

@@ -104,20 +104,50 @@ def floor_lines(result):
 
 
 def ceiling_table(result):
-    """Each row's ceiling: the model's execute() alone in N processes, no server."""
+    """Each row's ceiling (the model's execute() alone in N processes, no server) and its
+    bound (the ceiling with the transport's CPU per request added)."""
     rows = [(name, result[name]) for name in result["settings"]["rows"]
             if isinstance(result.get(name), dict) and "ceiling_per_s" in result[name]]
     if not rows:
         return []
     n = result["settings"]["instances"]
-    lines = [f"| row | one `execute()` | ceiling ({n} processes) | Triton at c{2 * n} | "
-             "`ceiling_vs_triton` |", "| --- | --- | --- | --- | --- |"]
+    transport = result.get("transport") or {}
+    lines = [f"| row | one `execute()` | ceiling ({n} processes) | `ceiling_vs_triton` | "
+             f"bound, with the transport | Triton at c{2 * n} | `bound_vs_triton` |",
+             "| --- | --- | --- | --- | --- | --- | --- |"]
     for name, entry in rows:
         triton = (result["by_instances"][str(n)][name].get(str(2 * n)) or {}).get("triton", {})
         lines.append(f"| {name} | {fmt(entry['execute_us'], 0)} µs | "
                      f"{fmt(entry['ceiling_per_s'], 0)}/s | "
+                     f"{fmt(entry.get('ceiling_vs_triton'))} | "
+                     f"{fmt(entry.get('bound_per_s'), 0)}/s | "
                      f"{fmt(triton.get('throughput_per_s'), 0)}/s | "
-                     f"{fmt(entry.get('ceiling_vs_triton'))} |")
+                     f"{fmt(entry.get('bound_vs_triton'))} |")
+    if transport.get("cpu_us") is not None:
+        lines += ["", f"The transport's floor (`transport.cpu_us`): "
+                  f"{fmt(transport['cpu_us'], 0)} µs of the machine's CPU per request while "
+                  f"`bench_grpc_echo` answers identity at c{transport['concurrency']} "
+                  f"({fmt(transport.get('echo_per_s'), 0)}/s; perf_analyzer, the echo and the "
+                  "kernel together). `<row>.bound_per_s`: the cores over (the ceiling's CPU "
+                  "per item + that floor per request)."]
+    return lines
+
+
+def cpu_table(result):
+    """Where each server's CPU goes per request at 2N (the rows' `cpu_us`)."""
+    n = result["settings"]["instances"]
+    rows = [(name, result[name]["cpu_us"]) for name in result["settings"]["rows"]
+            if isinstance(result.get(name), dict) and result[name].get("cpu_us")]
+    if not rows:
+        return []
+    lines = [f"| row | server | its frontend | its models | perf_analyzer | other | "
+             f"machine per request (`<row>.cpu_us`, c{2 * n}) |",
+             "| --- | --- | --- | --- | --- | --- | --- |"]
+    for name, by_kind in rows:
+        for kind, cpu in sorted(by_kind.items()):
+            lines.append(f"| {name} | {kind} | {fmt(cpu['server_us'], 0)} µs | "
+                         f"{fmt(cpu['models_us'], 0)} µs | {fmt(cpu['client_us'], 0)} µs | "
+                         f"{fmt(cpu['other_us'], 0)} µs | {fmt(cpu['total_us'], 0)} µs |")
     return lines
 
 
@@ -175,7 +205,7 @@ def goals_table(result):
 
 def markdown(result):
     parts = [[header(result)], rows_table(result), floor_lines(result), ceiling_table(result),
-             memory_table(result),
+             cpu_table(result), memory_table(result),
              bls_lines(result),
              density_table(result), goals_table(result)]
     return "\n\n".join("\n".join(part) for part in parts if part) + "\n"

@@ -29,7 +29,7 @@ sys.path.insert(0, os.path.join(HERE, "..", "density"))
 
 from fleet_stacks import ChorusFleet  # noqa: E402
 from load import OutOfMemory, available_mib  # noqa: E402
-from stacks import Stack, stack_memory  # noqa: E402
+from stacks import Stack, stack_memory, thread_cpu  # noqa: E402
 
 SERVERS = ("chorus", "triton")
 
@@ -120,6 +120,16 @@ class RepositoryServer:
     def role(self, is_root, name):
         raise NotImplementedError
 
+    def cpu_part(self, process, thread):
+        """Which part of the server a thread's CPU time counts to: "models" (the threads
+        or processes that run the models' code) or "server" (the rest: its gRPC and HTTP
+        frontends, scheduling, answering)."""
+        return "server"
+
+    def threads_cpu(self):
+        """thread_cpu() of the server's processes."""
+        return thread_cpu(self.stack.process.pid)
+
     def stop(self):
         if hasattr(self, "stack"):
             self.stack.stop()
@@ -140,6 +150,10 @@ class ChorusServer(RepositoryServer):
 
     def role(self, is_root, name):
         return "supervisor" if is_root else "serving process"
+
+    def cpu_part(self, process, thread):
+        # The scheduler's worker threads run execute() (and write its answers).
+        return "models" if thread == "chorus-worker" else "server"
 
 
 class TritonServer(RepositoryServer):
@@ -169,7 +183,9 @@ class TritonServer(RepositoryServer):
 
     def environment(self):
         # The stubs embed Python and take their packages from the first python3 on
-        # PATH: chorus' venv, whose torch, torchvision and numpy chorus uses too.
+        # PATH: `python`, tools/install-triton.sh's venv for them, which adds chorus'
+        # venv (its torch and torchvision) under numpy 1.26 (with chorus' numpy 2,
+        # Triton 2.51's stub sends outputs without their data).
         env = dict(os.environ)
         env.pop("PYTHONPATH", None)
         env["PATH"] = os.path.dirname(self.python) + os.pathsep + env.get("PATH", "")
@@ -177,6 +193,10 @@ class TritonServer(RepositoryServer):
 
     def role(self, is_root, name):
         return "tritonserver" if is_root else "worker"  # a Python-backend stub
+
+    def cpu_part(self, process, thread):
+        # The Python backend's stub processes (triton_python_backend_stub, 15 letters).
+        return "models" if process.startswith("triton_python") else "server"
 
     def stop(self):
         super().stop()

@@ -6,13 +6,13 @@ goals."""
 import operator
 
 # (dotted key into the result, comparison, threshold, the key's measured bound: what
-# it would be for a server costing nothing beyond the model's own execute() and, for
-# latency, the transport's floor; None where nothing bounds it)
+# it would be for a server costing nothing beyond the model's own execute() and the
+# transport's floor, the echo's latency or CPU per request; None where nothing bounds it)
 GOALS = [
     ("identity.p50_vs_triton", "<=", 0.4, "identity.execute_floor_vs_triton"),
-    ("pyloop.throughput_vs_triton", ">=", 1.6, "pyloop.ceiling_vs_triton"),
-    ("mlp.throughput_vs_triton", ">=", 1.5, "mlp.ceiling_vs_triton"),
-    ("resnet18_b8.throughput_vs_triton", ">=", 1.1, "resnet18_b8.ceiling_vs_triton"),
+    ("pyloop.throughput_vs_triton", ">=", 1.6, "pyloop.bound_vs_triton"),
+    ("mlp.throughput_vs_triton", ">=", 1.5, "mlp.bound_vs_triton"),
+    ("resnet18_b8.throughput_vs_triton", ">=", 1.1, "resnet18_b8.bound_vs_triton"),
     ("bls.added_vs_triton", "<=", 0.1, None),
     ("footprint_vs_triton", ">=", 3.0, None),
     ("density.{M}.footprint_vs_triton", ">=", 20.0, None),
@@ -21,6 +21,8 @@ GOALS = [
     ("same_repository", "==", True, None),
 ]
 SERVERS = ("chorus", "triton")
+# measure_cpu's parts of the machine's CPU per request (microseconds)
+CPU_PARTS = ("server_us", "models_us", "client_us", "other_us", "total_us")
 COMPARE = {"<=": operator.le, ">=": operator.ge, "<": operator.lt, "==": operator.eq}
 
 
@@ -134,16 +136,50 @@ def identity_floor(rounds, floors, execute_us=None):
     return entry
 
 
-def row_ceiling(ceiling, at_c):
+def row_cpu(rounds, row, concurrency):
+    """{server: its CPU per request at `concurrency` by part (measure_cpu's), the medians
+    over the rounds}."""
+    by_kind = {}
+    for kind in SERVERS:
+        loads = [_load(r.get(kind, {}), row, concurrency) for r in rounds.values()]
+        cpus = [figures["cpu"] for figures in loads if figures and "cpu" in figures]
+        if cpus:
+            by_kind[kind] = {part: rounded(median([c[part] for c in cpus]), 1)
+                             for part in CPU_PARTS}
+    return by_kind
+
+
+def transport_floor(floors, concurrency):
+    """The machine's CPU per request while the echo answers identity at `concurrency`
+    (client, echo, kernel: what serving a request over gRPC costs at least), and the
+    echo's throughput there; medians over the rounds."""
+    loads = [(f or {}).get(str(concurrency)) for f in floors.values()]
+    loads = [figures for figures in loads if figures and "cpu" in figures]
+    if not loads:
+        return {}
+    return {"cpu_us": rounded(median([f["cpu"]["total_us"] for f in loads]), 1),
+            "echo_per_s": rounded(median([f["throughput_per_s"] for f in loads]), 1),
+            "concurrency": concurrency}
+
+
+def row_ceiling(ceiling, at_c, transport_us=None, cores=None):
     """A row's ceiling (run_ceilings') against Triton's throughput at the top concurrency:
-    the ceiling, one execute()'s time, and ceiling_vs_triton (the largest
-    throughput_vs_triton any server could reach on this machine)."""
+    the ceiling, one execute()'s time and ceiling_vs_triton; with the transport's CPU per
+    request, the bound: the items per second `cores` could serve if each cost its
+    execute() (the ceiling's processes' CPU per item) plus the transport's floor, and
+    bound_vs_triton (the largest throughput_vs_triton any server reaches here)."""
     if not ceiling or "error" in ceiling:
         return {}
     entry = {"ceiling_per_s": ceiling["throughput_per_s"], "execute_us": ceiling["execute_us"]}
     triton = (at_c or {}).get("triton", {}).get("throughput_per_s")
     if triton:
         entry["ceiling_vs_triton"] = rounded(ceiling["throughput_per_s"] / triton)
+    if transport_us and cores:
+        busy = min(ceiling.get("processes", cores), cores)
+        item_s = busy / ceiling["throughput_per_s"] + 1e-6 * transport_us / ceiling["batch"]
+        entry["bound_per_s"] = rounded(cores / item_s, 1)
+        if triton:
+            entry["bound_vs_triton"] = rounded(cores / item_s / triton)
     return entry
 
 
@@ -253,6 +289,8 @@ def summarize(result, instances, rows):
         by_instances[n]["memory"] = start_and_memory(rounds)
     result["by_instances"] = by_instances
     at_n = by_instances.get(str(instances), {})
+    result["transport"] = transport_floor(result.get("floor_cells", {}), int(top))
+    cores = result.get("settings", {}).get("cores")
     for row in rows:
         by_c = at_n.get(row, {})
         result[row] = {
@@ -260,7 +298,9 @@ def summarize(result, instances, rows):
             "p50_vs_triton": by_c.get("1", {}).get("p50_vs_triton"),
             "p99_vs_triton": by_c.get(top, {}).get("p99_vs_triton"),
             "at_instances": instances, "throughput_at_concurrency": int(top)}
-        result[row].update(row_ceiling(result.get("ceiling_cells", {}).get(row), by_c.get(top)))
+        result[row]["cpu_us"] = row_cpu(result["cells"].get(str(instances), {}), row, top)
+        result[row].update(row_ceiling(result.get("ceiling_cells", {}).get(row), by_c.get(top),
+                                       result["transport"].get("cpu_us"), cores))
     if str(instances) in result["cells"]:
         result.setdefault("bls", {}).update(bls_summary(result["cells"][str(instances)]))
         if "identity" in result:
