@@ -57,11 +57,11 @@ if [ ! -f "$home/.complete-$version" ] || [ ! -f "$stubs/.complete" ]; then
   cp "$stub" "$dir/backends/python/triton_python_backend_stub"
   rm -rf "$stubs"
   "$python" -m venv --without-pip "$stubs" >"$log" 2>&1 || { cat "$log" >&2; exit 1; }
-  "$python" -m pip install -q --disable-pip-version-check --no-deps \
-    --target "$("$stubs/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')" \
+  purelib='import sysconfig; print(sysconfig.get_paths()["purelib"])'
+  stubs_site="$("$stubs/bin/python" -c "$purelib")"
+  "$python" -m pip install -q --disable-pip-version-check --no-deps --target "$stubs_site" \
     "numpy==$stub_numpy" >"$log" 2>&1 || { cat "$log" >&2; exit 1; }
-  "$python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])' \
-    >"$("$stubs/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/chorus-venv.pth"
+  "$python" -c "$purelib" >"$stubs_site/chorus-venv.pth"  # PYTHON's packages, after numpy 1
   touch "$stubs/.complete"
   # --help exits 1 after printing the flags; a binary that cannot load prints none.
   help="$("$dir/bin/tritonserver" --help 2>&1 || true)"

@@ -100,12 +100,11 @@ def thread_cpu(root):
 
 
 def machine_busy_s():
-    """The CPU seconds every core of the machine has been busy (not idle nor waiting on
-    I/O) since boot, softirq and steal included, from /proc/stat."""
+    """The CPU seconds the machine's cores have been busy since boot (user, system, irq
+    and softirq; not idle, waiting on I/O, or stolen by the hypervisor), from /proc/stat."""
     with open("/proc/stat") as f:
-        values = [int(v) for v in f.readline().split()[1:]]
-    idle = values[3] + values[4]
-    return (sum(values[:8]) - idle) / os.sysconf("SC_CLK_TCK")
+        user, nice, system, _, _, irq, softirq = (int(v) for v in f.readline().split()[1:8])
+    return (user + nice + system + irq + softirq) / os.sysconf("SC_CLK_TCK")
 
 
 def process_memory(pid):

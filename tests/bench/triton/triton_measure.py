@@ -141,7 +141,10 @@ def measure_row(args, server, row, concurrencies, work, tag):
         figures = perf_analyzer(args, target, concurrency, work, f"{label}-c{concurrency}")
         figures["server"] = statistics_delta(before, server.statistics())
         measured[str(concurrency)] = figures
-    measured[str(top)]["cpu"] = measure_cpu(args, server, target, top, work, label)
+    try:
+        measured[str(top)]["cpu"] = measure_cpu(args, server, target, top, work, label)
+    except RuntimeError as e:  # recorded; the row's figures stand
+        measured[str(top)]["cpu"] = {"error": str(e)}
     return measured
 
 

@@ -142,7 +142,8 @@ def row_cpu(rounds, row, concurrency):
     by_kind = {}
     for kind in SERVERS:
         loads = [_load(r.get(kind, {}), row, concurrency) for r in rounds.values()]
-        cpus = [figures["cpu"] for figures in loads if figures and "cpu" in figures]
+        cpus = [figures["cpu"] for figures in loads
+                if figures and "total_us" in figures.get("cpu", {})]
         if cpus:
             by_kind[kind] = {part: rounded(median([c[part] for c in cpus]), 1)
                              for part in CPU_PARTS}
@@ -154,7 +155,7 @@ def transport_floor(floors, concurrency):
     (client, echo, kernel: what serving a request over gRPC costs at least), and the
     echo's throughput there; medians over the rounds."""
     loads = [(f or {}).get(str(concurrency)) for f in floors.values()]
-    loads = [figures for figures in loads if figures and "cpu" in figures]
+    loads = [figures for figures in loads if figures and "total_us" in figures.get("cpu", {})]
     if not loads:
         return {}
     return {"cpu_us": rounded(median([f["cpu"]["total_us"] for f in loads]), 1),
