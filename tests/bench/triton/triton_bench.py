@@ -29,8 +29,9 @@ stubs). Each ratio is taken within a round, then the median over the rounds.
 Bounds: at N instances each round also measures the floor under identity (an echo server,
 triton_servers.EchoServer); after the rounds, with no server running, each model row's
 ceiling (triton_measure.run_ceilings): the model's own execute() in N processes at once
-and one call's time (bare_execute.py). Each goal on a throughput or latency ratio is
-reported with the bound a server costing nothing else would reach (summary's GOALS).
+and one call's time (bare_execute.py); with the echo's CPU per request at 2N (the
+transport's floor) added, a bound. Each goal on a throughput or latency ratio is reported
+with the bound a server costing nothing else would reach (summary's GOALS).
 
 Density (--fleet): M distinct Python models (fleet_mlp.py, each importing torch and
 holding its own weights, widths 128 to 1024), one instance each and N each, both
@@ -42,7 +43,9 @@ from its stubs so far.
 Output (--out): the cells, the issue's figures (identity.p50_vs_triton,
 pyloop/mlp/resnet18_b8.throughput_vs_triton, bls.added_us and bls.added_vs_triton,
 footprint_vs_triton, density.<M>.footprint_vs_triton, ready_vs_triton and
-growth_2_instances, same_repository), the bounds (<row>.ceiling_vs_triton,
+growth_2_instances, same_repository), where the CPU goes per request at 2N
+(<row>.cpu_us: each server's frontend, models, perf_analyzer, the machine), the bounds
+(<row>.ceiling_vs_triton, transport.cpu_us, <row>.bound_vs_triton,
 identity.execute_floor_vs_triton), goals; the tables beside it (.md, printed; the same
 that triton_report.py writes into docs/benchmarks.md) and the plot (.png).
 """
