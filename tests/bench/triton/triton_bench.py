@@ -177,8 +177,10 @@ def run_repository(args, work, ports):
             for kind in kinds:
                 server = make_server(args, work, kind, f"repository-n{n}", ports,
                                      f"n{n}-r{r}", n)
+                # The CPU breakdown only where the summary reads it: at N instances.
                 cell = run_server(args, server, rows, concurrencies,
-                                  os.path.join(work, "checks"), work, f"n{n}-r{r}")
+                                  os.path.join(work, "checks"), work, f"n{n}-r{r}",
+                                  cpu=n == args.instances)
                 cells.setdefault(str(n), {}).setdefault(str(r), {})[kind] = cell
                 log(describe(kind, cell))
             if n == args.instances and identity:

@@ -123,9 +123,10 @@ def statistics_delta(before, after):
     return delta
 
 
-def measure_row(args, server, row, concurrencies, work, tag):
+def measure_row(args, server, row, concurrencies, work, tag, cpu=False):
     """One row: warmed up at the highest concurrency, then measured at each; per
-    concurrency perf_analyzer's figures and the server's statistics over the run."""
+    concurrency perf_analyzer's figures and the server's statistics over the run; with
+    `cpu`, where the CPU goes at the highest (measure_cpu)."""
     name, model, extra, protocol = row
     target = Target(server, model, extra, protocol)
     label = f"{server.kind}-{tag}-{name}"
@@ -141,6 +142,8 @@ def measure_row(args, server, row, concurrencies, work, tag):
         figures = perf_analyzer(args, target, concurrency, work, f"{label}-c{concurrency}")
         figures["server"] = statistics_delta(before, server.statistics())
         measured[str(concurrency)] = figures
+    if not cpu:
+        return measured
     try:
         measured[str(top)]["cpu"] = measure_cpu(args, server, target, top, work, label)
     except RuntimeError as e:  # recorded; the row's figures stand
@@ -176,9 +179,10 @@ def _cpu_s(usage):
     return usage.ru_utime + usage.ru_stime
 
 
-def run_server(args, server, rows, concurrencies, checks, work, tag):
+def run_server(args, server, rows, concurrencies, checks, work, tag, cpu=False):
     """The repository on one server, start to stop: its cell (an error is recorded in
-    it, or in the row that failed, and the run goes on)."""
+    it, or in the row that failed, and the run goes on); with `cpu`, each row's CPU
+    breakdown (measure_row)."""
     cell = {"repository": server.repository}
     try:
         cell["ready_s"] = round(server.start(args.start_timeout_s), 3)
@@ -187,7 +191,8 @@ def run_server(args, server, rows, concurrencies, checks, work, tag):
         cell["rows"] = {}
         for row in rows:
             try:
-                cell["rows"][row[0]] = measure_row(args, server, row, concurrencies, work, tag)
+                cell["rows"][row[0]] = measure_row(args, server, row, concurrencies, work, tag,
+                                                   cpu)
             except Exception as e:  # noqa: BLE001 (recorded; the run goes on)
                 cell["rows"][row[0]] = {"error": str(e)}
                 log(f"    {server.kind} {row[0]}: FAILED: {e}")
@@ -206,7 +211,7 @@ def run_floor(args, server, row, concurrencies, work, tag):
     or {"error": ...}."""
     try:
         server.start(args.start_timeout_s)
-        return measure_row(args, server, row, concurrencies, work, tag)
+        return measure_row(args, server, row, concurrencies, work, tag, cpu=True)
     except Exception as e:  # noqa: BLE001 (recorded; the run goes on)
         log(f"    echo: FAILED: {e}")
         return {"error": str(e)}
