@@ -1,5 +1,6 @@
 #include "interpreter/pyside/convert.h"
 
+#include "interpreter/pyside/host_object_type.h"
 #include "interpreter/pyside/native_module.h"
 
 #include <torch/csrc/autograd/python_variable.h>
@@ -206,6 +207,9 @@ PyObject* IValueToPython(const c10::IValue& value) {
     if (value.isList()) return ListToPython(value.toListRef(), /*as_tuple=*/false);
     if (value.isTuple()) return ListToPython(value.toTupleRef().elements(), /*as_tuple=*/true);
     if (value.isGenericDict()) return DictToPython(value.toGenericDict());
+    if (HostObject* object = value.isCapsule() ? Host()->AsHostObject(value) : nullptr) {
+      return WrapHostObject(c10::intrusive_ptr<HostObject>::reclaim_copy(object));
+    }
     // Devices, generators, ...: torch's own conversion (none of these hold tensors).
     if (!EnsureTorchImported()) return nullptr;
     return torch::jit::toPyObject(value).release().ptr();
@@ -239,6 +243,8 @@ bool PythonToIValue(PyObject* obj, c10::IValue* out) {
       return SequenceToIValue(obj, PyTuple_Check(obj), out);
     } else if (PyDict_Check(obj)) {
       return DictToIValue(obj, out);
+    } else if (HostObject* object = HostObjectIn(obj)) {
+      *out = HostObjectValue(c10::intrusive_ptr<HostObject>::reclaim_copy(object));
     } else if (PyIndex_Check(obj)) {  // numpy integers and other int-likes
       PyObject* index = PyNumber_Index(obj);
       if (index == nullptr) return false;

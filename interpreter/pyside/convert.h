@@ -39,13 +39,15 @@ class WithinInterpreterScope {
 };
 
 // A new reference to the Python equivalent of `value`: None, bool, int, float,
-// str, torch.Tensor, list, tuple, dict (and torch.device, dtype-likes via torch).
+// str, torch.Tensor, list, tuple, dict, a HostObject (host_object_type.h) (and
+// torch.device, dtype-likes via torch).
 // Strings decode as UTF-8 with errors="surrogateescape", so any bytes cross.
 PyObject* IValueToPython(const c10::IValue& value);
 
 // Converts None, bool, int, float, str, bytes (both to strings), torch.Tensor,
-// list, tuple and dict (string, int or tensor keys), recursively. Lists of one element kind become
-// typed lists (TensorList, IntList, ...), other lists GenericList.
+// a _chorus.HostObject, list, tuple and dict (string, int or tensor keys),
+// recursively. Lists of one element kind become typed lists (TensorList,
+// IntList, ...), other lists GenericList.
 bool PythonToIValue(PyObject* obj, c10::IValue* out);
 
 // Makes sure torch's Python bindings are initialized in this interpreter, so

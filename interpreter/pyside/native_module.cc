@@ -10,6 +10,7 @@
 
 #include "interpreter/pyside/convert.h"
 #include "interpreter/pyside/dispatch_library.h"
+#include "interpreter/pyside/host_object_type.h"
 
 namespace chorus::pyside {
 namespace {
@@ -502,7 +503,7 @@ PyObject* InitModule() {
   if (g_deadline_exceeded == nullptr || g_call_failed == nullptr ||
       PyModule_AddObjectRef(module, "ModelCallFailed", g_call_failed) < 0 ||
       PyModule_AddObjectRef(module, "DeadlineExceeded", g_deadline_exceeded) < 0 ||
-      PyModule_AddIntConstant(module, "index", g_index) < 0) {
+      PyModule_AddIntConstant(module, "index", g_index) < 0 || !AddHostObjectTypes(module)) {
     Py_DECREF(module);
     return nullptr;
   }

@@ -23,6 +23,7 @@
 
 #include "chorus/common/status.h"
 #include "chorus/common/thread_annotations.h"
+#include "chorus/interpreter/host_object.h"
 #include "interpreter/libcache/library_cache.h"
 #include "interpreter/src/model_call_table.h"
 #include "interpreter/src/pyside_api.h"
@@ -90,6 +91,7 @@ class InterpreterLoader final : public pyside::HostServices {
   ModelCallTable& model_calls() { return model_calls_; }
   void* TakeAutogradEngine() override;
   at::Tensor CrossingAlias(const at::Tensor& tensor) override;
+  HostObject* AsHostObject(const c10::IValue& value) override { return HostObjectOf(value); }
   void EnterSlot(int slot) override;
   void LeaveSlot(int slot) override;
   int CurrentSlot() override;

@@ -29,9 +29,13 @@ class OperatorHandle;
 class DispatchKeySet;
 }  // namespace c10
 
+namespace chorus {
+class HostObject;
+}  // namespace chorus
+
 namespace chorus::pyside {
 
-inline constexpr uint32_t kAbiVersion = 6;
+inline constexpr uint32_t kAbiVersion = 7;
 inline constexpr char kEntryPoint[] = "chorus_pyside_create";
 
 // A strong reference to a Python object of one interpreter (really a PyObject*).
@@ -86,6 +90,9 @@ class HostServices {
   // counter, with no autograd history, and (torch 2.x) its own StorageImpl,
   // so that no interpreter ever reaches another's Python objects through it.
   virtual at::Tensor CrossingAlias(const at::Tensor& tensor) = 0;
+  // The HostObject `value` carries (host_object.h), or nullptr: the host's
+  // type check, since this library's copies cannot compare its types.
+  virtual HostObject* AsHostObject(const c10::IValue& value) = 0;
   // Marks the calling thread as working in `slot` (a Python kernel called
   // from C++ on a thread that may be in another interpreter's session), until
   // the matching LeaveSlot.

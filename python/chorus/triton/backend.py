@@ -156,7 +156,8 @@ def create_instance(model_key: str, instance_name: str, args: Dict[str, str]) ->
 def execute(model_key: str, instance_name: str, requests: List[Any], decoupled: bool) -> None:
     """Runs the instance's `execute` on a batch of received requests, each
     (handle, inputs, bytes_shapes, requested_output_names) with its handle a
-    torch.classes.chorus.PythonBackendRequest, and answers every request."""
+    _chorus.HostObject (server/python_backend's PythonBackendRequest), and answers every
+    request."""
     _instances[(model_key, instance_name)].execute(requests, decoupled)
 
 

@@ -1,8 +1,8 @@
 """`pb_utils.InferenceRequest`: a request `execute` receives, or one a model builds to call
 another model (BLS, `chorus.triton.bls`).
 
-A received request reads what it holds from its C++ handle
-(`torch.classes.chorus.PythonBackendRequest`) when asked; a built one holds what its
+A received request reads what it holds from its C++ handle (a `_chorus.HostObject`)
+when asked; a built one holds what its
 constructor was given, checked as Triton checks it.
 
 Where chorus differs from Triton: when the client named no outputs,

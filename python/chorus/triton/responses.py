@@ -1,5 +1,5 @@
 """`InferenceResponse` and `InferenceResponseSender`: a model's answers, and how they reach
-the C++ request handle (`torch.classes.chorus.PythonBackendRequest.send`).
+the C++ request handle (a `_chorus.HostObject`, whose `send` answers the request).
 
 Every request ends with exactly one final send on its handle. A default-mode (not
 decoupled) model's one response is sent final at once, whether it came back from
@@ -96,14 +96,6 @@ def get_output_tensor_by_name(inference_response: InferenceResponse,
     return None
 
 
-def _split_parameters(parameters: Dict[str, Any]) -> Tuple[Dict[str, bool], Dict[str, int],
-                                                           Dict[str, str]]:
-    bools = {k: v for k, v in parameters.items() if isinstance(v, bool)}
-    ints = {k: v for k, v in parameters.items() if isinstance(v, int) and not isinstance(v, bool)}
-    strings = {k: v for k, v in parameters.items() if isinstance(v, str)}
-    return bools, ints, strings
-
-
 def _wire_outputs(response: InferenceResponse,
                   requested: Sequence[str]) -> Tuple[Dict[str, Any], Dict[str, List[int]]]:
     outputs: Dict[str, Any] = {}
@@ -143,11 +135,7 @@ def send_error_to_handle(handle: Any, message: str, code: ErrorCode) -> None:
 def _send(handle: Any, outputs: Dict[str, Any], bytes_shapes: Dict[str, List[int]], final: bool,
           code: int, message: str, parameters: Dict[str, Any]) -> None:
     try:
-        if code == _NO_ERROR and not bytes_shapes and not parameters:
-            handle.send_outputs(list(outputs), list(outputs.values()), final)
-        else:
-            bools, ints, strings = _split_parameters(parameters)
-            handle.send(outputs, bytes_shapes, final, code, message, bools, ints, strings)
+        handle.send(outputs, bytes_shapes, final, code, message, parameters)
     except RuntimeError as e:
         if handle.is_cancelled():
             return  # the server ended the request for its client: the answer goes nowhere

@@ -1,10 +1,13 @@
 #include "server/python_backend/src/request_handle.h"
 
 #include <ATen/ATen.h>
-#include <torch/custom_class.h>
 
+#include <map>
 #include <nlohmann/json.hpp>
+#include <utility>
+#include <vector>
 
+#include "chorus/interpreter/host_object.h"
 #include "chorus/interpreter/tensor_crossing.h"
 #include "chorus/package/dtype.h"
 #include "chorus/serving/model_values.h"
@@ -56,7 +59,67 @@ std::string ParametersJson(const Parameters& parameters) {
   return out.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
-class Handle : public torch::CustomClassHolder {
+using Args = std::vector<c10::IValue>;
+
+Status CheckArgCount(const Args& args, size_t count, const char* method) {
+  if (args.size() == count) return OkStatus();
+  return InvalidArgumentError(std::string(method) + "() takes " + std::to_string(count) +
+                              " arguments, got " + std::to_string(args.size()));
+}
+
+// send()'s outputs: {name: tensor}.
+StatusOr<std::vector<std::pair<std::string, at::Tensor>>> OutputsArg(const c10::IValue& value) {
+  std::vector<std::pair<std::string, at::Tensor>> outputs;
+  if (!value.isGenericDict()) return InvalidArgumentError("send(): outputs must be a dict");
+  for (const auto& entry : value.toGenericDict()) {
+    if (!entry.key().isString() || !entry.value().isTensor()) {
+      return InvalidArgumentError("send(): outputs must map names to tensors");
+    }
+    outputs.emplace_back(entry.key().toStringRef(), entry.value().toTensor());
+  }
+  return outputs;
+}
+
+// send()'s BYTES outputs' shapes: {name: [int]}.
+StatusOr<std::map<std::string, std::vector<int64_t>>> ShapesArg(const c10::IValue& value) {
+  std::map<std::string, std::vector<int64_t>> shapes;
+  if (!value.isGenericDict()) return InvalidArgumentError("send(): bytes_shapes must be a dict");
+  for (const auto& entry : value.toGenericDict()) {
+    std::vector<int64_t>& shape = shapes[entry.key().isString() ? entry.key().toStringRef() : ""];
+    if (!entry.key().isString() || !entry.value().isList()) {
+      return InvalidArgumentError("send(): bytes_shapes must map names to lists of ints");
+    }
+    for (const c10::IValue& dim : entry.value().toListRef()) {
+      if (!dim.isInt()) return InvalidArgumentError("send(): a BYTES shape holds ints only");
+      shape.push_back(dim.toInt());
+    }
+  }
+  return shapes;
+}
+
+// send()'s response parameters: {name: bool, int or str}.
+StatusOr<Parameters> ParametersArg(const c10::IValue& value) {
+  Parameters parameters;
+  if (!value.isGenericDict()) return InvalidArgumentError("send(): parameters must be a dict");
+  for (const auto& entry : value.toGenericDict()) {
+    const c10::IValue& v = entry.value();
+    if (!entry.key().isString() || !(v.isBool() || v.isInt() || v.isString())) {
+      return InvalidArgumentError("send(): parameters must map names to bool, int or str");
+    }
+    ParameterValue& slot = parameters[entry.key().toStringRef()];
+    if (v.isBool()) {
+      slot = v.toBool();
+    } else if (v.isInt()) {
+      slot = v.toInt();
+    } else {
+      slot = v.toStringRef();
+    }
+  }
+  return parameters;
+}
+
+// One request as the model's code sees it; the model answers through it.
+class Handle : public HostObject {
  public:
   Handle(std::shared_ptr<OpenRequest> request, std::shared_ptr<const Manifest> signature)
       : request_(std::move(request)), signature_(std::move(signature)) {}
@@ -64,6 +127,9 @@ class Handle : public torch::CustomClassHolder {
   ~Handle() override {
     request_->Fail(InternalError("the model released the request without a final response"));
   }
+
+  const std::vector<Method>& methods() const override;
+  const char* type_name() const override { return "PythonBackendRequest"; }
 
   const InferenceRequest& request() const { return request_->request(); }
 
@@ -94,44 +160,51 @@ class Handle : public torch::CustomClassHolder {
     return shapes;
   }
 
-  std::string ParametersText() const { return ParametersJson(request().parameters); }
-
-  void Send(const TensorDict& outputs, const ShapeDict& bytes_shapes, bool final,
-            int64_t error_code, const std::string& error_message, const Parameters& parameters) {
-    ModelResponse response;
-    response.final = final;
-    response.parameters = parameters;
-    if (error_code >= 0) {
-      response.status = Status(StatusCodeOfTritonError(error_code), error_message);
-    } else if (outputs.size() > 0) {
-      StatusOr<std::vector<c10::IValue>> arranged = Arrange(outputs, bytes_shapes);
-      TORCH_CHECK(arranged.ok(), arranged.status().message());
-      response.outputs = std::move(*arranged);
+  // send(outputs, bytes_shapes, final, error_code, error_message, parameters):
+  // one response; error_code >= 0 (a TRITONSERVER_Error code) makes it an error.
+  Status Send(Args& args) {
+    CHORUS_RETURN_IF_ERROR(CheckArgCount(args, 6, "send"));
+    if (!args[2].isBool() || !args[3].isInt() || !args[4].isString()) {
+      return InvalidArgumentError(
+          "send(): final, error_code and error_message must be bool, "
+          "int and str");
     }
-    Status sent = request_->Send(std::move(response));
-    TORCH_CHECK(sent.ok(), sent.message());
+    ModelResponse response;
+    response.final = args[2].toBool();
+    CHORUS_ASSIGN_OR_RETURN(response.parameters, ParametersArg(args[5]));
+    const int64_t error_code = args[3].toInt();
+    if (error_code >= 0) {
+      response.status = Status(StatusCodeOfTritonError(error_code), args[4].toStringRef());
+    } else {
+      CHORUS_ASSIGN_OR_RETURN(auto outputs, OutputsArg(args[0]));
+      CHORUS_ASSIGN_OR_RETURN(auto bytes_shapes, ShapesArg(args[1]));
+      if (!outputs.empty()) {
+        CHORUS_ASSIGN_OR_RETURN(response.outputs, Arrange(outputs, bytes_shapes));
+      }
+    }
+    return request_->Send(std::move(response));
   }
 
  private:
   // `outputs` by name into the signature's output order (None where left
   // out), BYTES ones read back from their raw layout.
-  StatusOr<std::vector<c10::IValue>> Arrange(const TensorDict& outputs,
-                                             const ShapeDict& bytes_shapes) const {
+  StatusOr<std::vector<c10::IValue>> Arrange(
+      const std::vector<std::pair<std::string, at::Tensor>>& outputs,
+      const std::map<std::string, std::vector<int64_t>>& bytes_shapes) const {
     std::vector<c10::IValue> arranged(signature_->outputs.size());
-    for (const auto& entry : outputs) {
-      const std::string& name = entry.key();
+    for (const auto& [name, output] : outputs) {
       auto spec = std::find_if(signature_->outputs.begin(), signature_->outputs.end(),
-                               [&](const TensorSpec& s) { return s.name == name; });
+                               [&name = name](const TensorSpec& s) { return s.name == name; });
       if (spec == signature_->outputs.end()) continue;  // not in its config: dropped (Triton's)
       c10::IValue& slot = arranged[spec - signature_->outputs.begin()];
-      const at::Tensor tensor = CrossingAlias(entry.value()).contiguous();
-      if (!bytes_shapes.contains(name)) {
+      const at::Tensor tensor = output.contiguous();
+      auto shape = bytes_shapes.find(name);
+      if (shape == bytes_shapes.end()) {
         slot = tensor;
         continue;
       }
-      const c10::List<int64_t> shape = bytes_shapes.at(name);
       const std::string_view raw(static_cast<const char*>(tensor.data_ptr()), tensor.numel());
-      StatusOr<StringTensor> strings = StringTensorFromRaw(shape.vec(), raw);
+      StatusOr<StringTensor> strings = StringTensorFromRaw(shape->second, raw);
       if (!strings.ok()) return strings.status().Annotate("output \"" + name + "\"");
       slot = StringTensorToIValue(std::move(*strings));
     }
@@ -142,59 +215,47 @@ class Handle : public torch::CustomClassHolder {
   const std::shared_ptr<const Manifest> signature_;
 };
 
-using Self = c10::intrusive_ptr<Handle>;
-
-Parameters ParametersOf(const c10::Dict<std::string, bool>& flags,
-                        const c10::Dict<std::string, int64_t>& numbers,
-                        const c10::Dict<std::string, std::string>& texts) {
-  Parameters parameters;
-  for (const auto& entry : flags) parameters[entry.key()] = entry.value();
-  for (const auto& entry : numbers) parameters[entry.key()] = entry.value();
-  for (const auto& entry : texts) parameters[entry.key()] = entry.value();
-  return parameters;
+// A method of no arguments answering `get(handle)`.
+template <typename Get>
+HostObject::Method Getter(std::string name, Get get) {
+  return HostObject::Bind<Handle>(std::move(name), false,
+                                  [get](Handle& self, Args& args) -> StatusOr<c10::IValue> {
+                                    if (!args.empty())
+                                      return InvalidArgumentError("this method takes no arguments");
+                                    return c10::IValue(get(self));
+                                  });
 }
 
-const auto kRequestClass =
-    torch::class_<Handle>("chorus", "PythonBackendRequest")
-        .def("request_id", [](const Self& self) { return self->request().id; })
-        .def("correlation_id",
-             [](const Self& self) -> int64_t {
-               const auto* id = std::get_if<uint64_t>(&self->request().correlation_id);
+const std::vector<HostObject::Method>& Handle::methods() const {
+  static const std::vector<Method> kMethods = {
+      Getter("request_id", [](Handle& self) { return self.request().id; }),
+      Getter("correlation_id",
+             [](Handle& self) -> int64_t {
+               const auto* id = std::get_if<uint64_t>(&self.request().correlation_id);
                return id == nullptr ? 0 : static_cast<int64_t>(*id);
-             })
-        .def("correlation_id_string",
-             [](const Self& self) -> std::string {
-               const auto* id = std::get_if<std::string>(&self->request().correlation_id);
+             }),
+      Getter("correlation_id_string",
+             [](Handle& self) -> std::string {
+               const auto* id = std::get_if<std::string>(&self.request().correlation_id);
                return id == nullptr ? std::string() : *id;
-             })
-        .def("flags", [](const Self& self) -> int64_t { return self->request().flags; })
-        .def("parameters", [](const Self& self) { return self->ParametersText(); })
-        .def("timeout", [](const Self& self) -> int64_t { return self->request().timeout.count(); })
-        .def("is_cancelled",
-             [](const Self& self) {
-               const auto& cancelled = self->request().cancelled;
+             }),
+      Getter("flags", [](Handle& self) -> int64_t { return self.request().flags; }),
+      Getter("parameters", [](Handle& self) { return ParametersJson(self.request().parameters); }),
+      Getter("timeout", [](Handle& self) -> int64_t { return self.request().timeout.count(); }),
+      Getter("is_cancelled",
+             [](Handle& self) {
+               const auto& cancelled = self.request().cancelled;
                return cancelled != nullptr && cancelled->load();
-             })
-        .def("send",
-             [](const Self& self, const TensorDict& outputs, const ShapeDict& bytes_shapes,
-                bool final, int64_t error_code, const std::string& error_message,
-                const c10::Dict<std::string, bool>& flags,
-                const c10::Dict<std::string, int64_t>& numbers,
-                const c10::Dict<std::string, std::string>& texts) {
-               self->Send(outputs, bytes_shapes, final, error_code, error_message,
-                          ParametersOf(flags, numbers, texts));
-             })
-        // send() of the common answer: tensors only, no BYTES, error or
-        // parameters, as two lists: fewer arguments for torch.jit to convert,
-        // and no dict, whose conversion from Python throws (and catches) a C++
-        // exception every time (it first tries a ScriptDict).
-        .def("send_outputs", [](const Self& self, const std::vector<std::string>& names,
-                                const std::vector<at::Tensor>& tensors, bool final) {
-          TORCH_CHECK(names.size() == tensors.size(), "send_outputs: names and tensors differ");
-          TensorDict outputs;
-          for (size_t i = 0; i < names.size(); ++i) outputs.insert(names[i], tensors[i]);
-          self->Send(outputs, ShapeDict(), final, -1, std::string(), Parameters());
-        });
+             }),
+      // Releases the GIL: the answer is written to its client's socket here.
+      Bind<Handle>("send", true,
+                   [](Handle& self, Args& args) -> StatusOr<c10::IValue> {
+                     CHORUS_RETURN_IF_ERROR(self.Send(args));
+                     return c10::IValue();
+                   }),
+  };
+  return kMethods;
+}
 
 }  // namespace
 
@@ -205,7 +266,7 @@ c10::IValue ReceivedRequest(std::shared_ptr<OpenRequest> request,
   for (const std::string& name : handle->request().requested_outputs) requested.push_back(name);
   TensorDict inputs = handle->Inputs();
   ShapeDict bytes_shapes = handle->BytesShapes();
-  return c10::ivalue::Tuple::create({c10::IValue(std::move(handle)), std::move(inputs),
+  return c10::ivalue::Tuple::create({HostObjectValue(std::move(handle)), std::move(inputs),
                                      std::move(bytes_shapes), std::move(requested)});
 }
 

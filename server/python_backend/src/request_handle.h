@@ -1,10 +1,10 @@
-// torch.classes.chorus.PythonBackendRequest: one request as a Python-backend
-// model's code sees it (chorus.triton wraps it in pb_utils.InferenceRequest):
-// its attributes, and send(), which answers it. A torch custom class, so that
-// every interpreter reaches the same C++ object, from any of its threads, also
-// after execute() returned (a decoupled model's senders). What every request
-// needs (its inputs, the outputs asked for) comes with the handle in one
-// value: each call of a custom class' method from Python costs microseconds.
+// PythonBackendRequest: one request as a Python-backend model's code sees it
+// (chorus.triton wraps it in pb_utils.InferenceRequest): its attributes, and
+// send(), which answers it. A HostObject (chorus/interpreter/host_object.h),
+// so that the interpreter reaches the C++ object from any of its threads,
+// also after execute() returned (a decoupled model's senders). What every
+// request needs (its inputs, the outputs asked for) comes with the handle in
+// one value, so a plain request makes one method call: send().
 // Tensors cross as new aliases both ways (tensor_crossing.h), never copies.
 #ifndef CHORUS_SERVER_PYTHON_BACKEND_SRC_REQUEST_HANDLE_H_
 #define CHORUS_SERVER_PYTHON_BACKEND_SRC_REQUEST_HANDLE_H_

@@ -4,7 +4,7 @@
 // interpreter (instances placed over the interpreters in turn: K instances
 // cost K objects, not K processes). The model's ModelScheduler hands each
 // batch unjoined to one instance (serving/request_executor.h); its execute()
-// answers every request through a handle (torch.classes.chorus.PythonBackendRequest),
+// answers every request through a handle (a HostObject, request_handle.h),
 // now or later from any thread; its calls to other models (BLS) are chorus'
 // in-process model calls. The Python half, with the module models import as
 // triton_python_backend_utils, is python/chorus/triton.
