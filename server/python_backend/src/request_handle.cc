@@ -85,10 +85,10 @@ StatusOr<std::map<std::string, std::vector<int64_t>>> ShapesArg(const c10::IValu
   std::map<std::string, std::vector<int64_t>> shapes;
   if (!value.isGenericDict()) return InvalidArgumentError("send(): bytes_shapes must be a dict");
   for (const auto& entry : value.toGenericDict()) {
-    std::vector<int64_t>& shape = shapes[entry.key().isString() ? entry.key().toStringRef() : ""];
     if (!entry.key().isString() || !entry.value().isList()) {
       return InvalidArgumentError("send(): bytes_shapes must map names to lists of ints");
     }
+    std::vector<int64_t>& shape = shapes[entry.key().toStringRef()];
     for (const c10::IValue& dim : entry.value().toListRef()) {
       if (!dim.isInt()) return InvalidArgumentError("send(): a BYTES shape holds ints only");
       shape.push_back(dim.toInt());
