@@ -13,11 +13,13 @@ namespace chorus::pyside {
 namespace {
 
 struct PyHostObject {
-  PyObject_HEAD HostObject* object;  // a reference of the intrusive count
+  PyObject ob_base;
+  HostObject* object;  // a reference of the intrusive count
 };
 
 struct PyHostMethod {
-  PyObject_HEAD PyHostObject* self;  // strong
+  PyObject ob_base;
+  PyHostObject* self;                // strong
   const HostObject::Method* method;  // in self's table, which never changes
   vectorcallfunc vectorcall;
 };

@@ -110,7 +110,7 @@ def use_counter(counter):
   ASSERT_OK_AND_ASSIGN(Object used,
                        use.Call({HostObjectValue(c10::make_intrusive<Counter>(&destroyed))}));
   ASSERT_OK_AND_ASSIGN(c10::IValue result, used.ToIValue());
-  const auto& items = result.toTupleRef().elements();
+  const std::vector<c10::IValue> items = result.toTupleRef().elements().vec();
   EXPECT_EQ(items[0].toStringRef(), "HostObject");
   EXPECT_EQ(items[1].toInt(), 2);
   EXPECT_EQ(items[2].toInt(), 42);

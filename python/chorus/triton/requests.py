@@ -2,8 +2,8 @@
 another model (BLS, `chorus.triton.bls`).
 
 A received request reads what it holds from its C++ handle (a `_chorus.HostObject`)
-when asked; a built one holds what its
-constructor was given, checked as Triton checks it.
+when asked; a built one holds what its constructor was given, checked as Triton checks
+it.
 
 Where chorus differs from Triton: when the client named no outputs,
 `requested_output_names()` is every output of the model's config (Triton's server fills

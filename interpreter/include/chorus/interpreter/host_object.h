@@ -24,13 +24,13 @@ namespace chorus {
 
 class HostObject : public torch::CustomClassHolder {
  public:
+  ~HostObject() override;  // out of line: one type_info, in libchorus_interpreter
+
   // One method Python may call: `object.name(*args)`. Its arguments come as
   // pyside converts Python values (None, bool, int, float, str, Tensor as a
   // crossing alias; a list of one kind as a typed list, a dict as a
   // GenericDict); its result goes back the same way. An error status raises
   // RuntimeError with the status' message.
-  ~HostObject() override;  // out of line: one type_info, in libchorus_interpreter
-
   struct Method {
     std::string name;
     // Whether the interpreter's lock is released while it runs: for a method
