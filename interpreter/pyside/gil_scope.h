@@ -1,5 +1,5 @@
 // This interpreter's GIL for a scope, taken only when this thread does not
-// hold it already.
+// hold it already (GilScope), or let go of for one (GilRelease).
 #ifndef CHORUS_INTERPRETER_PYSIDE_GIL_SCOPE_H_
 #define CHORUS_INTERPRETER_PYSIDE_GIL_SCOPE_H_
 
@@ -39,6 +39,20 @@ class GilScope {
 
   const bool held_;
   PyGILState_STATE state_{};
+};
+
+// Lets go of this interpreter's GIL, which the calling thread holds, for a
+// scope that waits or does I/O without touching Python; takes it back at the
+// end. Not copyable; destroy on the thread that made it.
+class GilRelease {
+ public:
+  GilRelease() : state_(PyEval_SaveThread()) {}
+  ~GilRelease() { PyEval_RestoreThread(state_); }
+  GilRelease(const GilRelease&) = delete;
+  GilRelease& operator=(const GilRelease&) = delete;
+
+ private:
+  PyThreadState* const state_;
 };
 
 }  // namespace chorus::pyside

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "interpreter/pyside/convert.h"
+#include "interpreter/pyside/gil_scope.h"
 
 namespace chorus::pyside {
 namespace {
@@ -56,8 +57,8 @@ PyObject* CallMethod(PyObject* callable, PyObject* const* args, size_t nargsf, P
   HostObject& object = *bound->self->object;
   StatusOr<c10::IValue> result = OkStatus();
   if (method.releases_gil) {
-    Py_BEGIN_ALLOW_THREADS result = Invoke(method, object, values);
-    Py_END_ALLOW_THREADS
+    GilRelease released;
+    result = Invoke(method, object, values);
   } else {
     result = Invoke(method, object, values);
   }
