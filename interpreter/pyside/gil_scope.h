@@ -55,6 +55,14 @@ class GilRelease {
   PyThreadState* const state_;
 };
 
+// `call()` with the GIL let go: a host call that may wait on other threads
+// or interpreters.
+template <typename Call>
+auto WithoutGil(Call&& call) {
+  GilRelease released;
+  return call();
+}
+
 }  // namespace chorus::pyside
 
 #endif  // CHORUS_INTERPRETER_PYSIDE_GIL_SCOPE_H_

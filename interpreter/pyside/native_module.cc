@@ -10,6 +10,7 @@
 
 #include "interpreter/pyside/convert.h"
 #include "interpreter/pyside/dispatch_library.h"
+#include "interpreter/pyside/gil_scope.h"
 #include "interpreter/pyside/host_object_type.h"
 
 namespace chorus::pyside {
@@ -51,10 +52,9 @@ PyObject* ReferencesPython(PyObject* /*self*/, PyObject* arg) {
 PyObject* ClaimRegistration(PyObject* /*self*/, PyObject* arg) {
   const char* key = PyUnicode_AsUTF8(arg);
   if (key == nullptr) return nullptr;
-  StatusOr<bool> owner = false;
   // May wait for another interpreter to finish the registration.
-  Py_BEGIN_ALLOW_THREADS owner = g_host->ClaimRegistration(key, g_slot);
-  Py_END_ALLOW_THREADS if (!owner.ok()) {
+  StatusOr<bool> owner = WithoutGil([&] { return g_host->ClaimRegistration(key, g_slot); });
+  if (!owner.ok()) {
     PyErr_SetString(PyExc_RuntimeError, owner.status().message().c_str());
     return nullptr;
   }
@@ -252,10 +252,10 @@ PyObject* ModelCallStart(PyObject* /*self*/, PyObject* args, PyObject* kwargs) {
     return nullptr;
   }
   const auto limit = std::chrono::nanoseconds(static_cast<int64_t>(std::max(0.0, timeout) * 1e9));
-  StatusOr<uint64_t> handle = UnavailableError("");
   // Starting may take locks other interpreters' threads hold.
-  Py_BEGIN_ALLOW_THREADS handle = g_host->StartModelCall(std::move(call), limit, stream != 0);
-  Py_END_ALLOW_THREADS if (!handle.ok()) return RaiseCallFailed(handle.status());
+  StatusOr<uint64_t> handle =
+      WithoutGil([&] { return g_host->StartModelCall(std::move(call), limit, stream != 0); });
+  if (!handle.ok()) return RaiseCallFailed(handle.status());
   return PyLong_FromUnsignedLongLong(*handle);
 }
 
@@ -281,9 +281,8 @@ PyObject* ModelLoad(PyObject* /*self*/, PyObject* args) {
           std::string(PyBytes_AS_STRING(contents), static_cast<size_t>(PyBytes_GET_SIZE(contents)));
     }
   }
-  Status loaded;
-  Py_BEGIN_ALLOW_THREADS loaded = g_host->LoadModel(std::move(load));
-  Py_END_ALLOW_THREADS if (!loaded.ok()) return RaiseCallFailed(loaded);
+  Status loaded = WithoutGil([&] { return g_host->LoadModel(std::move(load)); });
+  if (!loaded.ok()) return RaiseCallFailed(loaded);
   Py_RETURN_NONE;
 }
 
@@ -297,9 +296,8 @@ PyObject* ModelUnload(PyObject* /*self*/, PyObject* args) {
     return RaiseCallFailed(UnimplementedError(
         "unload_dependents is not served: unload the models an ensemble uses by name"));
   }
-  Status asked;
-  Py_BEGIN_ALLOW_THREADS asked = g_host->UnloadModel(model);
-  Py_END_ALLOW_THREADS if (!asked.ok()) return RaiseCallFailed(asked);
+  Status asked = WithoutGil([&] { return g_host->UnloadModel(model); });
+  if (!asked.ok()) return RaiseCallFailed(asked);
   Py_RETURN_NONE;
 }
 
@@ -307,9 +305,8 @@ PyObject* ModelUnload(PyObject* /*self*/, PyObject* args) {
 PyObject* ModelReady(PyObject* /*self*/, PyObject* args) {
   const char *model, *version = "";
   if (!PyArg_ParseTuple(args, "s|s:model_ready", &model, &version)) return nullptr;
-  StatusOr<bool> ready = false;
-  Py_BEGIN_ALLOW_THREADS ready = g_host->ModelReady(model, version);
-  Py_END_ALLOW_THREADS if (!ready.ok()) return RaiseCallFailed(ready.status());
+  StatusOr<bool> ready = WithoutGil([&] { return g_host->ModelReady(model, version); });
+  if (!ready.ok()) return RaiseCallFailed(ready.status());
   return PyBool_FromLong(*ready);
 }
 
@@ -396,9 +393,9 @@ PyObject* ModelCallNext(PyObject* /*self*/, PyObject* args) {
   unsigned long long handle;
   int detailed = 0;
   if (!PyArg_ParseTuple(args, "K|p:model_call_next", &handle, &detailed)) return nullptr;
-  StatusOr<std::optional<CallResponse>> next = std::optional<CallResponse>();
-  Py_BEGIN_ALLOW_THREADS next = g_host->NextModelResponse(handle);
-  Py_END_ALLOW_THREADS if (!next.ok()) return RaiseCallFailed(next.status());
+  StatusOr<std::optional<CallResponse>> next =
+      WithoutGil([&] { return g_host->NextModelResponse(handle); });
+  if (!next.ok()) return RaiseCallFailed(next.status());
   if (!next->has_value()) Py_RETURN_NONE;
   const CallResponse& response = **next;
   if (detailed) return DetailedResponse(response);
@@ -416,9 +413,8 @@ PyObject* ModelCallEnd(PyObject* /*self*/, PyObject* arg) {
 std::atomic<void*> g_autograd_engine{nullptr};
 
 PyObject* BeginExclusive(PyObject* /*self*/, PyObject* /*unused*/) {
-  Py_BEGIN_ALLOW_THREADS  // may wait for another interpreter
-      g_host->BeginExclusive();
-  Py_END_ALLOW_THREADS Py_RETURN_NONE;
+  WithoutGil([] { g_host->BeginExclusive(); });  // may wait for another interpreter
+  Py_RETURN_NONE;
 }
 
 PyObject* EndExclusive(PyObject* /*self*/, PyObject* /*unused*/) {
