@@ -8,7 +8,6 @@
 #include <vector>
 
 #include "chorus/interpreter/host_object.h"
-#include "chorus/interpreter/tensor_crossing.h"
 #include "chorus/package/dtype.h"
 #include "chorus/serving/model_values.h"
 
@@ -133,14 +132,15 @@ class Handle : public HostObject {
 
   const InferenceRequest& request() const { return request_->request(); }
 
-  // The inputs given, BYTES ones in their raw layout.
+  // The inputs given, BYTES ones in their raw layout. The request's own
+  // tensors: the conversion into Python makes each interpreter its alias.
   TensorDict Inputs() const {
     TensorDict inputs;
     const std::vector<c10::IValue>& values = request().inputs;
     for (size_t i = 0; i < values.size() && i < signature_->inputs.size(); ++i) {
       const c10::IValue& value = values[i];
       if (value.isTensor()) {
-        inputs.insert(signature_->inputs[i].name, CrossingAlias(value.toTensor()));
+        inputs.insert(signature_->inputs[i].name, value.toTensor());
       } else if (!value.isNone()) {
         StatusOr<StringTensor> strings = StringTensorFromIValue(value);
         TORCH_CHECK(strings.ok(), strings.status().ToString());

@@ -5,7 +5,8 @@
 // also after execute() returned (a decoupled model's senders). What every
 // request needs (its inputs, the outputs asked for) comes with the handle in
 // one value, so a plain request makes one method call: send().
-// Tensors cross as new aliases both ways (tensor_crossing.h), never copies.
+// Tensors cross as new aliases both ways (pyside's conversion, tensor_crossing.h),
+// never copies.
 #ifndef CHORUS_SERVER_PYTHON_BACKEND_SRC_REQUEST_HANDLE_H_
 #define CHORUS_SERVER_PYTHON_BACKEND_SRC_REQUEST_HANDLE_H_
 
