@@ -166,8 +166,7 @@ class Handle : public HostObject {
     CHORUS_RETURN_IF_ERROR(CheckArgCount(args, 6, "send"));
     if (!args[2].isBool() || !args[3].isInt() || !args[4].isString()) {
       return InvalidArgumentError(
-          "send(): final, error_code and error_message must be bool, "
-          "int and str");
+          "send(): final, error_code and error_message must be bool, int and str");
     }
     ModelResponse response;
     response.final = args[2].toBool();
