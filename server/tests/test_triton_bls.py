@@ -2,11 +2,13 @@
 others with `InferenceRequest(...).exec()`, `async_exec()` and `exec(decoupled=True)`,
 errors coming back as `has_error()`, request parameters and ids reaching the called model,
 `ResponseIterator.cancel()` reaching it as a cancellation, calls from a thread the model
-started, BLS refused in `initialize`, and `load_model` / `unload_model` / `is_model_ready`
+started, the called model run on the caller's thread when idle (never two executions of an
+instance at once), BLS refused in `initialize`, and `load_model` / `unload_model` / `is_model_ready`
 (in `initialize` too) with the server in explicit model-control mode; and (the server runs
 with --log-verbose) a model's verbose log lines."""
 
 import json
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
@@ -185,6 +187,12 @@ class TritonPythonModel:
             got = [described(r) for r in repeater_request(-3).exec(decoupled=True)]
         elif mode == 9:
             got = described(adder_request(timeout=1).exec())
+        elif mode == 11:
+            occupant = pb_utils.InferenceRequest(
+                model_name="occupant", inputs=[tensor("MODE", [0])],
+                requested_output_names=["TEXT"]).exec()
+            got = {"thread": threading.get_ident(),
+                   "occupant": described(occupant)["outputs"]["TEXT"]}
         elif mode == 10:
             got = [described(pb_utils.InferenceRequest(
                 model_name="versioned", inputs=[tensor("MODE", [0])],
@@ -297,6 +305,32 @@ class TritonPythonModel:
         return [pb_utils.InferenceResponse([pb_utils.Tensor("TEXT", text)]) for _ in requests]
 """
 
+# One instance, called by BLS: answers the thread its execute ran on and whether another
+# execution of this instance was running meanwhile (each takes 5 ms).
+OCCUPANT_PY = """
+import json, threading, time
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        self.running = False
+
+    def execute(self, requests):
+        overlapped = self.running
+        self.running = True
+        time.sleep(0.005)
+        overlapped = overlapped or not self.running
+        self.running = False
+        seen = {"thread": threading.get_ident(), "overlapped": overlapped}
+        text = np.array([json.dumps(seen).encode()], np.object_)
+        return [pb_utils.InferenceResponse([pb_utils.Tensor("TEXT", text)]) for _ in requests]
+"""
+
+ONE_INSTANCE = 'instance_group [ { count: 1 kind: KIND_CPU } ]\n'
+FOUR_INSTANCES = 'instance_group [ { count: 4 kind: KIND_CPU } ]\n'
+
 # Loads the model its config's parameter LOAD names in initialize; answers what it saw.
 INIT_LOADER_PY = """
 import json
@@ -337,7 +371,7 @@ class TritonPythonModel:
 """
 
 LOADED_AT_START = ["adder", "repeater", "caller", "thread_caller", "async_caller",
-                   "controller", "startup_loader", "versioned"]
+                   "controller", "startup_loader", "versioned", "occupant", "crowd"]
 
 
 @pytest.fixture(scope="module")
@@ -350,6 +384,8 @@ def triton(tmp_path_factory):
                 CALLER_CONFIG + "model_transaction_policy { decoupled: true }\n",
                 THREAD_CALLER_PY)
     write_model(repo, "async_caller", CALLER_CONFIG, ASYNC_CALLER_PY)
+    write_model(repo, "occupant", CALLER_CONFIG + ONE_INSTANCE, OCCUPANT_PY)
+    write_model(repo, "crowd", CALLER_CONFIG + FOUR_INSTANCES, CALLER_PY)
     write_model(repo, "controller", CALLER_CONFIG, CONTROLLER_PY)
     for version in ("1", "2"):
         write_model(repo, "versioned", CALLER_CONFIG + "version_policy { all { } }\n",
@@ -439,6 +475,24 @@ def test_exec_from_threads_the_model_started(triton):
         assert json.loads(result.as_numpy("TEXT")[0]) == [7]
     finally:
         stream.close()
+
+
+def test_exec_runs_an_idle_instance_on_the_callers_thread(triton):
+    # chorus runs the called model's execute on the calling thread when one of its
+    # instances is idle (no hand-off to its worker and back); Triton's stub runs it in the
+    # called model's own process.
+    got = call(triton, "caller", 11)
+    assert got["occupant"] == {"thread": got["thread"], "overlapped": False}
+
+
+def test_exec_never_overlaps_an_instances_executions(triton):
+    # Four callers at once on a one-instance model: the first runs it on its own thread,
+    # the others queue for its worker, which waits until that run ends.
+    with ThreadPoolExecutor(8) as pool:
+        got = list(pool.map(lambda _: call(triton, "crowd", 11), range(48)))
+    assert not [g for g in got if g["occupant"]["overlapped"]]
+    on_caller = [g["occupant"]["thread"] == g["thread"] for g in got]
+    assert any(on_caller) and not all(on_caller), on_caller
 
 
 def test_bls_is_refused_in_initialize(triton):

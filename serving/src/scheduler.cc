@@ -38,7 +38,12 @@ ModelScheduler::ModelScheduler(std::shared_ptr<RequestExecutor> executor, Schedu
       on_execution_(std::move(on_execution)) {
   // Pinned to one instance (a sequence batcher's lane): that instance's one
   // worker, as its executions must not overlap.
-  StartWorkers(options_.interpreter >= 0 ? 1 : std::max(1, executor_->instances()));
+  const int workers = options_.interpreter >= 0 ? 1 : std::max(1, executor_->instances());
+  {
+    MutexLock lock(&mu_);
+    instance_busy_.assign(workers, false);
+  }
+  StartWorkers(workers);
 }
 
 void ModelScheduler::StartWorkers(int count) {
@@ -75,42 +80,67 @@ int64_t ModelScheduler::BatchSizeOf(const InferenceRequest& request) const {
   return shape[options_.batching.batch_dim];
 }
 
+bool ModelScheduler::ClaimCallerRun(int* worker) {
+  *worker = -1;
+  if (!accepting_ || !queue_.empty()) return false;
+  if (!executor_) {
+    if (executions_ >= std::max(1, options_.workers)) return false;
+  } else {
+    auto idle = std::find(instance_busy_.begin(), instance_busy_.end(), false);
+    if (idle == instance_busy_.end()) return false;
+    *idle = true;
+    *worker = static_cast<int>(idle - instance_busy_.begin());
+    ++callers_running_;
+  }
+  ++executions_;
+  ++running_;
+  return true;
+}
+
 void ModelScheduler::SubmitOrRun(InferenceRequest request, Done done) {
-  // An executor's batch runs on its instance's worker, never on the caller's thread.
-  if (executor_ || request.on_response || options_.batching.max_queue_delay.count() > 0) {
+  // A stream, or a batch that waits for stragglers, is the workers' to gather.
+  if (request.on_response || options_.batching.max_queue_delay.count() > 0) {
     return Submit(std::move(request), std::move(done));
   }
+  int worker = -1;
   bool here = false;
   {
     MutexLock lock(&mu_);
-    here = accepting_ && queue_.empty() && executions_ < std::max(1, options_.workers);
-    if (here) {
-      ++executions_;
-      ++running_;
-    }
+    here = ClaimCallerRun(&worker);
   }
   if (!here) return Submit(std::move(request), std::move(done));
   std::vector<Pending> batch;
   const int64_t batch_size = BatchSizeOf(request);
   batch.push_back(Pending{std::move(request), std::move(done), Clock::now(), batch_size});
-  Execute(std::move(batch), -1);
+  Execute(std::move(batch), worker);
+  bool queued = false;
   {
     MutexLock lock(&mu_);
     --executions_;
     --running_;
+    if (worker >= 0) {
+      instance_busy_[worker] = false;
+      --callers_running_;
+      queued = !queue_.empty();
+    }
   }
+  // The instance's worker may have passed over requests queued meanwhile.
+  if (queued) changed_.SignalAll();
   ran_.SignalAll();  // Drain() may be waiting
 }
 
 void ModelScheduler::Submit(InferenceRequest request, Done done) {
   const int64_t batch_size = BatchSizeOf(request);
   Status refused;
+  bool wake_all = false;
   {
     MutexLock lock(&mu_);
     refused = Enqueue(request, done, batch_size);
+    wake_all = callers_running_ > 0;
   }
   if (refused.ok()) {
-    changed_.Signal();
+    // While a caller runs an instance, the one worker woken could be its.
+    wake_all ? changed_.SignalAll() : changed_.Signal();
     return;
   }
   InferenceResult result;
@@ -306,12 +336,13 @@ void ModelScheduler::WorkerLoop(int index) {
     std::vector<Pending> batch, rejected;
     {
       MutexLock lock(&mu_);
-      while (queue_.empty() && !stopping_) changed_.Wait(&mu_);
-      if (queue_.empty() && stopping_) return;
+      while (!CanTake(index) && !(stopping_ && queue_.empty())) changed_.Wait(&mu_);
+      if (!CanTake(index)) return;  // stopping, nothing queued
       ApplyQueueTimeouts(&rejected);
       if (!queue_.empty()) batch = NextBatch();
       running_ += batch.size();
       executions_ += batch.empty() ? 0 : 1;
+      if (!batch.empty() && executor_) instance_busy_[index] = true;
     }
     for (Pending& pending : rejected) {
       InferenceResult result;
@@ -328,9 +359,14 @@ void ModelScheduler::WorkerLoop(int index) {
       MutexLock lock(&mu_);
       running_ -= taken;
       --executions_;
+      if (executor_) instance_busy_[index] = false;
     }
     ran_.SignalAll();  // Drain() may be waiting
   }
+}
+
+bool ModelScheduler::CanTake(int index) const {
+  return !queue_.empty() && (!executor_ || !instance_busy_[index]);
 }
 
 StatusOr<std::vector<c10::IValue>> ModelScheduler::RunBatch(const std::vector<Pending>& batch,

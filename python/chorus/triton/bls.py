@@ -69,9 +69,10 @@ class Call:
 def _start(chorus: Any, spec: Call, stream: bool) -> int:
     inputs = {tensor.name(): call_input_form(tensor) for tensor in spec.inputs}
     version = str(spec.model_version) if spec.model_version >= 0 else ""
+    parameters = json.loads(spec.parameters) if spec.parameters not in ("", "{}") else {}
     return chorus.model_call_start(
         spec.model_name, inputs, version, spec.requested_output_names or None,
-        spec.timeout_us / 1e6, stream, True, parameters=json.loads(spec.parameters or "{}"),
+        spec.timeout_us / 1e6, stream, True, parameters=parameters,
         request_id=spec.request_id, correlation_id=spec.correlation_id, flags=spec.flags)
 
 

@@ -78,6 +78,8 @@ def _require(value: Any, types: Any, what: str) -> Any:
 
 
 def _integer(value: Any, what: str) -> int:
+    if type(value) is int:
+        return value  # the common case, without the ABC check below
     return int(_require(value, numbers.Integral, what))  # numpy's integers too, as in Triton
 
 

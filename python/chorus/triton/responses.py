@@ -31,8 +31,8 @@ _NO_ERROR = -1
 def parameters_json(parameters: Any) -> Tuple[Dict[str, Any], str]:
     """Checks request or response parameters as Triton does (a dict, str keys, bool, int or
     str values; None for none) and returns them with their JSON text."""
-    if parameters is None:
-        parameters = {}
+    if parameters is None or (type(parameters) is dict and not parameters):
+        return {}, "{}"  # most requests and responses: no json.dumps per call
     if not isinstance(parameters, dict):
         raise TritonModelException(f"Expect dict, got {type(parameters)}")
     for key, value in parameters.items():

@@ -88,11 +88,13 @@ class Tensor:
         return self._type
 
     def is_cpu(self) -> bool:
-        return self._data is None or self._data.device.type == "cpu"
+        return self._data is None or self._data.is_cpu  # no torch.device made per call
 
     def as_numpy(self) -> np.ndarray:
         """The elements as a numpy array, the same object on every call (BYTES: an object
         array of `bytes`). CPU tensors other than BF16 only."""
+        if self._array is not None:
+            return self._array
         if not self.is_cpu():
             raise TritonModelException("Tensor is stored in GPU and cannot be converted to "
                                        "NumPy.")

@@ -91,7 +91,10 @@ class ModelScheduler {
   // a worker would take it alone at once anyway (nothing queued, a worker
   // idle, no batching delay to wait out, not a stream): a caller that would
   // only wait for the answer (an in-process model call) saves the hand-off
-  // to a worker and back. The caller keeps the scheduler alive until it returns.
+  // to a worker and back. An executor's request runs there as one of its
+  // idle instances, whose worker takes nothing until it is done (an
+  // instance's executions never overlap). The caller keeps the scheduler
+  // alive until it returns.
   void SubmitOrRun(InferenceRequest request, Done done) CHORUS_EXCLUDES(mu_);
 
   // Stops accepting; waits until `deadline` for queued and running requests
@@ -114,6 +117,12 @@ class ModelScheduler {
   };
 
   void StartWorkers(int count);
+  // Whether worker `index` may take a batch from the queue now.
+  bool CanTake(int index) const CHORUS_REQUIRES(mu_);
+  // Claims a way to run a request on the calling thread at once, if there is
+  // one: false, or true with `worker` the executor's idle instance now marked
+  // busy (-1 for a model, whose caller's run counts as a worker's).
+  bool ClaimCallerRun(int* worker) CHORUS_REQUIRES(mu_);
   // Worker `index`'s loop (an executor's: its instance `index`).
   void WorkerLoop(int index) CHORUS_EXCLUDES(mu_);
   // The rows `request` brings to a batch along the batch dimension.
@@ -160,6 +169,11 @@ class ModelScheduler {
   // wake an idle worker for nothing (a context switch per request).
   CondVar ran_;
   std::deque<Pending> queue_ CHORUS_GUARDED_BY(mu_);
+  // An executor's instances, by worker index: whether one runs a batch, on
+  // its worker or on a caller's thread (SubmitOrRun); a worker takes nothing
+  // while a caller runs its instance. Empty for a model's scheduler.
+  std::vector<bool> instance_busy_ CHORUS_GUARDED_BY(mu_);
+  int callers_running_ CHORUS_GUARDED_BY(mu_) = 0;  // an executor's runs on callers' threads
   std::map<int, size_t> queued_by_level_ CHORUS_GUARDED_BY(mu_);
   size_t running_ CHORUS_GUARDED_BY(mu_) = 0;  // requests
   int executions_ CHORUS_GUARDED_BY(mu_) = 0;  // model runs (workers' and callers')
