@@ -3,9 +3,9 @@ others with `InferenceRequest(...).exec()`, `async_exec()` and `exec(decoupled=T
 errors coming back as `has_error()`, request parameters and ids reaching the called model,
 `ResponseIterator.cancel()` reaching it as a cancellation, calls from a thread the model
 started, the called model run on the caller's thread when idle (never two executions of an
-instance at once), BLS refused in `initialize`, and `load_model` / `unload_model` / `is_model_ready`
-(in `initialize` too) with the server in explicit model-control mode; and (the server runs
-with --log-verbose) a model's verbose log lines."""
+instance at once), BLS refused in `initialize`, and `load_model` / `unload_model` /
+`is_model_ready` (in `initialize` too) with the server in explicit model-control mode; and
+(the server runs with --log-verbose) a model's verbose log lines."""
 
 import json
 from concurrent.futures import ThreadPoolExecutor
@@ -187,17 +187,17 @@ class TritonPythonModel:
             got = [described(r) for r in repeater_request(-3).exec(decoupled=True)]
         elif mode == 9:
             got = described(adder_request(timeout=1).exec())
+        elif mode == 10:
+            got = [described(pb_utils.InferenceRequest(
+                model_name="versioned", inputs=[tensor("MODE", [0])],
+                requested_output_names=["TEXT"], **version).exec())["outputs"]["TEXT"]
+                for version in ({}, {"model_version": 1}, {"model_version": 2})]
         elif mode == 11:
             occupant = pb_utils.InferenceRequest(
                 model_name="occupant", inputs=[tensor("MODE", [0])],
                 requested_output_names=["TEXT"]).exec()
             got = {"thread": threading.get_ident(),
                    "occupant": described(occupant)["outputs"]["TEXT"]}
-        elif mode == 10:
-            got = [described(pb_utils.InferenceRequest(
-                model_name="versioned", inputs=[tensor("MODE", [0])],
-                requested_output_names=["TEXT"], **version).exec())["outputs"]["TEXT"]
-                for version in ({}, {"model_version": 1}, {"model_version": 2})]
         text = np.array([json.dumps(got).encode()], np.object_)
         return pb_utils.InferenceResponse([pb_utils.Tensor("TEXT", text)])
 """
