@@ -154,11 +154,19 @@ def cpu_table(result):
 def bls_lines(result):
     bls = result.get("bls") or {}
     added, server = bls.get("added_us", {}), bls.get("server_added_us", {})
+    rounds = bls.get("rounds") or {}
+    pairs = list(zip(rounds.get("chorus", []), rounds.get("triton", [])))
+    # The ratio counts the rounds where both were measured and Triton's difference is > 0.
+    counted = sum(1 for a, b in pairs if a is not None and b is not None and b > 0)
+    each = "; ".join(f"{kind} " + ", ".join(fmt(v, 0) for v in rounds.get(kind, []))
+                     for kind in ("chorus", "triton"))
     return [f"BLS (`bls.added_us`: the pipeline's p50 minus identity's and mlp's, each "
             f"measured alone, at c1): chorus {fmt(added.get('chorus'), 0)} µs, Triton "
-            f"{fmt(added.get('triton'), 0)} µs, `bls.added_vs_triton` "
-            f"{fmt(bls.get('added_vs_triton'))}; at the server (the pipeline's request time "
-            f"minus its two calls'): chorus {fmt(server.get('chorus'), 0)} µs, Triton "
+            f"{fmt(added.get('triton'), 0)} µs (`bls.rounds`: {each} µs), "
+            f"`bls.added_vs_triton` {fmt(bls.get('added_vs_triton'))} (the median of the "
+            f"ratios of {counted} of {len(pairs)} rounds, those where Triton's difference is "
+            f"above zero); at the server (the pipeline's request time minus its two calls'): "
+            f"chorus {fmt(server.get('chorus'), 0)} µs, Triton "
             f"{fmt(server.get('triton'), 0)} µs."]
 
 
