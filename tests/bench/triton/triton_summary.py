@@ -88,18 +88,22 @@ def bls_added(cell, concurrency="1"):
     return client, server
 
 
+def bls_ratios(chorus_added, triton_added):
+    """The per-round ratios `bls.added_vs_triton` is the median of: chorus' added time
+    over Triton's, in the rounds where both were measured and Triton's is above zero."""
+    return [a / b for a, b in zip(chorus_added, triton_added)
+            if a is not None and b is not None and b > 0]
+
+
 def bls_summary(rounds):
     added = {kind: [] for kind in SERVERS}
     server = {kind: [] for kind in SERVERS}
-    ratios = []
     for r in rounds.values():
         got = {kind: bls_added(r[kind]) for kind in SERVERS}
         for kind in SERVERS:
             added[kind].append(got[kind][0])
             server[kind].append(got[kind][1])
-        if got["chorus"][0] is not None and got["triton"][0] is not None and \
-                got["triton"][0] > 0:
-            ratios.append(got["chorus"][0] / got["triton"][0])
+    ratios = bls_ratios(added["chorus"], added["triton"])
     return {"added_us": {kind: rounded(median(added[kind]), 1) for kind in SERVERS},
             "added_vs_triton": rounded(median(ratios)),
             "server_added_us": {kind: rounded(median(server[kind]), 1) for kind in SERVERS},
