@@ -306,7 +306,7 @@ class TritonPythonModel:
 """
 
 # One instance, called by BLS: answers the thread its execute ran on and whether another
-# execution of this instance was running meanwhile (each takes 5 ms).
+# execution of this instance was running meanwhile (each takes 20 ms).
 OCCUPANT_PY = """
 import json, threading, time
 import numpy as np
@@ -320,7 +320,7 @@ class TritonPythonModel:
     def execute(self, requests):
         overlapped = self.running
         self.running = True
-        time.sleep(0.005)
+        time.sleep(0.02)
         overlapped = overlapped or not self.running
         self.running = False
         seen = {"thread": threading.get_ident(), "overlapped": overlapped}
@@ -486,8 +486,8 @@ def test_exec_runs_an_idle_instance_on_the_callers_thread(triton):
 
 
 def test_exec_never_overlaps_an_instances_executions(triton):
-    # Four callers at once on a one-instance model: the first runs it on its own thread,
-    # the others queue for its worker, which waits until that run ends.
+    # Four callers at once on a one-instance model (20 ms a run): the first runs it on its
+    # own thread, the others queue for its worker, which waits until that run ends.
     with ThreadPoolExecutor(8) as pool:
         got = list(pool.map(lambda _: call(triton, "crowd", 11), range(48)))
     assert not [g for g in got if g["occupant"]["overlapped"]]
