@@ -55,13 +55,8 @@ PyObject* CallMethod(PyObject* callable, PyObject* const* args, size_t nargsf, P
     if (!PythonToIValue(args[i], &values[i])) return nullptr;
   }
   HostObject& object = *bound->self->object;
-  StatusOr<c10::IValue> result = OkStatus();
-  if (method.releases_gil) {
-    GilRelease released;
-    result = Invoke(method, object, values);
-  } else {
-    result = Invoke(method, object, values);
-  }
+  auto invoke = [&] { return Invoke(method, object, values); };
+  StatusOr<c10::IValue> result = method.releases_gil ? WithoutGil(invoke) : invoke();
   if (!result.ok()) {
     PyErr_SetString(PyExc_RuntimeError, result.status().message().c_str());
     return nullptr;
